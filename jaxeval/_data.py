@@ -1,0 +1,347 @@
+"""The score-matrix container: a frozen, validated numpy-side object.
+
+A :class:`ScoreMatrix` holds one row per model and one column per benchmark item.
+Scores live in ``[0, 1]``; a boolean ``mask`` says which cells were observed
+(unobserved cells hold 0 in ``scores`` so kernels can use the array directly).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ScoreMatrix", "Split", "rename_duplicates"]
+
+
+def rename_duplicates(names: Any, what: str, notes: dict) -> np.ndarray:
+    """Make names unique by suffixing repeats with ``#2``, ``#3``, ...; records it in notes."""
+    arr = np.asarray(names).astype(str)
+    seen: dict[str, int] = {}
+    out = []
+    renamed = []
+    for name in arr.tolist():
+        k = seen.get(name, 0) + 1
+        seen[name] = k
+        if k > 1:
+            new = f"{name}#{k}"
+            renamed.append(new)
+            out.append(new)
+        else:
+            out.append(name)
+    if renamed:
+        notes.setdefault("conversions", [])
+        notes["conversions"] = list(notes["conversions"]) + [
+            f"{len(renamed)} repeated '{what}' names made unique with a '#k' suffix "
+            f"(e.g. {renamed[:3]})"
+        ]
+    return np.array(out)
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a = np.array(a, copy=True)
+    a.setflags(write=False)
+    return a
+
+
+def _check_names(names: Any, length: int, what: str, source: str) -> np.ndarray:
+    arr = np.asarray(names)
+    if arr.ndim != 1 or arr.shape[0] != length:
+        raise ValueError(
+            f"{source}: field '{what}' must be a 1-D array of {length} names, got shape {arr.shape}"
+        )
+    arr = arr.astype(str)
+    uniq, counts = np.unique(arr, return_counts=True)
+    if np.any(counts > 1):
+        dup = uniq[counts > 1][:5].tolist()
+        raise ValueError(f"{source}: field '{what}' has duplicate names, e.g. {dup}")
+    return arr
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ScoreMatrix:
+    """A validated ``[models, items]`` matrix of per-item scores in ``[0, 1]``.
+
+    Attributes:
+      scores: float32 ``[m, n]``; unobserved cells hold 0.
+      mask: bool ``[m, n]``; True where a cell was observed.
+      models: ``[m]`` unique model names.
+      items: ``[n]`` unique item names.
+      target: optional float32 ``[m]`` external full-benchmark score in ``[0, 1]``
+        (used when the matrix holds only part of a benchmark); NaN where unknown.
+      source: where the matrix came from (file path or dataset name).
+      metadata: read-only mapping of provenance notes (licence, conversions made
+        by the loader, rows removed, ...).
+
+    Example:
+      >>> import numpy as np, jaxeval
+      >>> sm = jaxeval.ScoreMatrix(np.array([[1, 0, 1], [0, 0, 1]]))
+      >>> sm.shape, sm.accuracy().tolist()
+      ((2, 3), [0.6666666865348816, 0.3333333432674286])
+    """
+
+    scores: np.ndarray
+    mask: np.ndarray | None = None
+    models: Any = None
+    items: Any = None
+    target: np.ndarray | None = None
+    source: str = "<array>"
+    metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        src = self.source
+        notes = dict(self.metadata)
+        raw = np.asarray(self.scores)
+        if raw.ndim != 2:
+            raise ValueError(
+                f"{src}: field 'scores' must be 2-D [models, items], got shape {raw.shape}"
+            )
+        m, n = raw.shape
+        if m == 0 or n == 0:
+            raise ValueError(f"{src}: field 'scores' is empty (shape {raw.shape})")
+        if raw.dtype == bool:
+            raw = raw.astype(np.uint8)
+        if not (np.issubdtype(raw.dtype, np.number)):
+            raise TypeError(f"{src}: field 'scores' must be numeric, got dtype {raw.dtype}")
+        scores = raw.astype(np.float64)
+        nan = np.isnan(scores)
+        if self.mask is None:
+            mask = ~nan
+            if nan.any():
+                notes.setdefault("conversions", [])
+                notes["conversions"] = list(notes["conversions"]) + [
+                    f"{int(nan.sum())} NaN cells read as unobserved (mask=False)"
+                ]
+        else:
+            mask = np.asarray(self.mask)
+            if mask.shape != raw.shape:
+                raise ValueError(
+                    f"{src}: field 'mask' has shape {mask.shape}, expected {raw.shape}"
+                )
+            if mask.dtype != bool:
+                if not np.isin(mask, (0, 1)).all():
+                    raise ValueError(f"{src}: field 'mask' must be boolean (0/1)")
+                mask = mask.astype(bool)
+            bad = nan & mask
+            if bad.any():
+                i, j = np.argwhere(bad)[0]
+                raise ValueError(
+                    f"{src}: field 'scores' has {int(bad.sum())} NaN cells marked observed by "
+                    f"'mask' (first at row {i}, column {j})"
+                )
+        if np.isinf(scores).any():
+            raise ValueError(f"{src}: field 'scores' holds infinite values")
+        obs = scores[mask]
+        if obs.size and (obs.min() < 0.0 or obs.max() > 1.0):
+            i, j = np.argwhere(mask & ((scores < 0) | (scores > 1)))[0]
+            raise ValueError(
+                f"{src}: field 'scores' must lie in [0, 1]; found {scores[i, j]!r} at row {i}, "
+                f"column {j} (range {obs.min()!r}..{obs.max()!r})"
+            )
+        scores = np.where(mask, scores, 0.0).astype(np.float32)
+        models = (
+            np.array([f"model_{i}" for i in range(m)])
+            if self.models is None
+            else _check_names(self.models, m, "models", src)
+        )
+        items = (
+            np.array([f"item_{j}" for j in range(n)])
+            if self.items is None
+            else _check_names(self.items, n, "items", src)
+        )
+        target = None
+        if self.target is not None:
+            t = np.asarray(self.target, dtype=np.float64)
+            if t.shape != (m,):
+                raise ValueError(f"{src}: field 'target' must have shape ({m},), got {t.shape}")
+            fin = t[np.isfinite(t)]
+            if fin.size and (fin.min() < 0 or fin.max() > 1):
+                raise ValueError(
+                    f"{src}: field 'target' must lie in [0, 1] (fractions, not percent); "
+                    f"range is {fin.min()!r}..{fin.max()!r}"
+                )
+            target = _readonly(t.astype(np.float32))
+        object.__setattr__(self, "scores", _readonly(scores))
+        object.__setattr__(self, "mask", _readonly(mask))
+        object.__setattr__(self, "models", _readonly(models))
+        object.__setattr__(self, "items", _readonly(items))
+        object.__setattr__(self, "target", target)
+        object.__setattr__(self, "metadata", types.MappingProxyType(notes))
+
+    # ------------------------------------------------------------------ basics
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.scores.shape  # type: ignore[return-value]
+
+    @property
+    def n_models(self) -> int:
+        return self.scores.shape[0]
+
+    @property
+    def n_items(self) -> int:
+        return self.scores.shape[1]
+
+    @property
+    def is_complete(self) -> bool:
+        """True when every cell is observed."""
+        return bool(self.mask.all())
+
+    @property
+    def is_binary(self) -> bool:
+        """True when every observed score is exactly 0 or 1."""
+        obs = self.scores[self.mask]
+        return bool(np.all((obs == 0) | (obs == 1)))
+
+    def __repr__(self) -> str:
+        kind = "binary" if self.is_binary else "graded"
+        miss = 1.0 - float(self.mask.mean())
+        tgt = ", external target" if self.target is not None else ""
+        return (
+            f"ScoreMatrix({self.n_models} models x {self.n_items} items, {kind}, "
+            f"{miss:.1%} missing{tgt}, source={self.source!r})"
+        )
+
+    def accuracy(self) -> np.ndarray:
+        """Per-model mean over observed items (float32 ``[m]``; NaN for an empty row)."""
+        cnt = self.mask.sum(axis=1)
+        tot = self.scores.sum(axis=1, dtype=np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            acc = np.where(cnt > 0, tot / np.maximum(cnt, 1), np.nan)
+        return acc.astype(np.float32)
+
+    def true_score(self) -> np.ndarray:
+        """The quantity to predict per model: ``target`` when present, else the row mean."""
+        return self.target if self.target is not None else self.accuracy()
+
+    def require_complete(self, what: str = "this operation") -> ScoreMatrix:
+        """Raise a clear error if any cell is missing; returns self otherwise."""
+        if not self.is_complete:
+            rows = np.flatnonzero(~self.mask.all(axis=1))
+            raise ValueError(
+                f"{self.source}: {what} needs a fully observed matrix, but {rows.size} model "
+                f"rows have missing cells (e.g. {self.models[rows[:3]].tolist()}); "
+                "restrict to complete rows with .take(models=...) first"
+            )
+        return self
+
+    # ------------------------------------------------------------- reshaping
+    def _index(self, sel: Any, names: np.ndarray, what: str) -> np.ndarray:
+        if sel is None:
+            return np.arange(names.size)
+        sel = np.asarray(sel)
+        if sel.dtype == bool:
+            if sel.shape != names.shape:
+                raise ValueError(f"{what} mask has shape {sel.shape}, expected {names.shape}")
+            return np.flatnonzero(sel)
+        if sel.dtype.kind in "US":
+            lookup = {name: i for i, name in enumerate(names.tolist())}
+            missing = [s for s in sel.tolist() if s not in lookup]
+            if missing:
+                raise KeyError(f"{self.source}: unknown {what} names {missing[:5]}")
+            return np.array([lookup[s] for s in sel.tolist()], dtype=np.int64)
+        idx = sel.astype(np.int64).ravel()
+        if idx.size and (idx.min() < -names.size or idx.max() >= names.size):
+            raise IndexError(f"{what} index out of range for {names.size} {what}")
+        return idx % names.size if idx.size else idx
+
+    def take(self, models: Any = None, items: Any = None) -> ScoreMatrix:
+        """Restrict to some rows and/or columns (indices, boolean masks or names)."""
+        r = self._index(models, self.models, "models")
+        c = self._index(items, self.items, "items")
+        if r.size == 0 or c.size == 0:
+            raise ValueError(f"{self.source}: selection is empty ({r.size} models, {c.size} items)")
+        return dataclasses.replace(
+            self,
+            scores=self.scores[np.ix_(r, c)],
+            mask=self.mask[np.ix_(r, c)],
+            models=self.models[r],
+            items=self.items[c],
+            target=None if self.target is None else self.target[r],
+        )
+
+    def drop_duplicates(self) -> ScoreMatrix:
+        """Remove models whose observed row (scores and mask) repeats an earlier row.
+
+        The names of removed models are recorded in ``metadata['dropped_duplicates']``.
+        """
+        key = np.concatenate([np.where(self.mask, self.scores, -1.0)], axis=1)
+        _, first = np.unique(key, axis=0, return_index=True)
+        keep = np.sort(first)
+        if keep.size == self.n_models:
+            return self
+        dropped = np.setdiff1d(np.arange(self.n_models), keep)
+        out = self.take(models=keep)
+        meta = dict(out.metadata)
+        meta["dropped_duplicates"] = (
+            list(meta.get("dropped_duplicates", [])) + self.models[dropped].tolist()
+        )
+        return dataclasses.replace(out, metadata=meta)
+
+    # ---------------------------------------------------------------- splits
+    def split(self, sizes: Sequence[int | float], seed: int = 0) -> tuple[ScoreMatrix, ...]:
+        """Seeded random split of the models into consecutive groups.
+
+        Args:
+          sizes: group sizes as counts (ints) or fractions (floats summing to <= 1);
+            any models left over form one extra trailing group.
+          seed: seed of ``np.random.default_rng`` for the permutation.
+
+        Returns:
+          One ScoreMatrix per group, in order.
+        """
+        m = self.n_models
+        if not sizes:
+            raise ValueError("split: 'sizes' is empty")
+        if all(isinstance(s, (int, np.integer)) for s in sizes):
+            counts = [int(s) for s in sizes]
+        else:
+            if any(s < 0 for s in sizes) or sum(sizes) > 1 + 1e-9:
+                raise ValueError(
+                    f"split: fractional 'sizes' must be >= 0 and sum to <= 1, got {sizes}"
+                )
+            counts = [int(round(s * m)) for s in sizes]
+        if any(c <= 0 for c in counts):
+            raise ValueError(
+                f"split: every group needs at least one model; sizes {sizes} -> {counts}"
+            )
+        if sum(counts) > m:
+            raise ValueError(f"split: sizes {counts} need {sum(counts)} models, matrix has {m}")
+        perm = np.random.default_rng(seed).permutation(m)
+        bounds = np.cumsum([0] + counts)
+        groups = [perm[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        if bounds[-1] < m:
+            groups.append(perm[bounds[-1] :])
+        return tuple(self.take(models=g) for g in groups)
+
+    def protocol_split(self, seed: int) -> Split:
+        """The anchor-evaluation split of SPEC section 6.2.
+
+        Models are permuted with ``np.random.default_rng(seed).permutation``;
+        ``h = 200`` when there are at least 1000 models, else ``round(0.2 * m)``;
+        test = first ``h``, validation = next ``h``, train = the rest.
+        Deduplicate first (``drop_duplicates``) to follow the protocol exactly.
+        """
+        m = self.n_models
+        h = 200 if m >= 1000 else int(round(0.2 * m))
+        if h < 1 or m - 2 * h < 1:
+            raise ValueError(f"protocol_split: {m} models are too few for train/validation/test")
+        perm = np.random.default_rng(seed).permutation(m)
+        return Split(
+            train=self.take(models=perm[2 * h :]),
+            validation=self.take(models=perm[h : 2 * h]),
+            test=self.take(models=perm[:h]),
+            seed=seed,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """Train / validation / test score matrices from one seeded split."""
+
+    train: ScoreMatrix
+    validation: ScoreMatrix
+    test: ScoreMatrix
+    seed: int

@@ -1,0 +1,124 @@
+"""Loading score matrices from files and bundled datasets.
+
+``load`` dispatches on the source: a bundled dataset name, a ``.npz`` file in
+the layout of the project's shared data, a long or wide CSV/Parquet table, or
+lm-evaluation-harness ``--log_samples`` output (one ``samples_*.jsonl`` file or
+a directory of runs).
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxeval._data import ScoreMatrix, rename_duplicates
+
+__all__ = ["load", "load_npz"]
+
+
+def load_npz(
+    path: str | os.PathLike, *, name: str | None = None, duplicate_names: str = "error"
+) -> ScoreMatrix:
+    """Load a ``.npz`` score matrix (keys ``scores``, optional ``mask``, ``models``,
+    ``items``, ``full_score_pct`` -> ``target``, ``is_source``).
+
+    Args:
+      path: the file.
+      name: the ``source`` to record (defaults to the path).
+      duplicate_names: ``"error"`` refuses repeated model/item names; ``"rename"``
+        suffixes repeats with ``#2``, ``#3``... and notes it in the metadata
+        (the Open LLM Leaderboard files repeat a few resubmitted model names).
+    """
+    if duplicate_names not in ("error", "rename"):
+        raise ValueError(
+            f"load_npz: duplicate_names must be 'error' or 'rename', got {duplicate_names!r}"
+        )
+    path = Path(path)
+    src = name or str(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            data = {k: z[k] for k in z.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+        raise ValueError(f"{src}: not a readable .npz file ({type(e).__name__}: {e})") from e
+    if "scores" not in data:
+        raise ValueError(f"{src}: missing field 'scores' (fields present: {sorted(data)})")
+    scores = data["scores"]
+    notes: dict[str, Any] = {"format": "npz", "conversions": []}
+    if scores.dtype == np.uint8 or scores.dtype == bool:
+        if scores.size and scores.max() > 1:
+            raise ValueError(
+                f"{src}: field 'scores' is {scores.dtype} but holds values up to {scores.max()}; "
+                "integer scores must be 0/1"
+            )
+        notes["conversions"].append(f"{scores.dtype} 0/1 scores converted to float32")
+    target = None
+    if "full_score_pct" in data:
+        pct = np.asarray(data["full_score_pct"], dtype=np.float64)
+        target = pct / 100.0
+        notes["conversions"].append("target = full_score_pct / 100 (full-benchmark score)")
+    for k in ("is_source", "theta_note"):
+        if k in data:
+            v = data[k]
+            notes[k] = v.tolist() if v.ndim else str(v)
+    models, items = data.get("models"), data.get("items")
+    if duplicate_names == "rename":
+        if models is not None:
+            models = rename_duplicates(models, "models", notes)
+        if items is not None:
+            items = rename_duplicates(items, "items", notes)
+    return ScoreMatrix(
+        scores=scores,
+        mask=data.get("mask"),
+        models=models,
+        items=items,
+        target=target,
+        source=src,
+        metadata=notes,
+    )
+
+
+def load(source: Any, **kwargs: Any) -> ScoreMatrix:
+    """Load a :class:`ScoreMatrix` from a bundled dataset name or a file/directory.
+
+    Args:
+      source: a bundled dataset name (see ``jaxeval.datasets.names()``), a path to
+        ``.npz``, ``.csv``/``.tsv``, ``.parquet``, an lm-evaluation-harness
+        ``samples_*.jsonl`` file, or a directory of such runs; or a ScoreMatrix
+        (returned as is).
+      **kwargs: passed to the format's loader (e.g. ``layout="long"`` for tables,
+        ``metric="acc"`` for lm-evaluation-harness samples).
+
+    Example:
+      >>> import jaxeval
+      >>> sm = jaxeval.load("oll2_musr")
+      >>> sm.shape
+      (448, 756)
+    """
+    from jaxeval import datasets
+
+    if isinstance(source, ScoreMatrix):
+        return source
+    if isinstance(source, str) and source in datasets.names():
+        return datasets.load(source)
+    path = Path(source)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"load: {str(source)!r} is neither a bundled dataset ({', '.join(datasets.names())}) "
+            "nor an existing file or directory"
+        )
+    suffix = path.suffix.lower()
+    if path.is_dir() or suffix in (".jsonl", ".json"):
+        from jaxeval._lmeval import load_lm_eval
+
+        return load_lm_eval(path, **kwargs)
+    if suffix == ".npz":
+        return load_npz(path, **kwargs)
+    if suffix in (".csv", ".tsv", ".parquet", ".pq"):
+        from jaxeval._tables import load_table
+
+        return load_table(path, **kwargs)
+    raise ValueError(f"load: cannot tell the format of {str(path)!r} from suffix {suffix!r}")

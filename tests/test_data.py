@@ -1,0 +1,87 @@
+"""ScoreMatrix validation, helpers and the bundled datasets."""
+
+import numpy as np
+import pytest
+
+import jaxeval
+from jaxeval import ScoreMatrix
+
+
+def test_bundled_datasets_load():
+    for name in jaxeval.datasets.names():
+        sm = jaxeval.load(name)
+        assert sm.scores.dtype == np.float32 and sm.mask.dtype == bool
+        assert sm.is_complete and sm.is_binary
+        assert sm.metadata["licence"] == "MIT"
+        assert len(set(sm.models.tolist())) == sm.n_models
+
+
+def test_scores_outside_unit_interval_refused():
+    with pytest.raises(ValueError, match=r"'scores' must lie in \[0, 1\].*row 1, column 0"):
+        ScoreMatrix(np.array([[0.0, 1.0], [1.5, 0.0]]), source="x.npz")
+
+
+def test_nan_without_mask_is_unobserved_and_noted():
+    sm = ScoreMatrix(np.array([[np.nan, 1.0], [0.0, 1.0]]))
+    assert sm.mask.tolist() == [[False, True], [True, True]]
+    assert sm.scores[0, 0] == 0.0
+    assert "NaN" in sm.metadata["conversions"][0]
+
+
+def test_nan_marked_observed_refused():
+    with pytest.raises(ValueError, match="NaN cells marked observed"):
+        ScoreMatrix(np.array([[np.nan, 1.0]]), mask=np.ones((1, 2), bool))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(scores=np.zeros((0, 3))), "empty"),
+        (dict(scores=np.zeros(3)), "2-D"),
+        (dict(scores=np.zeros((2, 2)), models=["a", "a"]), "duplicate names"),
+        (dict(scores=np.zeros((2, 2)), items=["a"]), "'items' must be a 1-D array of 2"),
+        (dict(scores=np.zeros((2, 2)), mask=np.ones((2, 3), bool)), "'mask' has shape"),
+        (dict(scores=np.zeros((2, 2)), target=np.array([0.5, 50.0])), "fractions, not percent"),
+    ],
+)
+def test_bad_input_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ScoreMatrix(**kwargs)
+
+
+def test_frozen_and_readonly():
+    sm = ScoreMatrix(np.eye(3))
+    with pytest.raises(ValueError):
+        sm.scores[0, 0] = 0.5
+    with pytest.raises(AttributeError):
+        sm.scores = np.zeros((3, 3))
+
+
+def test_take_drop_duplicates_and_accuracy():
+    s = np.array([[1, 0, 1, 1], [1, 0, 1, 1], [0, 0, 0, 1]], dtype=float)
+    sm = ScoreMatrix(s, models=["a", "b", "c"], target=[0.1, 0.2, 0.3])
+    d = sm.drop_duplicates()
+    assert d.models.tolist() == ["a", "c"]
+    assert d.metadata["dropped_duplicates"] == ["b"]
+    np.testing.assert_allclose(d.accuracy(), [0.75, 0.25])
+    np.testing.assert_allclose(d.true_score(), [0.1, 0.3])
+    t = sm.take(models=["c", "a"], items=[3, 0])
+    assert t.scores.tolist() == [[1, 0], [1, 1]]
+    with pytest.raises(KeyError, match="unknown models"):
+        sm.take(models=["zz"])
+
+
+def test_splits_are_seeded_and_disjoint():
+    sm = ScoreMatrix(np.random.default_rng(0).integers(0, 2, (50, 7)))
+    a = sm.split([0.6, 0.2], seed=3)
+    b = sm.split([0.6, 0.2], seed=3)
+    assert [x.n_models for x in a] == [30, 10, 10]
+    assert all((x.models == y.models).all() for x, y in zip(a, b))
+    names = np.concatenate([x.models for x in a])
+    assert len(set(names.tolist())) == 50
+    with pytest.raises(ValueError, match="need 60 models"):
+        sm.split([30, 30])
+    p = sm.protocol_split(42)
+    perm = np.random.default_rng(42).permutation(50)
+    assert p.test.models.tolist() == sm.models[perm[:10]].tolist()
+    assert p.validation.n_models == 10 and p.train.n_models == 30
