@@ -1,0 +1,212 @@
+"""Evaluation metrics as pure JAX functions (jittable and vmappable).
+
+All functions take arrays and return arrays; none moves data to the host, so
+they can be used inside a jitted, vmapped Monte Carlo study. Leading axes are
+batch axes (replicates, checkpoints, ...): the metric is taken over the last
+axis, which indexes models ("arms").
+
+- :func:`mae_pp`: mean absolute error in accuracy percentage points.
+- :func:`kendall_tau_b`: Kendall's tau-b with ties, equal to
+  ``scipy.stats.kendalltau(x, y)`` (its default variant ``'b'``).
+- :func:`best_arms`, :func:`identification_correct`,
+  :func:`identification_accuracy`: best-model identification, where every arm
+  tied for the best true score counts as correct.
+- :func:`coverage`: per-arm and family-wise coverage of confidence intervals.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+__all__ = [
+    "best_arms",
+    "coverage",
+    "identification_accuracy",
+    "identification_correct",
+    "kendall_tau_b",
+    "mae_pp",
+]
+
+
+def mae_pp(
+    pred: jax.Array, true: jax.Array, axis: int | tuple[int, ...] | None = None
+) -> jax.Array:
+    """Mean absolute error in percentage points: ``100 * mean(|pred - true|)``.
+
+    Args:
+      pred: predicted accuracies (fractions in [0, 1]), any shape.
+      true: true accuracies, broadcastable against ``pred``.
+      axis: axes to average over; ``None`` (default) averages over all elements
+        and returns a scalar. Use ``axis=-1`` to keep leading batch axes.
+
+    Returns:
+      float32 array: the MAE in percentage points.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from jaxeval.metrics import mae_pp
+      >>> float(mae_pp(jnp.array([0.5, 0.7]), jnp.array([0.6, 0.7])))  # doctest: +ELLIPSIS
+      5.0...
+    """
+    pred = jnp.asarray(pred, dtype=jnp.float32)
+    true = jnp.asarray(true, dtype=jnp.float32)
+    return 100.0 * jnp.mean(jnp.abs(pred - true), axis=axis)
+
+
+def _pair_signs(a: jax.Array) -> jax.Array:
+    """``sign(a_i - a_j)`` for all pairs, as int32 ``[..., n, n]``."""
+    return jnp.sign(a[..., :, None] - a[..., None, :]).astype(jnp.int32)
+
+
+def kendall_tau_b(x: jax.Array, y: jax.Array) -> jax.Array:
+    """Kendall's rank correlation tau-b over the last axis, with ties.
+
+    ``tau_b = (P - Q) / sqrt((n0 - n1) (n0 - n2))`` where ``P``/``Q`` count the
+    concordant/discordant pairs, ``n0 = n (n - 1) / 2`` and ``n1``/``n2`` count the
+    pairs tied in ``x``/``y``. This is exactly ``scipy.stats.kendalltau(x, y)``
+    (variant ``'b'``): NaN when either input is constant, has fewer than two
+    elements or contains a NaN. Pair counts are accumulated in int32, exact for
+    ``n`` up to 46,000; memory is O(n^2) per call (fine for a few thousand).
+
+    Args:
+      x: ``[..., n]`` scores (e.g. predicted accuracies).
+      y: ``[..., n]`` scores (e.g. true accuracies); same shape as ``x``.
+
+    Returns:
+      float32 ``[...]``: tau-b per leading index.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from jaxeval.metrics import kendall_tau_b
+      >>> round(float(kendall_tau_b(jnp.array([1., 2., 2., 3.]), jnp.array([1., 3., 2., 4.]))), 4)
+      0.9129
+    """
+    x = jnp.asarray(x, dtype=jnp.float32)
+    y = jnp.asarray(y, dtype=jnp.float32)
+    bad = jnp.any(jnp.isnan(x) | jnp.isnan(y), axis=-1)
+    x = jnp.where(jnp.isnan(x), 0.0, x)
+    y = jnp.where(jnp.isnan(y), 0.0, y)
+    sx = _pair_signs(x)
+    sy = _pair_signs(y)
+    # Sums over ordered pairs count every unordered pair twice; the factor cancels.
+    num = jnp.sum(sx * sy, axis=(-2, -1))
+    nx = jnp.sum(jnp.abs(sx), axis=(-2, -1))  # 2 * (n0 - n1)
+    ny = jnp.sum(jnp.abs(sy), axis=(-2, -1))  # 2 * (n0 - n2)
+    fx, fy = nx.astype(jnp.float32), ny.astype(jnp.float32)
+    # Equal tie structure (e.g. no ties at all): the denominator is exact, so a
+    # perfect (anti-)concordance gives exactly +-1.
+    den = jnp.where(nx == ny, fx, jnp.sqrt(fx) * jnp.sqrt(fy))
+    tau = jnp.where(den > 0, num.astype(jnp.float32) / jnp.where(den > 0, den, 1.0), jnp.nan)
+    tau = jnp.clip(tau, -1.0, 1.0)
+    return jnp.where(bad, jnp.nan, tau)
+
+
+def best_arms(true_scores: jax.Array, atol: float | jax.Array = 0.0) -> jax.Array:
+    """Which arms are a true best: ``true_scores >= max(true_scores) - atol``.
+
+    Args:
+      true_scores: ``[..., K]`` true scores (accuracies) of the K arms.
+      atol: arms within ``atol`` of the best also count as best (default 0:
+        exact ties only). A dynamic value: changing it does not recompile.
+
+    Returns:
+      bool ``[..., K]``; at least one True per leading index (unless NaN).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from jaxeval.metrics import best_arms
+      >>> best_arms(jnp.array([0.5, 0.7, 0.7])).tolist()
+      [False, True, True]
+    """
+    s = jnp.asarray(true_scores)
+    top = jnp.max(s, axis=-1, keepdims=True)
+    return s >= top - jnp.asarray(atol, dtype=s.dtype)
+
+
+def identification_correct(
+    recommended: jax.Array, true_scores: jax.Array, atol: float | jax.Array = 0.0
+) -> jax.Array:
+    """Whether each recommended arm is a true best arm (ties count as correct).
+
+    Args:
+      recommended: int ``[...]`` index of the recommended arm. An index outside
+        ``[0, K)`` (e.g. ``-1`` for "no recommendation") counts as wrong.
+      true_scores: ``[..., K]`` true scores, with the same leading shape (or
+        broadcastable to it).
+      atol: tolerance of :func:`best_arms`.
+
+    Returns:
+      bool ``[...]``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from jaxeval.metrics import identification_correct
+      >>> identification_correct(jnp.array([1, 2, 0]), jnp.array([0.5, 0.7, 0.7])).tolist()
+      [True, True, False]
+    """
+    rec = jnp.asarray(recommended).astype(jnp.int32)
+    best = best_arms(true_scores, atol)
+    k = best.shape[-1]
+    lead = jnp.broadcast_shapes(rec.shape, best.shape[:-1])
+    best = jnp.broadcast_to(best, lead + (k,))
+    rec = jnp.broadcast_to(rec, lead)
+    valid = (rec >= 0) & (rec < k)
+    hit = jnp.take_along_axis(best, jnp.clip(rec, 0, k - 1)[..., None], axis=-1)[..., 0]
+    return hit & valid
+
+
+def identification_accuracy(
+    recommended: jax.Array,
+    true_scores: jax.Array,
+    atol: float | jax.Array = 0.0,
+    axis: int | tuple[int, ...] | None = None,
+) -> jax.Array:
+    """Share of recommendations that are a true best arm (ties count as correct).
+
+    Args:
+      recommended: int ``[...]`` recommended arm per replicate.
+      true_scores: ``[..., K]`` true scores (see :func:`identification_correct`).
+      atol: tolerance of :func:`best_arms`.
+      axis: axes of ``recommended`` to average over (default: all -> scalar).
+
+    Returns:
+      float32 accuracy in [0, 1].
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from jaxeval.metrics import identification_accuracy
+      >>> float(identification_accuracy(jnp.array([1, 1]), jnp.array([[.1, .9], [.3, .2]])))
+      0.5
+    """
+    ok = identification_correct(recommended, true_scores, atol)
+    return jnp.mean(ok.astype(jnp.float32), axis=axis)
+
+
+def coverage(
+    lower: jax.Array, upper: jax.Array, truth: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Interval coverage, per arm and family-wise (all arms at once).
+
+    An interval covers when ``lower <= truth <= upper`` (closed). A NaN bound or
+    truth does not cover.
+
+    Args:
+      lower: ``[..., K]`` lower bounds.
+      upper: ``[..., K]`` upper bounds.
+      truth: ``[..., K]`` true values (broadcastable).
+
+    Returns:
+      ``(per_arm, family_wise)``: bool ``[..., K]`` and bool ``[...]`` (True when
+      every arm's interval covers). Average them over replicates for rates.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from jaxeval.metrics import coverage
+      >>> per_arm, fw = coverage(jnp.array([.1, .5]), jnp.array([.3, .6]), jnp.array([.2, .7]))
+      >>> per_arm.tolist(), bool(fw)
+      ([True, False], False)
+    """
+    lower, upper, truth = jnp.asarray(lower), jnp.asarray(upper), jnp.asarray(truth)
+    per_arm = (lower <= truth) & (truth <= upper)
+    return per_arm, jnp.all(per_arm, axis=-1)

@@ -1,0 +1,115 @@
+"""Metrics against scipy/numpy references, jitted and vmapped."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from jaxeval import metrics
+
+tau_jit = jax.jit(metrics.kendall_tau_b)
+
+
+def test_mae_pp_matches_numpy():
+    rng = np.random.default_rng(0)
+    p, t = rng.random((7, 30)), rng.random((7, 30))
+    got = jax.jit(metrics.mae_pp)(p, t)
+    assert got.dtype == jnp.float32 and got.shape == ()
+    np.testing.assert_allclose(got, 100 * np.abs(p - t).mean(), rtol=1e-5)
+    per_row = jax.jit(metrics.mae_pp, static_argnames="axis")(p, t, axis=-1)
+    np.testing.assert_allclose(per_row, 100 * np.abs(p - t).mean(-1), rtol=1e-5)
+
+
+@pytest.mark.parametrize("n, levels", [(2, 2), (5, 2), (40, 3), (200, 5), (300, 1000), (1500, 7)])
+def test_kendall_tau_b_equals_scipy_with_ties(n, levels):
+    rng = np.random.default_rng(n * 31 + levels)
+    for _ in range(3):
+        x = rng.integers(0, levels, n).astype(np.float32)
+        y = (x + rng.integers(0, levels, n)).astype(np.float32) * rng.choice([-1, 1])
+        want = stats.kendalltau(x, y).statistic
+        got = float(tau_jit(x, y))
+        if np.isnan(want):
+            assert np.isnan(got)
+        else:
+            assert got == pytest.approx(want, abs=2e-6)
+
+
+def test_kendall_tau_b_graded_accuracies_with_ties():
+    # Accuracies on a 50-item benchmark: many exact ties, like real evaluation output.
+    rng = np.random.default_rng(3)
+    true = rng.binomial(50, 0.6, 250) / 50
+    pred = np.round(true + rng.normal(0, 0.05, 250), 2)
+    assert float(tau_jit(pred, true)) == pytest.approx(
+        stats.kendalltau(pred, true).statistic, abs=2e-6
+    )
+
+
+def test_kendall_tau_b_degenerate_cases_are_nan_like_scipy():
+    assert np.isnan(float(tau_jit(np.ones(5), np.arange(5.0))))  # constant x
+    assert np.isnan(float(tau_jit(np.arange(1.0), np.arange(1.0))))  # n = 1
+    x = np.array([1.0, np.nan, 3.0])
+    assert np.isnan(float(tau_jit(x, np.arange(3.0))))
+    assert float(tau_jit(np.arange(6.0), np.arange(6.0)[::-1])) == -1.0
+
+
+def test_kendall_tau_b_vmaps_over_replicates():
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 4, (16, 60)).astype(np.float32)
+    y = rng.integers(0, 4, (16, 60)).astype(np.float32)
+    got = jax.jit(jax.vmap(metrics.kendall_tau_b))(x, y)
+    want = [stats.kendalltau(a, b).statistic for a, b in zip(x, y)]
+    np.testing.assert_allclose(got, want, atol=2e-6)
+    # Leading axes also broadcast directly.
+    np.testing.assert_allclose(tau_jit(x, y), want, atol=2e-6)
+
+
+def test_best_arms_and_identification_with_ties():
+    true = jnp.array([[0.5, 0.7, 0.7, 0.1], [0.9, 0.2, 0.3, 0.89]])
+    assert metrics.best_arms(true).tolist() == [
+        [False, True, True, False],
+        [True, False, False, False],
+    ]
+    assert metrics.best_arms(true, atol=0.02)[1].tolist() == [True, False, False, True]
+    rec = jnp.array([[1, 2, 0, -1, 4], [0, 3, 3, 0, 0]]).T  # [5 replicates, 2 problems]
+    truth = jnp.broadcast_to(true, (5, 2, 4))
+    ok = jax.jit(metrics.identification_correct)(rec, truth)
+    assert ok.tolist() == [[True, True], [True, False], [False, False], [False, True],
+                           [False, True]]
+    acc = jax.jit(metrics.identification_accuracy)(rec, truth)
+    assert float(acc) == pytest.approx(5 / 10)
+    # Shared truth broadcasts against many replicates.
+    ok_b = metrics.identification_correct(jnp.array([0, 1, 2, 3]), true[0])
+    assert ok_b.tolist() == [False, True, True, False]
+
+
+def test_identification_accuracy_matches_numpy_reference():
+    rng = np.random.default_rng(11)
+    true = rng.binomial(20, 0.5, (400, 6)) / 20  # frequent ties
+    rec = rng.integers(0, 6, 400)
+    want = np.mean(true[np.arange(400), rec] == true.max(1))
+    assert float(metrics.identification_accuracy(rec, true)) == pytest.approx(want)
+
+
+def test_coverage_per_arm_and_family_wise():
+    rng = np.random.default_rng(2)
+    lo = rng.random((100, 5)) * 0.5
+    hi = lo + rng.random((100, 5)) * 0.5
+    truth = rng.random((100, 5))
+    per_arm, fw = jax.jit(metrics.coverage)(lo, hi, truth)
+    want = (lo <= truth) & (truth <= hi)
+    assert per_arm.dtype == jnp.bool_ and fw.shape == (100,)
+    np.testing.assert_array_equal(per_arm, want)
+    np.testing.assert_array_equal(fw, want.all(1))
+    # Closed interval at the ends; NaN never covers.
+    p, f = metrics.coverage(jnp.array([0.2, jnp.nan]), jnp.array([0.2, 1.0]), jnp.array([0.2, 0.5]))
+    assert p.tolist() == [True, False] and not bool(f)
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    from jaxeval import _metrics
+
+    res = doctest.testmod(_metrics, optionflags=doctest.ELLIPSIS)
+    assert res.failed == 0 and res.attempted >= 6
