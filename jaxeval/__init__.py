@@ -3,12 +3,14 @@
 Public API (everything else lives in private ``_module`` files):
 
 - data: :class:`ScoreMatrix`, :func:`load`, :mod:`jaxeval.datasets`
+- synthetic truth: :func:`synthetic_matrix` (JAX), :func:`synthetic_score_matrix` (numpy)
 - metrics: :mod:`jaxeval.metrics` (MAE pp, Kendall tau-b, identification, coverage)
 """
 
 from jaxeval import datasets, metrics
 from jaxeval._data import ScoreMatrix, Split
 from jaxeval._io import load
+from jaxeval._synthetic import SyntheticTruth, synthetic_matrix, synthetic_score_matrix
 
 __version__ = "0.1.0"
 
@@ -18,5 +20,8 @@ __all__ = [
     "datasets",
     "metrics",
     "load",
+    "SyntheticTruth",
+    "synthetic_matrix",
+    "synthetic_score_matrix",
     "__version__",
 ]

@@ -1,0 +1,339 @@
+"""Synthetic truth: score matrices drawn from a low-rank logistic model, in pure JAX.
+
+The model (SPEC section 1, with item bias) is ``P_ij = sigmoid(u_i . v_j + c_j)``:
+
+- model factors ``U [m, r]``: ``u_i ~ N(0, model_scale^2 I_r)``;
+- item loadings ``V [n, r]``: ``v_j = (1 + item_scale * z_j) / sqrt(r)`` with
+  ``z_j ~ N(0, I_r)``. The positive mean loading makes ``sum(u_i) / sqrt(r)`` a
+  general ability (so model accuracies spread out by about ``model_scale``
+  logits), while ``item_scale`` sets how much models disagree item by item;
+- item biases (easiness) ``c_j ~ N(difficulty_mean, difficulty_scale^2)``.
+
+The interaction ``U V^T`` has rank exactly ``rank`` (almost surely, when
+``rank <= min(m, n)``); with the item bias the logit matrix has rank at most
+``rank + 1``, and once each column is centred over models it has rank ``rank``.
+
+Scores: binary ``S_ij ~ Bernoulli(P_ij)``; graded ``S_ij ~ Beta(kappa P_ij,
+kappa (1 - P_ij))`` with ``kappa = concentration`` (mean ``P_ij``), or
+``S_ij = P_ij`` exactly when ``concentration`` is None.
+
+**The gap rule.** A model's true accuracy is its realised row mean (the
+benchmark is a finite population). When ``gap`` is given, the row with the
+highest realised accuracy (the first one on ties) is adjusted so that its
+accuracy is exactly ``second + gap`` where ``second`` is the best accuracy among
+the other rows:
+
+- binary: the target count is ``second_count + round(gap * n)``; the best row
+  flips the minimal number of cells ``|target - count|``, chosen at random
+  without replacement, favouring cells the model finds surprising (to lower the
+  count it turns 1s to 0s with weights ``1 - P_ij``; to raise it, 0s to 1s with
+  weights ``P_ij``; Gumbel top-k). The realised gap is ``round(gap * n) / n``.
+- graded: every cell of the best row moves by the same fraction of its room,
+  ``s + lam (1 - s)`` to raise or ``s (1 - lam)`` to lower, with ``lam`` solving
+  for the exact mean; the realised gap equals ``gap`` up to float32 rounding.
+
+If ``second + gap`` exceeds 1 the target is clipped to 1 and ``status`` is
+``GAP_CLIPPED``. ``probabilities``, ``U``, ``V`` and ``c`` are those of the model
+before the adjustment.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxeval._data import ScoreMatrix
+
+__all__ = [
+    "GAP_CLIPPED",
+    "OK",
+    "SyntheticTruth",
+    "synthetic_matrix",
+    "synthetic_score_matrix",
+]
+
+OK = 0
+GAP_CLIPPED = 1
+
+# fold_in constants naming the purpose of each random stream.
+_U, _V, _C, _DRAW, _ADJUST = 1, 2, 3, 4, 5
+
+
+class SyntheticTruth(NamedTuple):
+    """One synthetic benchmark and its known truth (all JAX arrays).
+
+    Attributes:
+      scores: float32 ``[m, n]`` realised scores in [0, 1] (0/1 when binary).
+      accuracy: float32 ``[m]`` true accuracies = row means of ``scores``.
+      probabilities: float32 ``[m, n]`` model probabilities ``sigmoid(U V^T + c)``.
+      U: float32 ``[m, r]`` model factors.
+      V: float32 ``[n, r]`` item loadings.
+      c: float32 ``[n]`` item biases.
+      best: int32 index of the best row (the adjusted one when a gap was asked for).
+      gap: float32 realised gap between the best two accuracies.
+      status: int32 ``OK`` (0) or ``GAP_CLIPPED`` (1: the requested gap was not
+        reachable, the best row was set to accuracy 1).
+    """
+
+    scores: jax.Array
+    accuracy: jax.Array
+    probabilities: jax.Array
+    U: jax.Array
+    V: jax.Array
+    c: jax.Array
+    best: jax.Array
+    gap: jax.Array
+    status: jax.Array
+
+
+def _as_key(key_or_seed: Any) -> jax.Array:
+    if isinstance(key_or_seed, (int, np.integer)):
+        return jax.random.key(int(key_or_seed))
+    k = jnp.asarray(key_or_seed)
+    if jnp.issubdtype(k.dtype, jax.dtypes.prng_key):
+        return k
+    if k.dtype == jnp.uint32 and k.shape == (2,):
+        return jax.random.wrap_key_data(k)
+    if k.shape == () and jnp.issubdtype(k.dtype, jnp.integer):
+        return jax.random.key(k)
+    raise TypeError(
+        f"synthetic_matrix: 'key_or_seed' must be an int seed or a PRNG key, got dtype "
+        f"{k.dtype} and shape {k.shape}"
+    )
+
+
+def _top_two(acc: jax.Array) -> tuple[jax.Array, jax.Array]:
+    best = jnp.argmax(acc).astype(jnp.int32)
+    others = jnp.where(jnp.arange(acc.shape[0]) == best, -jnp.inf, acc.astype(jnp.float32))
+    return best, jnp.max(others)
+
+
+def _adjust_binary(key, scores, probs, gap):
+    m, n = scores.shape
+    counts = jnp.sum(scores, axis=1).astype(jnp.int32)
+    best, second = _top_two(counts)
+    second = second.astype(jnp.int32)
+    want = second + jnp.round(gap * n).astype(jnp.int32)
+    target = jnp.minimum(want, n)
+    status = jnp.where(want > n, GAP_CLIPPED, OK).astype(jnp.int32)
+    s, p = scores[best], probs[best]
+    d = target - counts[best]
+    raise_ = d > 0
+    cand = jnp.where(raise_, s == 0, s == 1)
+    weight = jnp.clip(jnp.where(raise_, p, 1.0 - p), 1e-6, 1.0)
+    g = jnp.log(weight) + jax.random.gumbel(key, (n,))
+    g = jnp.where(cand, g, -jnp.inf)
+    rank = jnp.argsort(jnp.argsort(-g))
+    flip = cand & (rank < jnp.abs(d))
+    new_row = jnp.where(flip, 1.0 - s, s)
+    scores = scores.at[best].set(new_row)
+    gap_real = (target - second).astype(jnp.float32) / n
+    return scores, best, gap_real, status
+
+
+def _adjust_graded(scores, gap):
+    m, n = scores.shape
+    acc = jnp.mean(scores, axis=1)
+    best, second = _top_two(acc)
+    want = second + gap
+    target = jnp.minimum(want, 1.0)
+    status = jnp.where(want > 1.0, GAP_CLIPPED, OK).astype(jnp.int32)
+    s = scores[best]
+    total = n * (target - jnp.mean(s))
+    room_up, room_down = jnp.sum(1.0 - s), jnp.sum(s)
+    lam_up = jnp.clip(total / jnp.where(room_up > 0, room_up, 1.0), 0.0, 1.0)
+    lam_down = jnp.clip(-total / jnp.where(room_down > 0, room_down, 1.0), 0.0, 1.0)
+    new_row = jnp.where(total > 0, s + lam_up * (1.0 - s), s * (1.0 - lam_down))
+    new_row = jnp.where(target >= 1.0, 1.0, new_row)
+    scores = scores.at[best].set(jnp.clip(new_row, 0.0, 1.0))
+    acc = jnp.mean(scores, axis=1)
+    _, second_new = _top_two(acc)
+    return scores, best, acc[best] - second_new, status
+
+
+@partial(jax.jit, static_argnames=("n_models", "n_items", "rank", "graded", "beta"))
+def _synthetic(key, gap, model_scale, item_scale, difficulty_mean, difficulty_scale,
+               concentration, *, n_models, n_items, rank, graded, beta):
+    key = _as_key(key)
+    f32 = jnp.float32
+    U = model_scale * jax.random.normal(jax.random.fold_in(key, _U), (n_models, rank), f32)
+    z = jax.random.normal(jax.random.fold_in(key, _V), (n_items, rank), f32)
+    V = (1.0 + item_scale * z) / jnp.sqrt(jnp.asarray(rank, f32))
+    c = difficulty_mean + difficulty_scale * jax.random.normal(
+        jax.random.fold_in(key, _C), (n_items,), f32
+    )
+    probs = jax.nn.sigmoid(U @ V.T + c)
+    k_draw = jax.random.fold_in(key, _DRAW)
+    if not graded:
+        scores = jax.random.bernoulli(k_draw, probs).astype(f32)
+    elif beta:
+        a = jnp.clip(probs * concentration, 1e-6)
+        b = jnp.clip((1.0 - probs) * concentration, 1e-6)
+        scores = jnp.clip(jax.random.beta(k_draw, a, b, dtype=f32), 0.0, 1.0)
+    else:
+        scores = probs
+    if gap is None:
+        acc = jnp.mean(scores, axis=1)
+        best, second = _top_two(acc)
+        gap_real, status = acc[best] - second, jnp.asarray(OK, jnp.int32)
+    elif graded:
+        scores, best, gap_real, status = _adjust_graded(scores, gap)
+    else:
+        scores, best, gap_real, status = _adjust_binary(
+            jax.random.fold_in(key, _ADJUST), scores, probs, gap
+        )
+    if graded:
+        acc = jnp.mean(scores, axis=1)
+    else:
+        acc = jnp.sum(scores, axis=1).astype(jnp.int32).astype(f32) / n_items
+    return SyntheticTruth(scores, acc, probs, U, V, c, best, gap_real, status)
+
+
+def _check_int(value: Any, name: str, lo: int) -> int:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < lo:
+        raise ValueError(f"synthetic_matrix: '{name}' must be an int >= {lo}, got {value!r}")
+    return int(value)
+
+
+def synthetic_matrix(
+    key_or_seed: Any,
+    n_models: int,
+    n_items: int,
+    rank: int = 2,
+    gap: float | jax.Array | None = None,
+    graded: bool = False,
+    *,
+    model_scale: float | jax.Array = 1.0,
+    item_scale: float | jax.Array = 1.0,
+    difficulty_mean: float | jax.Array = 0.0,
+    difficulty_scale: float | jax.Array = 1.5,
+    concentration: float | jax.Array | None = None,
+) -> SyntheticTruth:
+    """Draw a score matrix and its truth from a low-rank logistic model (pure JAX).
+
+    Shapes, ``rank`` and ``graded`` are static; ``gap`` and the scales are dynamic
+    (new values do not recompile), so the function can be vmapped over keys and
+    gaps inside a jitted study. See the module docstring for the model and the
+    exact gap rule.
+
+    Args:
+      key_or_seed: a PRNG key (typed or raw) or an int seed.
+      n_models: number of rows ``m`` (>= 2).
+      n_items: number of items ``n`` (>= 1).
+      rank: rank ``r`` of the interaction ``U V^T`` (>= 1).
+      gap: exact gap between the best two true accuracies, in [0, 1]; binary
+        matrices realise ``round(gap * n) / n``. None leaves the draw as is.
+      graded: False for 0/1 scores (Bernoulli); True for graded scores.
+      model_scale: spread of model abilities (logits).
+      item_scale: spread of item loadings around the general ability direction.
+      difficulty_mean: mean item bias (0 puts mean accuracy near 50%).
+      difficulty_scale: spread of item biases.
+      concentration: graded only: Beta concentration ``kappa`` of each score
+        around its probability; None returns the probabilities themselves.
+
+    Returns:
+      A :class:`SyntheticTruth` of JAX arrays.
+
+    Example:
+      >>> import jax
+      >>> from jaxeval import synthetic_matrix
+      >>> t = synthetic_matrix(0, n_models=20, n_items=100, rank=3, gap=0.05)
+      >>> t.scores.shape, round(float(t.gap), 4), int(t.status)
+      ((20, 100), 0.05, 0)
+      >>> keys = jax.random.split(jax.random.key(1), 8)
+      >>> batch = jax.vmap(lambda k: synthetic_matrix(k, 20, 100, 3, gap=0.05))(keys)
+      >>> batch.accuracy.shape
+      (8, 20)
+    """
+    n_models = _check_int(n_models, "n_models", 2)
+    n_items = _check_int(n_items, "n_items", 1)
+    rank = _check_int(rank, "rank", 1)
+    if not isinstance(graded, (bool, np.bool_)):
+        raise ValueError(f"synthetic_matrix: 'graded' must be a bool, got {graded!r}")
+    if isinstance(gap, (int, float, np.number)) and not 0.0 <= float(gap) <= 1.0:
+        raise ValueError(f"synthetic_matrix: 'gap' must lie in [0, 1], got {gap!r}")
+    if isinstance(concentration, (int, float, np.number)) and not float(concentration) > 0:
+        raise ValueError(
+            f"synthetic_matrix: 'concentration' must be > 0, got {concentration!r}"
+        )
+    beta = bool(graded) and concentration is not None
+    f = lambda x: jnp.asarray(x, jnp.float32)
+    return _synthetic(
+        _as_key(key_or_seed) if isinstance(key_or_seed, (int, np.integer)) else key_or_seed,
+        None if gap is None else f(gap),
+        f(model_scale),
+        f(item_scale),
+        f(difficulty_mean),
+        f(difficulty_scale),
+        f(1.0 if concentration is None else concentration),
+        n_models=n_models,
+        n_items=n_items,
+        rank=rank,
+        graded=bool(graded),
+        beta=beta,
+    )
+
+
+def synthetic_score_matrix(
+    seed: int = 0,
+    n_models: int = 100,
+    n_items: int = 500,
+    rank: int = 2,
+    gap: float | None = None,
+    graded: bool = False,
+    **scales: Any,
+) -> ScoreMatrix:
+    """Numpy-side helper: a synthetic :class:`~jaxeval.ScoreMatrix` with its truth.
+
+    Calls :func:`synthetic_matrix` and wraps the result. The truth travels in
+    ``metadata['synthetic']``: the parameters, the realised ``gap``, ``best``,
+    ``status`` and numpy copies of ``probabilities``, ``U``, ``V``, ``c``.
+
+    Args:
+      seed: int seed.
+      n_models, n_items, rank, gap, graded: as in :func:`synthetic_matrix`.
+      **scales: keyword scales of :func:`synthetic_matrix` (``model_scale``,
+        ``item_scale``, ``difficulty_mean``, ``difficulty_scale``, ``concentration``).
+
+    Returns:
+      A complete ScoreMatrix whose ``accuracy()`` is the true accuracy.
+
+    Example:
+      >>> from jaxeval import synthetic_score_matrix
+      >>> sm = synthetic_score_matrix(seed=3, n_models=10, n_items=200, gap=0.1)
+      >>> acc = sorted(sm.accuracy())
+      >>> round(float(acc[-1] - acc[-2]), 4)
+      0.1
+    """
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+        raise ValueError(f"synthetic_score_matrix: 'seed' must be an int, got {seed!r}")
+    allowed = {"model_scale", "item_scale", "difficulty_mean", "difficulty_scale", "concentration"}
+    unknown = sorted(set(scales) - allowed)
+    if unknown:
+        raise TypeError(
+            f"synthetic_score_matrix: unknown arguments {unknown}; expected some of "
+            f"{sorted(allowed)}"
+        )
+    t = jax.device_get(synthetic_matrix(seed, n_models, n_items, rank, gap, graded, **scales))
+    params = dict(seed=int(seed), n_models=n_models, n_items=n_items, rank=rank, gap=gap,
+                  graded=graded)
+    params.update({k: (None if v is None else float(v)) for k, v in scales.items()})
+    truth = dict(
+        params=params,
+        gap=float(t.gap),
+        best=int(t.best),
+        status=int(t.status),
+        probabilities=np.asarray(t.probabilities),
+        U=np.asarray(t.U),
+        V=np.asarray(t.V),
+        c=np.asarray(t.c),
+    )
+    return ScoreMatrix(
+        np.asarray(t.scores),
+        source=f"synthetic(seed={seed}, {n_models}x{n_items}, rank={rank}, gap={gap})",
+        metadata={"synthetic": truth},
+    )

@@ -1,0 +1,180 @@
+"""The synthetic truth generator: requested gap and rank honoured, vmap, determinism."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxeval
+from jaxeval import _synthetic
+from jaxeval._synthetic import GAP_CLIPPED, OK, synthetic_matrix, synthetic_score_matrix
+
+M, N, R = 30, 200, 3
+
+
+def _batch(keys, gaps, **kw):
+    f = lambda k, g: synthetic_matrix(k, M, N, R, gap=g, **kw)
+    return jax.jit(jax.vmap(f))(keys, gaps)
+
+
+def _top_two(x):
+    s = np.sort(np.asarray(x), axis=-1)
+    return s[..., -1], s[..., -2]
+
+
+def test_binary_gap_is_exact_for_every_replicate():
+    keys = jax.random.split(jax.random.key(0), 64)
+    gaps = jnp.linspace(0.0, 0.2, 64)
+    t = _batch(keys, gaps)
+    counts = np.asarray(t.scores).sum(-1).astype(int)  # [64, M]
+    top, second = _top_two(counts)
+    np.testing.assert_array_equal(top - second, np.round(np.asarray(gaps) * N).astype(int))
+    assert set(np.unique(t.scores).tolist()) <= {0.0, 1.0}
+    np.testing.assert_array_equal(t.status, OK)
+    np.testing.assert_allclose(t.gap, (top - second) / N, atol=1e-7)
+    # `best` points at a top row and accuracy is the row mean.
+    np.testing.assert_array_equal(counts[np.arange(64), np.asarray(t.best)], top)
+    np.testing.assert_allclose(t.accuracy, counts / N, atol=1e-7)
+
+
+def test_binary_adjustment_flips_the_minimal_number_of_cells_in_one_row():
+    for seed in range(5):
+        raw = synthetic_matrix(seed, M, N, R)  # same streams, no adjustment
+        adj = synthetic_matrix(seed, M, N, R, gap=0.04)
+        changed = np.asarray(raw.scores != adj.scores)
+        best = int(adj.best)
+        assert not changed[np.arange(M) != best].any()
+        counts = np.asarray(raw.scores).sum(1).astype(int)
+        second = np.sort(np.delete(counts, best))[-1]
+        assert best == int(np.argmax(counts))
+        assert changed[best].sum() == abs(second + 8 - counts[best])
+        np.testing.assert_array_equal(raw.probabilities, adj.probabilities)
+
+
+def test_unreachable_gap_is_clipped_with_status():
+    t = synthetic_matrix(1, M, 50, R, gap=0.9, difficulty_mean=2.0)
+    assert int(t.status) == GAP_CLIPPED
+    assert float(t.accuracy[int(t.best)]) == 1.0
+    top, second = _top_two(t.accuracy)
+    assert float(t.gap) == pytest.approx(top - second)
+
+
+@pytest.mark.parametrize("concentration", [None, 4.0])
+def test_graded_gap_within_float32_tolerance(concentration):
+    keys = jax.random.split(jax.random.key(2), 32)
+    gaps = jnp.linspace(0.0, 0.15, 32)
+    t = _batch(keys, gaps, graded=True, concentration=concentration)
+    s = np.asarray(t.scores)
+    assert s.min() >= 0.0 and s.max() <= 1.0
+    assert len(np.unique(s)) > 1000  # really graded
+    acc = s.astype(np.float64).mean(-1)
+    top, second = _top_two(acc)
+    np.testing.assert_allclose(top - second, gaps, atol=2e-6)
+    np.testing.assert_allclose(t.accuracy, acc, atol=1e-6)
+    np.testing.assert_array_equal(t.status, OK)
+
+
+def test_rank_is_honoured():
+    for r in (1, 2, 5):
+        t = synthetic_matrix(7, 40, 120, r)
+        logits = np.asarray(t.U, np.float64) @ np.asarray(t.V, np.float64).T
+        full = logits + np.asarray(t.c, np.float64)
+        assert t.U.shape == (40, r) and t.V.shape == (120, r) and t.c.shape == (120,)
+        np.testing.assert_allclose(jax.nn.sigmoid(full), t.probabilities, atol=1e-5)
+        sv = np.linalg.svd(logits, compute_uv=False)
+        assert sv[r - 1] / sv[0] > 1e-3 and sv[r] / sv[0] < 1e-6
+        centred = full - full.mean(0, keepdims=True)
+        svc = np.linalg.svd(centred, compute_uv=False)
+        assert svc[r - 1] / svc[0] > 1e-3 and svc[r] / svc[0] < 1e-6
+        # The float32 logits recovered from the probabilities have the same rank.
+        p = np.clip(np.asarray(t.probabilities, np.float64), 1e-6, 1 - 1e-6)
+        lg = np.log(p / (1 - p)) - np.asarray(t.c, np.float64)
+        mid = (p > 1e-4) & (p < 1 - 1e-4)
+        assert np.abs(lg - logits)[mid].max() < 1e-2
+
+
+def test_scores_follow_their_probabilities():
+    # Unadjusted Bernoulli / Beta draws have mean P: a z-test over all cells.
+    t = synthetic_matrix(11, 200, 300, 2)
+    p, s = np.asarray(t.probabilities, np.float64), np.asarray(t.scores, np.float64)
+    z = (s - p).sum() / np.sqrt((p * (1 - p)).sum())
+    assert abs(z) < 4
+    kappa = 3.0
+    g = synthetic_matrix(11, 200, 300, 2, graded=True, concentration=kappa)
+    s = np.asarray(g.scores, np.float64)
+    z = (s - p).sum() / np.sqrt((p * (1 - p) / (kappa + 1)).sum())
+    assert abs(z) < 4
+    # Beta variance: the mean squared deviation matches P(1-P)/(kappa+1).
+    ratio = ((s - p) ** 2).sum() / (p * (1 - p) / (kappa + 1)).sum()
+    assert 0.97 < ratio < 1.03
+    graded_exact = synthetic_matrix(11, 200, 300, 2, graded=True)
+    np.testing.assert_array_equal(graded_exact.scores, t.probabilities)
+
+
+def test_accuracies_spread_with_model_scale():
+    narrow = synthetic_matrix(4, 200, 400, 2, model_scale=0.2)
+    wide = synthetic_matrix(4, 200, 400, 2, model_scale=2.0)
+    assert float(jnp.std(wide.accuracy)) > 3 * float(jnp.std(narrow.accuracy))
+
+
+def test_vmap_matches_single_calls_and_same_key_same_matrix():
+    keys = jax.random.split(jax.random.key(9), 4)
+    t = _batch(keys, jnp.full(4, 0.03))
+    for i in range(4):
+        one = synthetic_matrix(keys[i], M, N, R, gap=0.03)
+        np.testing.assert_array_equal(one.scores, t.scores[i])
+    again = _batch(keys, jnp.full(4, 0.03))
+    np.testing.assert_array_equal(again.scores, t.scores)
+    # An int seed is jax.random.key(seed); a raw uint32 key works too.
+    a = synthetic_matrix(5, M, N, R)
+    b = synthetic_matrix(jax.random.key(5), M, N, R)
+    c = synthetic_matrix(jax.random.PRNGKey(5), M, N, R)
+    np.testing.assert_array_equal(a.scores, b.scores)
+    np.testing.assert_array_equal(a.scores, c.scores)
+    assert not np.array_equal(a.scores, synthetic_matrix(6, M, N, R).scores)
+
+
+def test_new_gap_or_scale_does_not_recompile():
+    before = _synthetic._synthetic._cache_size()
+    for g, ms in [(0.01, 1.0), (0.02, 1.5), (0.1, 0.3)]:
+        synthetic_matrix(jax.random.key(3), 17, 33, 2, gap=g, model_scale=ms)
+    assert _synthetic._synthetic._cache_size() == before + 1
+
+
+def test_numpy_helper_returns_score_matrix_with_truth():
+    sm = jaxeval.synthetic_score_matrix(seed=4, n_models=12, n_items=150, rank=2, gap=0.06)
+    assert isinstance(sm, jaxeval.ScoreMatrix) and sm.shape == (12, 150)
+    assert sm.is_binary and sm.is_complete
+    truth = sm.metadata["synthetic"]
+    top, second = _top_two(sm.accuracy())
+    assert top - second == pytest.approx(0.06, abs=1e-6) and truth["gap"] == pytest.approx(0.06)
+    assert truth["probabilities"].shape == (12, 150) and truth["params"]["rank"] == 2
+    assert sm.accuracy()[truth["best"]] == top
+    g = synthetic_score_matrix(1, 10, 40, graded=True, concentration=5.0)
+    assert not g.is_binary
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(n_models=1), "'n_models' must be an int >= 2, got 1"),
+        (dict(n_items=2.5), "'n_items' must be an int >= 1, got 2.5"),
+        (dict(rank=0), "'rank' must be an int >= 1, got 0"),
+        (dict(gap=1.5), r"'gap' must lie in \[0, 1\], got 1.5"),
+        (dict(graded=True, concentration=-1.0), "'concentration' must be > 0"),
+        (dict(graded="yes"), "'graded' must be a bool"),
+    ],
+)
+def test_bad_arguments_refused(kwargs, match):
+    args = dict(n_models=5, n_items=10) | kwargs
+    with pytest.raises(ValueError, match=match):
+        synthetic_matrix(0, **args)
+
+
+def test_bad_helper_arguments_refused():
+    with pytest.raises(TypeError, match=r"unknown arguments \['modelscale'\]"):
+        synthetic_score_matrix(0, 5, 10, modelscale=2.0)
+    with pytest.raises(ValueError, match="'seed' must be an int"):
+        synthetic_score_matrix(0.5, 5, 10)
+    with pytest.raises(TypeError, match="'key_or_seed' must be an int seed or a PRNG key"):
+        synthetic_matrix(jnp.zeros(3), 5, 10)
