@@ -1,0 +1,227 @@
+"""The generic replicate runner: keys, chunking, sharding, compilation, progress."""
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxeval._runner import ReplicatePlan, as_key, chunk_ranges, run_replicates
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def toy(key, V):
+    """A small replicate with the ingredients of a real one: matmul, scan, reductions."""
+    draws = jax.random.uniform(key, (17, V.shape[0]))
+    u = draws[0, : V.shape[1]] * 2.0 - 1.0
+    p = jax.nn.sigmoid(V @ u)
+
+    def body(c, d):
+        c = c + (d < p).astype(jnp.int32)
+        return c, jnp.max(c)
+
+    counts, _ = jax.lax.scan(body, jnp.zeros(V.shape[0], jnp.int32), draws[1:])
+    est = counts.astype(jnp.float32) / 16.0
+    return {
+        "best": jnp.argmax(est),
+        "est": est,
+        "loss": jnp.sum(jnp.log1p(est * p)),
+        "total": jnp.sum(counts),
+    }
+
+
+V = np.random.default_rng(0).normal(size=(40, 6)).astype(np.float32)
+
+
+def assert_tree_equal(a, b):
+    assert set(a) == set(b)
+    for k in a:
+        assert a[k].dtype == b[k].dtype, k
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return run_replicates(toy, 7, 300, operands=(V,), devices=jax.devices()[:1], progress=False)
+
+
+def test_shapes_dtypes_and_keys(reference):
+    assert reference["est"].shape == (300, 40) and reference["est"].dtype == np.float32
+    assert reference["best"].shape == (300,) and reference["best"].dtype == np.int32
+    assert reference["total"].dtype == np.int32
+    # replicate i is exactly toy(fold_in(key(7), i)), computed on its own
+    base = jax.random.key(7)
+    for i in (0, 1, 150, 299):
+        one = jax.jit(toy)(jax.random.fold_in(base, i), V)
+        np.testing.assert_array_equal(reference["best"][i], one["best"])
+        np.testing.assert_array_equal(reference["total"][i], one["total"])
+    # distinct replicates really differ
+    assert len(np.unique(reference["total"])) > 20
+
+
+@pytest.mark.parametrize(
+    "chunk_size, n_dev",
+    [(None, 8), (1, 1), (45, 3), (64, 8)],
+)
+def test_chunked_and_sharded_bit_identical(reference, chunk_size, n_dev):
+    assert len(jax.devices()) == 8
+    out = run_replicates(
+        toy,
+        7,
+        300,
+        operands=(V,),
+        chunk_size=chunk_size,
+        devices=jax.devices()[:n_dev],
+        progress=False,
+    )
+    assert_tree_equal(out, reference)
+
+
+def test_start_offset_and_split_ranges(reference):
+    a = run_replicates(toy, 7, 123, operands=(V,), chunk_size=50, progress=False)
+    b = run_replicates(toy, 7, 177, start=123, operands=(V,), chunk_size=200, progress=False)
+    merged = {k: np.concatenate([a[k], b[k]]) for k in a}
+    assert_tree_equal(merged, reference)
+
+
+def test_seed_as_key_or_key_data(reference):
+    for seed in (jax.random.key(7), np.asarray(jax.random.key_data(jax.random.key(7)))):
+        out = run_replicates(toy, seed, 300, operands=(V,), progress=False)
+        assert_tree_equal(out, reference)
+    other = run_replicates(toy, 8, 300, operands=(V,), progress=False)
+    assert not np.array_equal(other["est"], reference["est"])
+
+
+def test_closure_instead_of_operands(reference):
+    out = run_replicates(lambda k: toy(k, V), 7, 300, chunk_size=96, progress=False)
+    assert_tree_equal(out, reference)
+
+
+def test_compiled_once_across_chunks_and_seeds():
+    def fn(key, V):  # a fresh function, so the plan cache starts empty for it
+        return toy(key, V)
+
+    plan = ReplicatePlan(fn, 32, devices=jax.devices()[:4], operands=(V,))
+    assert plan.chunk_size == 128  # rounded up to lanes * devices
+    plan.run(0, 0, 1000, progress=False)  # 8 chunks, the last one padded
+    plan.run(123, 40, 77, progress=False)  # another seed, another start
+    assert plan._fn._cache_size() == 1
+    # A second plan with the same function and layout reuses the compiled program.
+    plan2 = ReplicatePlan(fn, 100, devices=jax.devices()[:4], operands=(V,))
+    assert plan2._fn is plan._fn
+
+
+def test_memory_bounded_by_chunk_size():
+    """The compiled chunk program's memory grows with the chunk, not with the study."""
+
+    def fn(key):
+        return jnp.sort(jax.random.uniform(key, (2048,)))[:4]
+
+    sizes = {}
+    for chunk in (256, 1024):
+        plan = ReplicatePlan(fn, chunk, devices=jax.devices()[:1])
+        key = plan._global(np.zeros(2, np.uint32), plan._rep)
+        idx = plan._global(np.zeros(plan.chunk_size, np.uint32), plan._split)
+        mem = plan._fn.lower(key, idx).compile().memory_analysis()
+        sizes[chunk] = mem.temp_size_in_bytes + mem.output_size_in_bytes
+    # Per device step only `lanes` replicates are live, so temporaries barely move.
+    assert sizes[1024] < 4.5 * sizes[256]
+    # and the output of a 1000-replicate study streams through a fixed-size chunk
+    out = run_replicates(fn, 0, 1000, chunk_size=256, devices=jax.devices()[:1], progress=False)
+    assert out.shape == (1000, 4)
+
+
+def test_progress_lines(capsys):
+    run_replicates(toy, 0, 100, operands=(V,), chunk_size=32, devices=jax.devices()[:1])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 4  # one per chunk
+    assert err[-1].startswith("[jaxeval]") and "100/100 replicates" in err[-1]
+    assert "/s" in err[0] and "ETA" in err[0]
+    run_replicates(toy, 0, 100, operands=(V,), chunk_size=32, progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_chunk_ranges():
+    assert chunk_ranges(0, 10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert chunk_ranges(5, 6, 4) == [(5, 6)]
+
+
+def test_bad_arguments_named():
+    f = lambda k: jax.random.uniform(k)
+    with pytest.raises(ValueError, match="n_replicates"):
+        run_replicates(f, 0, 0)
+    with pytest.raises(ValueError, match="start"):
+        run_replicates(f, 0, 3, start=-1)
+    with pytest.raises(ValueError, match="chunk_size"):
+        run_replicates(f, 0, 3, chunk_size=0)
+    with pytest.raises(ValueError, match="lanes"):
+        run_replicates(f, 0, 3, lanes=0)
+    with pytest.raises(TypeError, match="seed"):
+        run_replicates(f, "zero", 3)
+    with pytest.raises(ValueError, match="seed"):
+        as_key(-1)
+
+
+DIST_SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    pid, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid
+    )
+    import numpy as np
+    sys.path.insert(0, os.path.dirname(os.path.abspath(out)))
+    from test_runner import toy, V
+    from jaxeval._runner import run_replicates
+    assert len(jax.devices()) == 4 and len(jax.local_devices()) == 2
+    res = run_replicates(toy, 7, 300, operands=(V,), chunk_size=96, progress=False)
+    np.savez(out + f".{pid}.npz", **res)
+    jax.distributed.shutdown()
+    """
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_processes_jax_distributed_bit_identical(reference, tmp_path):
+    """One program over 2 processes x 2 devices on loopback = 1 device, bit for bit."""
+    script = tmp_path / "dist.py"
+    script.write_text(DIST_SCRIPT)
+    # the worker imports `toy` from this file
+    (tmp_path / "test_runner.py").write_text(Path(__file__).read_text())
+    out = str(tmp_path / "res")
+    port = str(_free_port())
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS",)}
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(i), port, out],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    logs = [p.communicate(timeout=240)[0] for p in procs]
+    for p, log in zip(procs, logs):
+        assert p.returncode == 0, log[-3000:]
+    for i in range(2):
+        with np.load(f"{out}.{i}.npz") as z:
+            assert_tree_equal(dict(z), reference)
