@@ -34,9 +34,13 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+import optax
 
 __all__ = [
     "ItemFactors",
+    "FitResult",
+    "SelectionResult",
     "STATUS_OK",
     "STATUS_NONFINITE",
     "update_model_factors",
@@ -44,6 +48,10 @@ __all__ = [
     "predict_logits",
     "predictive_logit_variance",
     "masked_bce",
+    "fit_factors",
+    "heldout_log_loss",
+    "holdout_mask",
+    "select_factors",
 ]
 
 #: Fit finished with finite factors.
@@ -79,20 +87,22 @@ def _bce_from_logits(logits: jax.Array, targets: jax.Array) -> jax.Array:
 def masked_bce(logits: jax.Array, scores: jax.Array, mask: jax.Array) -> jax.Array:
     """Sum of the binary cross-entropy over observed cells (soft targets allowed).
 
-    Unobserved cells contribute exactly zero, whatever ``scores`` holds there.
+        Unobserved cells contribute exactly zero, whatever ``scores`` holds there.
 
-    Args:
-      logits: ``[..., n]`` predicted logits.
-      scores: ``[..., n]`` targets in ``[0, 1]``.
-      mask: ``[..., n]`` bool, True where observed.
+        Args:
+          logits: ``[..., n]`` predicted logits.
+          scores: ``[..., n]`` targets in ``[0, 1]``.
+          mask: ``[..., n]`` bool, True where observed.
 
-    Returns:
-      The scalar sum over observed cells.
+        Returns:
+          The scalar sum over observed cells.
 
-    Example:
-      >>> import jax.numpy as jnp
-      >>> float(masked_bce(jnp.zeros(2), jnp.array([1.0, 0.0]), jnp.array([True, False])))
-      0.6931...
+        Example:
+          >>> import jax.numpy as jnp
+    import numpy as np
+    import optax
+          >>> float(masked_bce(jnp.zeros(2), jnp.array([1.0, 0.0]), jnp.array([True, False])))
+          0.6931...
     """
     s = jnp.where(mask, scores, 0.0)
     z = jnp.where(mask, logits, 0.0)
@@ -108,18 +118,20 @@ def predict_logits(u: jax.Array, item_factors: ItemFactors) -> jax.Array:
 def predict_scores(u: jax.Array, item_factors: ItemFactors) -> jax.Array:
     """Predicted probabilities of a correct answer on every item.
 
-    Args:
-      u: ``[..., r]`` model factors.
-      item_factors: the frozen :class:`ItemFactors`.
+        Args:
+          u: ``[..., r]`` model factors.
+          item_factors: the frozen :class:`ItemFactors`.
 
-    Returns:
-      ``[..., n]`` probabilities ``sigmoid(u . v_j + c_j)``.
+        Returns:
+          ``[..., n]`` probabilities ``sigmoid(u . v_j + c_j)``.
 
-    Example:
-      >>> import jax.numpy as jnp
-      >>> f = ItemFactors(jnp.ones((3, 1)), jnp.zeros(3), jnp.zeros(1))
-      >>> predict_scores(jnp.zeros((2, 1)), f).shape
-      (2, 3)
+        Example:
+          >>> import jax.numpy as jnp
+    import numpy as np
+    import optax
+          >>> f = ItemFactors(jnp.ones((3, 1)), jnp.zeros(3), jnp.zeros(1))
+          >>> predict_scores(jnp.zeros((2, 1)), f).shape
+          (2, 3)
     """
     return jax.nn.sigmoid(predict_logits(u, item_factors))
 
@@ -127,22 +139,24 @@ def predict_scores(u: jax.Array, item_factors: ItemFactors) -> jax.Array:
 def predictive_logit_variance(hessian: jax.Array, item_factors: ItemFactors) -> jax.Array:
     """Delta-method variance of each item's logit, ``v_j^T H^{-1} v_j``.
 
-    ``H`` is the Hessian returned by :func:`update_model_factors` (the posterior
-    precision of ``u`` under the Laplace approximation). The variance of the
-    probability is approximately ``(p (1 - p))^2`` times this.
+        ``H`` is the Hessian returned by :func:`update_model_factors` (the posterior
+        precision of ``u`` under the Laplace approximation). The variance of the
+        probability is approximately ``(p (1 - p))^2`` times this.
 
-    Args:
-      hessian: ``[..., r, r]`` symmetric positive definite.
-      item_factors: the frozen :class:`ItemFactors`.
+        Args:
+          hessian: ``[..., r, r]`` symmetric positive definite.
+          item_factors: the frozen :class:`ItemFactors`.
 
-    Returns:
-      ``[..., n]`` logit variances.
+        Returns:
+          ``[..., n]`` logit variances.
 
-    Example:
-      >>> import jax.numpy as jnp
-      >>> f = ItemFactors(jnp.ones((3, 1)), jnp.zeros(3), jnp.zeros(1))
-      >>> predictive_logit_variance(2.0 * jnp.ones((1, 1)), f).tolist()
-      [0.5, 0.5, 0.5]
+        Example:
+          >>> import jax.numpy as jnp
+    import numpy as np
+    import optax
+          >>> f = ItemFactors(jnp.ones((3, 1)), jnp.zeros(3), jnp.zeros(1))
+          >>> predictive_logit_variance(2.0 * jnp.ones((1, 1)), f).tolist()
+          [0.5, 0.5, 0.5]
     """
     V = item_factors.V
     r = V.shape[-1]
@@ -208,7 +222,6 @@ def _newton_row(u0, V, c, s, m, u_mean, rho, num_newton):
     return u, H
 
 
-@functools.partial(jax.jit, static_argnames=("num_newton",))
 def update_model_factors(
     item_factors: ItemFactors,
     scores: jax.Array,
@@ -219,44 +232,57 @@ def update_model_factors(
 ) -> tuple[jax.Array, jax.Array]:
     """MAP estimate of each model's factor with the item factors frozen.
 
-    Each row ``i`` minimises ``sum_j mask_ij BCE(scores_ij, sigmoid(u . v_j + c_j))
-    + rho ||u - u_mean||^2``, an ``r``-dimensional logistic regression, by
-    ``num_newton`` warm-started Newton steps with an ``r x r`` solve. Every step is
-    safeguarded by an Armijo backtracking over the fixed trial sizes ``1, 1/2, ...,
-    1/128, 0`` (the largest with sufficient decrease), so the objective never
-    increases beyond float32 rounding and the iterate never diverges. Rows with no
-    observed item return ``u_mean`` exactly. Shapes are fixed; ``rho`` is traced (a
-    new value does not recompile), ``num_newton`` is static.
+        Each row ``i`` minimises ``sum_j mask_ij BCE(scores_ij, sigmoid(u . v_j + c_j))
+        + rho ||u - u_mean||^2``, an ``r``-dimensional logistic regression, by
+        ``num_newton`` warm-started Newton steps with an ``r x r`` solve. Every step is
+        safeguarded by an Armijo backtracking over the fixed trial sizes ``1, 1/2, ...,
+        1/128, 0`` (the largest with sufficient decrease), so the objective never
+        increases beyond float32 rounding and the iterate never diverges. Rows with no
+        observed item return ``u_mean`` exactly. Shapes are fixed; ``rho`` is traced (a
+        new value does not recompile), ``num_newton`` is static.
 
-    Args:
-      item_factors: frozen :class:`ItemFactors` (``V [n, r]``, ``c [n]``, ``u_mean [r]``).
-      scores: ``[K, n]`` scores in ``[0, 1]`` (soft targets allowed); ignored where
-        ``mask`` is False.
-      mask: ``[K, n]`` bool, True where observed.
-      u_init: ``[K, r]`` warm start (e.g. the previous estimate, or ``u_mean``).
-      rho: scalar or ``[K]`` prior strength (> 0 recommended; 0 gives the plain MLE,
-        which may be unbounded on separable data).
-      num_newton: number of Newton steps (static).
+        Args:
+          item_factors: frozen :class:`ItemFactors` (``V [n, r]``, ``c [n]``, ``u_mean [r]``).
+          scores: ``[K, n]`` scores in ``[0, 1]`` (soft targets allowed); ignored where
+            ``mask`` is False.
+          mask: ``[K, n]`` bool, True where observed.
+          u_init: ``[K, r]`` warm start (e.g. the previous estimate, or ``u_mean``).
+          rho: scalar or ``[K]`` prior strength (> 0 recommended; 0 gives the plain MLE,
+            which may be unbounded on separable data).
+          num_newton: number of Newton steps (static).
 
-    Returns:
-      ``(u [K, r], hessian [K, r, r])``; the Hessian of the objective at the returned
-      ``u`` (the Laplace posterior precision), for :func:`predictive_logit_variance`.
+        Returns:
+          ``(u [K, r], hessian [K, r, r])``; the Hessian of the objective at the returned
+          ``u`` (the Laplace posterior precision), for :func:`predictive_logit_variance`.
 
-    Example:
-      >>> import jax.numpy as jnp
-      >>> f = ItemFactors(jnp.ones((4, 2)), jnp.zeros(4), jnp.zeros(2))
-      >>> s = jnp.array([[1.0, 1.0, 0.0, 0.0]]); m = jnp.array([[True, True, False, False]])
-      >>> u, H = update_model_factors(f, s, m, jnp.zeros((1, 2)), 1.0)
-      >>> u.shape, H.shape
-      ((1, 2), (1, 2, 2))
+        Example:
+          >>> import jax.numpy as jnp
+    import numpy as np
+    import optax
+          >>> f = ItemFactors(jnp.ones((4, 2)), jnp.zeros(4), jnp.zeros(2))
+          >>> s = jnp.array([[1.0, 1.0, 0.0, 0.0]]); m = jnp.array([[True, True, False, False]])
+          >>> u, H = update_model_factors(f, s, m, jnp.zeros((1, 2)), 1.0)
+          >>> u.shape, H.shape
+          ((1, 2), (1, 2, 2))
     """
+    dtype = jnp.result_type(float)
+    item_factors = ItemFactors(*(jnp.asarray(a, dtype) for a in item_factors))
+    # Canonical dtypes (and no weak types) so that new values never retrace.
+    return _update_model_factors(
+        item_factors,
+        jnp.asarray(scores, dtype),
+        jnp.asarray(mask, bool),
+        jnp.asarray(u_init, dtype),
+        jnp.asarray(rho, dtype),
+        num_newton=int(num_newton),
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("num_newton",))
+def _update_model_factors(item_factors, scores, mask, u_init, rho, num_newton):
     V, c, u_mean = item_factors
     K = scores.shape[0]
-    dtype = V.dtype
-    scores = jnp.asarray(scores, dtype)
-    mask = jnp.asarray(mask, bool)
-    u_init = jnp.asarray(u_init, dtype)
-    rho = jnp.broadcast_to(jnp.asarray(rho, dtype), (K,))
+    rho = jnp.broadcast_to(rho, (K,))
     row = functools.partial(_newton_row, num_newton=num_newton)
     u, H = jax.vmap(row, in_axes=(0, None, None, 0, 0, None, 0))(
         u_init, V, c, scores, mask, u_mean, rho
@@ -264,3 +290,318 @@ def update_model_factors(
     empty = ~jnp.any(mask, axis=1)
     u = jnp.where(empty[:, None], u_mean[None, :], u)
     return u, H
+
+
+# --------------------------------------------------------------------- offline fit
+class FitResult(NamedTuple):
+    """Outcome of :func:`fit_factors` (every leaf gains a leading axis under vmap).
+
+    Attributes:
+      item_factors: the fitted :class:`ItemFactors` (``u_mean`` = mean row of ``U``).
+      U: ``[m, r]`` model factors of the training models.
+      loss_history: ``[num_records]`` objective per observed cell, recorded at the
+        last step of each of ``num_records`` equal chunks of the run.
+      final_loss: objective per observed cell at the returned factors.
+      status: int32 :data:`STATUS_OK`, or :data:`STATUS_NONFINITE` when the run hit a
+        non-finite value (the factors are then the last finite iterate, frozen).
+    """
+
+    item_factors: ItemFactors
+    U: jax.Array
+    loss_history: jax.Array
+    final_loss: jax.Array
+    status: jax.Array
+
+
+def _objective(params, scores, mask, rho_u, rho_v, colmask):
+    """Total objective: masked BCE + rho_u ||U||^2 + rho_v ||V||^2 (columns masked)."""
+    U, V, c = params
+    U = U * colmask
+    V = V * colmask
+    logits = U @ V.T + c[None, :]
+    return masked_bce(logits, scores, mask) + rho_u * jnp.sum(U * U) + rho_v * jnp.sum(V * V)
+
+
+def _initial_params(key, scores, mask, rank, init_scale, colmask):
+    m, n = scores.shape
+    ku, kv = jax.random.split(key)
+    U = init_scale * jax.random.normal(ku, (m, rank), scores.dtype) * colmask
+    V = init_scale * jax.random.normal(kv, (n, rank), scores.dtype) * colmask
+    # Item biases start at the logit of the smoothed item means (prior: global mean).
+    ok = mask & jnp.isfinite(scores)  # a non-finite target is reported by the loss
+    cnt = jnp.sum(ok, axis=0).astype(scores.dtype)
+    tot = jnp.sum(jnp.where(ok, scores, 0.0), axis=0)
+    glob = (jnp.sum(tot) + 1.0) / (jnp.sum(cnt) + 2.0)
+    mean = (tot + 2.0 * glob) / (cnt + 2.0)
+    c = jnp.log(mean) - jnp.log1p(-mean)
+    return U, V, c
+
+
+def fit_factors(
+    key: jax.Array,
+    scores: jax.Array,
+    mask: jax.Array,
+    *,
+    rank: int,
+    rho_u: jax.Array,
+    rho_v: jax.Array,
+    learning_rate: jax.Array,
+    num_steps: int,
+    active_rank: jax.Array | None = None,
+    init_scale: jax.Array = 0.1,
+    num_records: int = 50,
+) -> FitResult:
+    """Offline fit of ``U, V, c`` on training models (full batch Adam in one scan).
+
+    Minimises ``sum_observed BCE(S_ij, sigmoid(u_i . v_j + c_j)) + rho_u ||U||^2 +
+    rho_v ||V||^2`` (item biases are not penalised) with Adam and a cosine-decayed
+    learning rate, full batch, inside one ``lax.scan``. Missing cells are masked out.
+    Numeric hyper-parameters are traced, so the function can be vmapped over seeds,
+    regularisation strengths, learning rates and ``active_rank`` -- a whole grid in
+    one call -- and a new value never recompiles. Ranks of different size share one
+    compilation by padding: ``rank`` is the static (maximum) width and
+    ``active_rank`` masks the columns beyond it (exactly zero in the result).
+
+    Args:
+      key: PRNG key for the initial factors.
+      scores: ``[m, n]`` scores in ``[0, 1]`` (soft targets allowed).
+      mask: ``[m, n]`` bool, True where observed.
+      rank: static number of factor columns.
+      rho_u: L2 strength on ``U``.
+      rho_v: L2 strength on ``V``.
+      learning_rate: Adam peak learning rate (0.05 works for 0/1 benchmark matrices).
+      num_steps: static number of full-batch steps.
+      active_rank: optional traced number of leading columns in use (default ``rank``).
+      init_scale: standard deviation of the random initial factors.
+      num_records: static length of ``loss_history``.
+
+    Returns:
+      A :class:`FitResult`.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> S = jax.random.bernoulli(jax.random.key(0), 0.6, (20, 30)).astype(jnp.float32)
+      >>> res = fit_factors(jax.random.key(1), S, jnp.ones_like(S, bool), rank=2,
+      ...                   rho_u=1.0, rho_v=1.0, learning_rate=0.05, num_steps=200)
+      >>> res.item_factors.V.shape, int(res.status)
+      ((30, 2), 0)
+    """
+    dtype = jnp.result_type(float)
+    # Canonical dtypes (and no weak types) so that new values never retrace.
+    return _fit_factors(
+        key,
+        jnp.asarray(scores, dtype),
+        jnp.asarray(mask, bool),
+        jnp.asarray(rho_u, dtype),
+        jnp.asarray(rho_v, dtype),
+        jnp.asarray(learning_rate, dtype),
+        jnp.asarray(rank if active_rank is None else active_rank, jnp.int32),
+        jnp.asarray(init_scale, dtype),
+        rank=int(rank),
+        num_steps=int(num_steps),
+        num_records=int(num_records),
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("rank", "num_steps", "num_records"))
+def _fit_factors(
+    key, scores, mask, rho_u, rho_v, lr, active_rank, init_scale, *, rank, num_steps, num_records
+):
+    dtype = scores.dtype
+    scores = jnp.where(mask, scores, 0.0)
+    colmask = (jnp.arange(rank) < active_rank).astype(dtype)
+    n_obs = jnp.maximum(jnp.sum(mask), 1).astype(dtype)
+    params = _initial_params(key, scores, mask, rank, init_scale, colmask)
+
+    def normalised(p):
+        return _objective(p, scores, mask, rho_u, rho_v, colmask) / n_obs
+
+    value_and_grad = jax.value_and_grad(normalised)
+    adam = optax.scale_by_adam()
+    every = -(-num_steps // num_records)
+
+    def step(carry, t):
+        p, opt_state, status, hist = carry
+        loss, g = value_and_grad(p)
+        updates, new_state = adam.update(g, opt_state, p)
+        frac = t.astype(dtype) / num_steps
+        lr_t = lr * (0.02 + 0.98 * 0.5 * (1.0 + jnp.cos(jnp.pi * frac)))
+        new_p = jax.tree_util.tree_map(lambda a, u: a - lr_t * u, p, updates)
+        finite = jnp.isfinite(loss) & jnp.all(
+            jnp.stack([jnp.all(jnp.isfinite(a)) for a in jax.tree_util.tree_leaves(new_p)])
+        )
+        go = finite & (status == STATUS_OK)
+        p = jax.tree_util.tree_map(lambda a, b: jnp.where(go, a, b), new_p, p)
+        opt_state = jax.tree_util.tree_map(lambda a, b: jnp.where(go, a, b), new_state, opt_state)
+        status = jnp.where(finite, status, STATUS_NONFINITE).astype(jnp.int32)
+        hist = hist.at[t // every].set(jnp.where(jnp.isfinite(loss), loss, jnp.inf))
+        return (p, opt_state, status, hist), None
+
+    hist0 = jnp.full((-(-num_steps // every),), jnp.nan, dtype)
+    init = (params, adam.init(params), jnp.asarray(STATUS_OK, jnp.int32), hist0)
+    (params, _, status, hist), _ = jax.lax.scan(step, init, jnp.arange(num_steps))
+    final = normalised(params)
+    status = jnp.where(jnp.isfinite(final), status, STATUS_NONFINITE).astype(jnp.int32)
+    U, V, c = params
+    U = U * colmask
+    V = V * colmask
+    hist = jnp.pad(hist, (0, num_records - hist.shape[0]), constant_values=jnp.nan)
+    return FitResult(ItemFactors(V, c, jnp.mean(U, axis=0)), U, hist, final, status)
+
+
+def heldout_log_loss(
+    U: jax.Array, item_factors: ItemFactors, scores: jax.Array, mask: jax.Array
+) -> jax.Array:
+    """Mean binary cross-entropy (nats) of the fitted model over the cells in ``mask``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> f = ItemFactors(jnp.zeros((3, 1)), jnp.zeros(3), jnp.zeros(1))
+      >>> round(float(heldout_log_loss(jnp.zeros((2, 1)), f, jnp.ones((2, 3)),
+      ...                              jnp.ones((2, 3), bool))), 4)
+      0.6931
+    """
+    logits = predict_logits(U, item_factors)
+    return masked_bce(logits, scores, mask) / jnp.maximum(jnp.sum(mask), 1)
+
+
+def holdout_mask(key: jax.Array, mask: jax.Array, fraction: float) -> jax.Array:
+    """Random held-out *cells* among the observed ones (each with probability ``fraction``).
+
+    Every row and every column keeps at least one training cell: a cell that is
+    the first observed one of its row or of its column is never held out.
+
+    Returns:
+      bool ``[m, n]``, True for held-out cells (a subset of ``mask``).
+    """
+    mask = jnp.asarray(mask, bool)
+    draw = jax.random.uniform(key, mask.shape) < fraction
+    first_in_row = mask & (jnp.cumsum(mask, axis=1) == 1)
+    first_in_col = mask & (jnp.cumsum(mask, axis=0) == 1)
+    return mask & draw & ~first_in_row & ~first_in_col
+
+
+class SelectionResult(NamedTuple):
+    """Outcome of :func:`select_factors`.
+
+    Attributes:
+      rank: the chosen rank (Python int).
+      rho: the chosen regularisation strength (``rho_u = rho_v = rho``).
+      ranks: the rank grid, ``[R]``.
+      rhos: the regularisation grid, ``[P]``.
+      heldout_loss: ``[R, P]`` held-out log-loss (nats per held-out cell), averaged
+        over repeats; ``inf`` where a fit failed.
+      train_loss: ``[R, P]`` training objective per observed cell.
+      status: ``[R, P, repeats]`` status codes of the fits.
+    """
+
+    rank: int
+    rho: float
+    ranks: np.ndarray
+    rhos: np.ndarray
+    heldout_loss: np.ndarray
+    train_loss: np.ndarray
+    status: np.ndarray
+
+
+@functools.partial(jax.jit, static_argnames=("rank", "num_steps"))
+def _heldout_grid(key, scores, mask, heldout, rhos, *, rank, num_steps, learning_rate):
+    """Fits on ``mask & ~heldout`` for every rho; held-out loss on ``heldout``."""
+    train = mask & ~heldout
+
+    def one(rho):
+        res = fit_factors(
+            key,
+            scores,
+            train,
+            rank=rank,
+            rho_u=rho,
+            rho_v=rho,
+            learning_rate=learning_rate,
+            num_steps=num_steps,
+        )
+        ll = heldout_log_loss(res.U, res.item_factors, scores, heldout)
+        ll = jnp.where((res.status == STATUS_OK) & jnp.isfinite(ll), ll, jnp.inf)
+        return ll, res.final_loss, res.status
+
+    return jax.vmap(one)(rhos)
+
+
+def select_factors(
+    key: jax.Array,
+    scores: jax.Array,
+    mask: jax.Array,
+    *,
+    ranks=(1, 2, 4, 8, 16, 32),
+    rhos=(0.3, 1.0, 3.0, 10.0),
+    holdout_fraction: float = 0.1,
+    num_repeats: int = 1,
+    learning_rate: float = 0.05,
+    num_steps: int = 1000,
+) -> SelectionResult:
+    """Choose rank and regularisation by log-loss on held-out cells of training models.
+
+    For each repeat a random ``holdout_fraction`` of the observed cells (never whole
+    rows: candidates are not involved) is held out; for each rank (one compilation
+    per rank) the whole ``rhos`` grid is fitted in one vmapped call with
+    ``rho_u = rho_v = rho``; the held-out log-loss is averaged over repeats and the
+    minimiser is returned with the whole curve. This is a host-level driver over
+    jitted kernels; refit on all cells with the chosen values afterwards.
+
+    Args:
+      key: PRNG key (held-out cells and initialisations).
+      scores: ``[m, n]`` training scores.
+      mask: ``[m, n]`` bool observed cells.
+      ranks: rank grid.
+      rhos: regularisation grid.
+      holdout_fraction: share of observed cells held out per repeat.
+      num_repeats: number of independent held-out draws.
+      learning_rate: Adam peak learning rate.
+      num_steps: full-batch steps per fit.
+
+    Returns:
+      A :class:`SelectionResult`.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> S = jax.random.bernoulli(jax.random.key(0), 0.6, (30, 40)).astype(jnp.float32)
+      >>> sel = select_factors(jax.random.key(1), S, jnp.ones_like(S, bool), ranks=(1, 2),
+      ...                      rhos=(1.0, 10.0), num_steps=100)
+      >>> sel.heldout_loss.shape
+      (2, 2)
+    """
+    ranks = tuple(int(r) for r in ranks)
+    rhos_arr = jnp.asarray(rhos, jnp.result_type(float))
+    scores = jnp.asarray(scores, jnp.result_type(float))
+    mask = jnp.asarray(mask, bool)
+    held = np.zeros((len(ranks), len(rhos), num_repeats))
+    train = np.zeros_like(held)
+    status = np.zeros(held.shape, np.int32)
+    for k in range(num_repeats):
+        kk = jax.random.fold_in(key, k)
+        heldout = holdout_mask(jax.random.fold_in(kk, 0), mask, holdout_fraction)
+        for a, r in enumerate(ranks):
+            ll, tl, st = _heldout_grid(
+                jax.random.fold_in(kk, 1),
+                scores,
+                mask,
+                heldout,
+                rhos_arr,
+                rank=r,
+                num_steps=num_steps,
+                learning_rate=jnp.asarray(learning_rate, rhos_arr.dtype),
+            )
+            held[a, :, k] = np.asarray(ll)
+            train[a, :, k] = np.asarray(tl)
+            status[a, :, k] = np.asarray(st)
+    curve = held.mean(axis=2)
+    a, b = np.unravel_index(np.argmin(curve), curve.shape)
+    return SelectionResult(
+        rank=ranks[a],
+        rho=float(rhos_arr[b]),
+        ranks=np.asarray(ranks),
+        rhos=np.asarray(rhos_arr),
+        heldout_loss=curve,
+        train_loss=train.mean(axis=2),
+        status=status,
+    )
