@@ -5,10 +5,13 @@ Public API (everything else lives in private ``_module`` files):
 - data: :class:`ScoreMatrix`, :func:`load`, :mod:`jaxeval.datasets`
 - synthetic truth: :func:`synthetic_matrix` (JAX), :func:`synthetic_score_matrix` (numpy)
 - metrics: :mod:`jaxeval.metrics` (MAE pp, Kendall tau-b, identification, coverage)
+- factorization: :func:`fit_factorization` -> :class:`LowRankLogistic` (kernels in
+  ``jaxeval._factorization``)
 """
 
 from jaxeval import datasets, metrics
 from jaxeval._data import ScoreMatrix, Split
+from jaxeval._factorization_api import LowRankLogistic, fit_factorization
 from jaxeval._io import load
 from jaxeval._synthetic import SyntheticTruth, synthetic_matrix, synthetic_score_matrix
 
@@ -23,5 +26,7 @@ __all__ = [
     "SyntheticTruth",
     "synthetic_matrix",
     "synthetic_score_matrix",
+    "LowRankLogistic",
+    "fit_factorization",
     "__version__",
 ]

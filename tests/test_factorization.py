@@ -362,3 +362,88 @@ def test_select_prefers_true_rank_over_rank_one(planted):
         sel.heldout_loss.min()
         == sel.heldout_loss[0 if sel.rank == 1 else 1, list(sel.rhos).index(sel.rho)]
     )
+
+
+# ------------------------------------------------------------------ numpy wrapper
+@pytest.fixture(scope="module")
+def wrapped(planted):
+    import jaxeval
+
+    S = np.where(np.asarray(planted["M"]), np.asarray(planted["S"]), np.nan)
+    train = jaxeval.ScoreMatrix(S[:120])
+    model = jaxeval.fit_factorization(train, rank=2, rho=1.0, num_steps=300, learning_rate=0.1)
+    return model, np.asarray(planted["S"])[120:], np.asarray(planted["P"])[120:]
+
+
+def test_wrapper_fits_and_predicts_new_models(wrapped):
+    model, S_new, P_new = wrapped
+    assert model.V.shape == (120, 2) and model.U.shape == (120, 2) and model.rank == 2
+    assert model.selection is None and "rank=2" in repr(model)
+    K, n = S_new.shape
+    rng = np.random.default_rng(0)
+    few = rng.uniform(size=(K, n)) < 0.25
+    p_none = model.predict()
+    p_few, sd_few = model.predict(S_new, few, return_std=True)
+    p_all, sd_all = model.predict(S_new, np.ones_like(few), return_std=True)
+    # nothing observed: the prior mean factor
+    ref = 1 / (1 + np.exp(-(model.V @ model.u_mean + model.c)))
+    np.testing.assert_allclose(p_none[0], ref, rtol=1e-5)
+    # observing items moves each model towards its truth and shrinks the uncertainty
+    err = [np.abs(p - P_new).mean() for p in (np.broadcast_to(p_none, P_new.shape), p_few, p_all)]
+    assert err[0] > err[1] > err[2]
+    assert sd_all.mean() < sd_few.mean() and (sd_few > 0).all()
+    # NaN marks unobserved cells when no mask is given
+    np.testing.assert_allclose(model.predict(np.where(few, S_new, np.nan)), p_few, rtol=1e-6)
+    # pooled accuracy is exact once every item is observed
+    np.testing.assert_allclose(
+        model.predict_accuracy(S_new, np.ones_like(few)), S_new.mean(1), rtol=1e-6
+    )
+
+
+def test_wrapper_refuses_bad_input(wrapped, planted):
+    import jaxeval
+
+    model, S_new, _ = wrapped
+    S = np.asarray(planted["S"])[:30, :20]
+    with pytest.raises(ValueError, match="larger than the data allows"):
+        jaxeval.fit_factorization(S, rank=21, rho=1.0)
+    with pytest.raises(ValueError, match="rank"):
+        jaxeval.fit_factorization(S, rank=0, rho=1.0)
+    with pytest.raises(ValueError, match="rho"):
+        jaxeval.fit_factorization(S, rank=2, rho=-1.0)
+    bad = S.copy()
+    bad[3] = np.nan
+    with pytest.raises(ValueError, match="model rows have no observed cell"):
+        jaxeval.fit_factorization(bad, rank=2, rho=1.0)
+    bad = S.copy()
+    bad[:, 5] = np.nan
+    with pytest.raises(ValueError, match="item columns have no observed cell"):
+        jaxeval.fit_factorization(bad, rank=2, rho=1.0)
+    with pytest.raises(ValueError, match=r"scores: expected shape \[K, 120\]"):
+        model.predict(S_new[:, :100])
+    with pytest.raises(ValueError, match="mask: expected shape"):
+        model.predict(S_new, np.ones((2, 120), bool))
+    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+        model.predict(S_new * 2)
+    with pytest.raises(FloatingPointError, match="non-finite"):
+        jaxeval.fit_factorization(S, rank=2, rho=1.0, learning_rate=1e38, num_steps=20)
+
+
+def test_wrapper_auto_selection(planted):
+    import jaxeval
+
+    S = np.asarray(planted["S"])
+    model = jaxeval.fit_factorization(
+        S,
+        rank="auto",
+        rho="auto",
+        ranks=(1, 2),
+        rhos=(1.0, 4.0),
+        selection_steps=300,
+        num_steps=300,
+    )
+    sel = model.selection
+    assert sel["heldout_loss"].shape == (2, 2)
+    a, b = np.unravel_index(np.argmin(sel["heldout_loss"]), (2, 2))
+    assert model.rank == sel["ranks"][a] == 2 and model.rho_u == sel["rhos"][b]
+    assert "held-out log-loss" in model.summary()

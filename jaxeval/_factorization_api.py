@@ -1,0 +1,447 @@
+"""Numpy-side wrapper of the low-rank logistic factorization.
+
+:func:`fit_factorization` takes a :class:`~jaxeval.ScoreMatrix` of training models,
+chooses rank and regularisation on held-out cells (or takes them as given), fits
+the factors and returns a frozen :class:`LowRankLogistic` of numpy arrays whose
+methods run the online Newton update for new models. Bad input is refused here,
+with messages naming the argument; the kernels only report status codes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxeval import _factorization as fz
+from jaxeval._data import ScoreMatrix
+
+__all__ = ["LowRankLogistic", "fit_factorization"]
+
+DEFAULT_RANKS = (1, 2, 4, 8, 16, 32)
+DEFAULT_RHOS = (0.3, 1.0, 3.0, 10.0, 30.0)
+
+
+def _as_key(seed: Any) -> jax.Array:
+    """An int seed or a (typed or raw uint32) key -> a typed key."""
+    if isinstance(seed, (int, np.integer)):
+        return jax.random.key(int(seed))
+    arr = jnp.asarray(seed) if not isinstance(seed, jax.Array) else seed
+    if jnp.issubdtype(arr.dtype, jax.dtypes.prng_key):
+        return arr
+    if arr.dtype == jnp.uint32 and arr.shape == (2,):
+        return jax.random.wrap_key_data(arr)
+    raise TypeError(f"seed: expected an int or a PRNG key, got {type(seed).__name__} {arr.dtype}")
+
+
+def _as_matrix(data: Any, what: str) -> ScoreMatrix:
+    if isinstance(data, ScoreMatrix):
+        return data
+    try:
+        return ScoreMatrix(np.asarray(data), source=what)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"{what}: {e}") from e
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LowRankLogistic:
+    """A fitted factorization ``S_ij ~ sigmoid(u_i . v_j + c_j)`` (numpy arrays).
+
+    Build one with :func:`fit_factorization`. The item side (``V``, ``c``,
+    ``u_mean``) is frozen; :meth:`update` fits the factor of new models from
+    whatever items they have been observed on, :meth:`predict` returns their
+    predicted scores on every item.
+
+    Attributes:
+      V: float32 ``[n, r]`` item factors.
+      c: float32 ``[n]`` item biases.
+      u_mean: float32 ``[r]`` mean training model factor (prior centre online).
+      U: float32 ``[m, r]`` training model factors.
+      rho_u: L2 strength on ``U`` (also the online prior strength).
+      rho_v: L2 strength on ``V``.
+      items: ``[n]`` item names.
+      models: ``[m]`` training model names.
+      final_loss: training objective per observed cell.
+      loss_history: objective per observed cell during the fit.
+      selection: ``None`` when rank and rho were given, else a read-only mapping with
+        the grids and the held-out log-loss curve (``ranks``, ``rhos``,
+        ``heldout_loss [R, P]``, ``train_loss [R, P]``).
+      info: read-only provenance (seed, steps, learning rate, source, JAX version).
+    """
+
+    V: np.ndarray
+    c: np.ndarray
+    u_mean: np.ndarray
+    U: np.ndarray
+    rho_u: float
+    rho_v: float
+    items: np.ndarray
+    models: np.ndarray
+    final_loss: float
+    loss_history: np.ndarray
+    selection: Mapping[str, Any] | None
+    info: Mapping[str, Any]
+
+    @property
+    def rank(self) -> int:
+        return int(self.V.shape[1])
+
+    @property
+    def n_items(self) -> int:
+        return int(self.V.shape[0])
+
+    def item_factors(self) -> fz.ItemFactors:
+        """The item side as a JAX :class:`~jaxeval._factorization.ItemFactors`."""
+        return fz.ItemFactors(jnp.asarray(self.V), jnp.asarray(self.c), jnp.asarray(self.u_mean))
+
+    def __repr__(self) -> str:
+        sel = "selected" if self.selection is not None else "given"
+        return (
+            f"LowRankLogistic(rank={self.rank} ({sel}), rho_u={self.rho_u:g}, "
+            f"rho_v={self.rho_v:g}, {self.U.shape[0]} training models x {self.n_items} items, "
+            f"train loss {self.final_loss:.4f})"
+        )
+
+    # ------------------------------------------------------------------ online
+    def _canon(self, scores: Any, mask: Any) -> tuple[np.ndarray, np.ndarray]:
+        s = np.asarray(scores, dtype=np.float64)
+        if s.ndim == 1:
+            s = s[None, :]
+        if s.ndim != 2 or s.shape[1] != self.n_items:
+            raise ValueError(
+                f"scores: expected shape [K, {self.n_items}] (one column per fitted item), "
+                f"got {np.shape(scores)}"
+            )
+        if mask is None:
+            m = ~np.isnan(s)
+        else:
+            m = np.asarray(mask)
+            if m.ndim == 1:
+                m = m[None, :]
+            if m.shape != s.shape:
+                raise ValueError(f"mask: expected shape {s.shape}, got {np.shape(mask)}")
+            m = m.astype(bool)
+        obs = s[m]
+        if obs.size and not (np.isfinite(obs).all() and obs.min() >= 0 and obs.max() <= 1):
+            raise ValueError(
+                "scores: observed scores must be finite and in [0, 1]; got range "
+                f"{np.nanmin(obs)!r}..{np.nanmax(obs)!r}"
+            )
+        return np.where(m, s, 0.0).astype(np.float32), m
+
+    def update(
+        self,
+        scores: Any,
+        mask: Any = None,
+        *,
+        u_init: Any = None,
+        rho: float | None = None,
+        num_newton: int = 5,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """MAP factors of new models from their observed items (item side frozen).
+
+        Args:
+          scores: ``[K, n]`` (or ``[n]``) scores; NaN marks unobserved when ``mask``
+            is None.
+          mask: optional bool ``[K, n]``, True where observed.
+          u_init: optional ``[K, r]`` warm start (default ``u_mean``).
+          rho: prior strength (default ``rho_u`` of the fit).
+          num_newton: Newton steps.
+
+        Returns:
+          ``(u [K, r], hessian [K, r, r])`` as numpy arrays.
+
+        Example:
+          >>> import jaxeval
+          >>> sm = jaxeval.load("oll2_musr")
+          >>> lr = jaxeval.fit_factorization(sm.take(models=range(100)), rank=2, rho=3.0,
+          ...                                num_steps=200)
+          >>> u, H = lr.update(sm.scores[100:103], sm.mask[100:103])
+          >>> u.shape
+          (3, 2)
+        """
+        s, m = self._canon(scores, mask)
+        K = s.shape[0]
+        if u_init is None:
+            u0 = np.tile(self.u_mean, (K, 1))
+        else:
+            u0 = np.asarray(u_init, np.float32)
+            if u0.shape != (K, self.rank):
+                raise ValueError(f"u_init: expected shape {(K, self.rank)}, got {u0.shape}")
+        rho = self.rho_u if rho is None else float(rho)
+        if not (np.isfinite(rho) and rho >= 0):
+            raise ValueError(f"rho: expected a finite value >= 0, got {rho!r}")
+        u, H = fz.update_model_factors(
+            self.item_factors(), s, m, u0, np.float32(rho), num_newton=int(num_newton)
+        )
+        u, H = np.asarray(u), np.asarray(H)
+        if not (np.isfinite(u).all() and np.isfinite(H).all()):
+            raise FloatingPointError("update: the Newton update produced non-finite factors")
+        return u, H
+
+    def predict(
+        self,
+        scores: Any = None,
+        mask: Any = None,
+        *,
+        return_std: bool = False,
+        num_newton: int = 5,
+    ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        """Predicted scores on every item for new models, from their observed items.
+
+        Args:
+          scores: ``[K, n]`` (or ``[n]``) observed scores (NaN = unobserved when
+            ``mask`` is None); ``None`` predicts one model with nothing observed.
+          mask: optional bool ``[K, n]``.
+          return_std: also return the delta-method standard deviation of each
+            predicted probability (Laplace approximation on ``u``).
+          num_newton: Newton steps of the online update.
+
+        Returns:
+          ``[K, n]`` probabilities, and their standard deviations if asked.
+
+        Example:
+          >>> import jaxeval
+          >>> sm = jaxeval.load("oll2_musr")
+          >>> lr = jaxeval.fit_factorization(sm.take(models=range(100)), rank=2, rho=3.0,
+          ...                                num_steps=200)
+          >>> lr.predict(sm.scores[100:102], sm.mask[100:102]).shape
+          (2, 756)
+        """
+        if scores is None:
+            scores = np.full((1, self.n_items), np.nan)
+        u, H = self.update(scores, mask, num_newton=num_newton)
+        f = self.item_factors()
+        p = np.asarray(fz.predict_scores(jnp.asarray(u), f))
+        if not return_std:
+            return p
+        var = np.asarray(fz.predictive_logit_variance(jnp.asarray(H), f))
+        return p, p * (1.0 - p) * np.sqrt(np.maximum(var, 0.0))
+
+    def predict_accuracy(self, scores: Any, mask: Any = None, *, num_newton: int = 5) -> np.ndarray:
+        """Pooled accuracy estimate: observed scores plus predictions on unseen items.
+
+        This is the *naive pooled* estimate of SPEC section 2.3 (biased when the
+        predictions are); use the doubly robust estimators for valid inference.
+
+        Returns:
+          float ``[K]``.
+        """
+        s, m = self._canon(scores, mask)
+        p = self.predict(s, m, num_newton=num_newton)
+        return np.where(m, s, p).mean(axis=1)
+
+    def summary(self) -> str:
+        """A short human-readable description (with the selection curve if any)."""
+        lines = [repr(self)]
+        if self.selection is not None:
+            sel = self.selection
+            lines.append(f"held-out log-loss (rows: rank, columns: rho {list(sel['rhos'])}):")
+            for r, row in zip(sel["ranks"], sel["heldout_loss"]):
+                lines.append(f"  r={int(r):>3}: " + " ".join(f"{v:.4f}" for v in row))
+        return "\n".join(lines)
+
+    def to_npz(self, path: Any) -> None:
+        """Save the factors and the selection curve to ``path`` (``.npz``)."""
+        extra = {}
+        if self.selection is not None:
+            extra = {f"selection_{k}": np.asarray(v) for k, v in self.selection.items()}
+        np.savez(
+            path,
+            V=self.V,
+            c=self.c,
+            u_mean=self.u_mean,
+            U=self.U,
+            rho_u=self.rho_u,
+            rho_v=self.rho_v,
+            items=self.items,
+            models=self.models,
+            loss_history=self.loss_history,
+            **extra,
+        )
+
+
+def fit_factorization(
+    data: Any,
+    rank: int | str = "auto",
+    rho: float | str = "auto",
+    *,
+    rho_v: float | None = None,
+    seed: Any = 0,
+    ranks: Sequence[int] = DEFAULT_RANKS,
+    rhos: Sequence[float] = DEFAULT_RHOS,
+    holdout_fraction: float = 0.1,
+    learning_rate: float = 0.1,
+    num_steps: int = 1000,
+    selection_steps: int = 500,
+) -> LowRankLogistic:
+    """Fit the low-rank logistic factorization to training models.
+
+    With ``rank="auto"`` and/or ``rho="auto"`` the missing values are chosen by
+    log-loss on random held-out *cells* of these training models over the grids
+    ``ranks`` x ``rhos`` (:func:`jaxeval._factorization.select_factors`); the final
+    factors are then refitted on all observed cells.
+
+    Args:
+      data: a :class:`~jaxeval.ScoreMatrix` (or a ``[m, n]`` array, NaN = missing)
+        of training models.
+      rank: number of factors, or ``"auto"``.
+      rho: L2 strength on ``U`` (and on ``V`` unless ``rho_v`` is given), or ``"auto"``.
+      rho_v: optional separate L2 strength on ``V``.
+      seed: int seed or PRNG key.
+      ranks: rank grid for ``rank="auto"``.
+      rhos: regularisation grid for ``rho="auto"``.
+      holdout_fraction: share of cells held out for the selection.
+      learning_rate: Adam peak learning rate.
+      num_steps: full-batch steps of the final fit.
+      selection_steps: steps of each fit during selection.
+
+    Returns:
+      A frozen :class:`LowRankLogistic`.
+
+    Raises:
+      ValueError: bad rank / rho, all-missing rows or columns, too few observations.
+      FloatingPointError: the fit produced non-finite factors.
+
+    Example:
+      >>> import jaxeval
+      >>> sm = jaxeval.load("oll2_musr").take(models=range(100))
+      >>> lr = jaxeval.fit_factorization(sm, rank=4, rho=3.0, num_steps=200)
+      >>> lr.V.shape
+      (756, 4)
+    """
+    sm = _as_matrix(data, "data")
+    m, n = sm.shape
+    key = _as_key(seed)
+    empty_rows = np.flatnonzero(~sm.mask.any(axis=1))
+    if empty_rows.size:
+        raise ValueError(
+            f"data: {empty_rows.size} model rows have no observed cell (e.g. "
+            f"{sm.models[empty_rows[:3]].tolist()}); drop them before fitting"
+        )
+    empty_cols = np.flatnonzero(~sm.mask.any(axis=0))
+    if empty_cols.size:
+        raise ValueError(
+            f"data: {empty_cols.size} item columns have no observed cell (e.g. "
+            f"{sm.items[empty_cols[:3]].tolist()}); drop them before fitting"
+        )
+    n_obs = int(sm.mask.sum())
+
+    def check_rank(r: Any, what: str) -> int:
+        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 1:
+            raise ValueError(f"{what}: expected a positive int, got {r!r}")
+        limit = min(m, n)
+        if r > limit:
+            raise ValueError(
+                f"{what}: rank {r} is larger than the data allows (min(models, items) = "
+                f"min({m}, {n}) = {limit})"
+            )
+        if r * (m + n) + n > n_obs:
+            raise ValueError(
+                f"{what}: rank {r} has {r * (m + n) + n} parameters but only {n_obs} observed cells"
+            )
+        return int(r)
+
+    def check_rho(x: Any, what: str) -> float:
+        try:
+            v = float(x)
+        except (TypeError, ValueError):
+            raise ValueError(f"{what}: expected a float >= 0 or 'auto', got {x!r}") from None
+        if not (np.isfinite(v) and v >= 0):
+            raise ValueError(f"{what}: expected a finite value >= 0, got {x!r}")
+        return v
+
+    if not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
+        raise ValueError(f"num_steps: expected a positive int, got {num_steps!r}")
+    if not (0.0 < holdout_fraction < 1.0):
+        raise ValueError(f"holdout_fraction: expected a value in (0, 1), got {holdout_fraction!r}")
+    auto_rank = isinstance(rank, str)
+    auto_rho = isinstance(rho, str)
+    if auto_rank and rank != "auto":
+        raise ValueError(f"rank: expected an int or 'auto', got {rank!r}")
+    if auto_rho and rho != "auto":
+        raise ValueError(f"rho: expected a float or 'auto', got {rho!r}")
+    grid_ranks = (
+        tuple(r for r in (check_rank(r, "ranks") for r in ranks))
+        if auto_rank
+        else (check_rank(rank, "rank"),)
+    )
+    grid_rhos = tuple(check_rho(x, "rhos") for x in rhos) if auto_rho else (check_rho(rho, "rho"),)
+    scores = jnp.asarray(sm.scores)
+    mask = jnp.asarray(sm.mask)
+    selection = None
+    if auto_rank or auto_rho:
+        sel = fz.select_factors(
+            jax.random.fold_in(key, 1),
+            scores,
+            mask,
+            ranks=grid_ranks,
+            rhos=grid_rhos,
+            holdout_fraction=holdout_fraction,
+            learning_rate=learning_rate,
+            num_steps=selection_steps,
+        )
+        if not np.isfinite(sel.heldout_loss).any():
+            raise FloatingPointError(
+                "fit_factorization: every fit of the selection grid produced non-finite values"
+            )
+        chosen_rank, chosen_rho = sel.rank, sel.rho
+        selection = types.MappingProxyType(
+            {
+                "ranks": sel.ranks,
+                "rhos": sel.rhos,
+                "heldout_loss": sel.heldout_loss,
+                "train_loss": sel.train_loss,
+                "holdout_fraction": holdout_fraction,
+            }
+        )
+    else:
+        chosen_rank, chosen_rho = grid_ranks[0], grid_rhos[0]
+    rv = chosen_rho if rho_v is None else check_rho(rho_v, "rho_v")
+    res = fz.fit_factors(
+        jax.random.fold_in(key, 0),
+        scores,
+        mask,
+        rank=chosen_rank,
+        rho_u=jnp.float32(chosen_rho),
+        rho_v=jnp.float32(rv),
+        learning_rate=jnp.float32(learning_rate),
+        num_steps=int(num_steps),
+    )
+    if int(res.status) != fz.STATUS_OK:
+        raise FloatingPointError(
+            f"fit_factorization: the fit hit non-finite values (status {int(res.status)}); "
+            "try a smaller learning_rate or a larger rho"
+        )
+    V, c, u_mean = (np.asarray(a) for a in res.item_factors)
+    U = np.asarray(res.U)
+    if not all(np.isfinite(a).all() for a in (V, c, u_mean, U)):
+        raise FloatingPointError("fit_factorization: the fitted factors are not finite")
+    return LowRankLogistic(
+        V=V,
+        c=c,
+        u_mean=u_mean,
+        U=U,
+        rho_u=float(chosen_rho),
+        rho_v=float(rv),
+        items=sm.items,
+        models=sm.models,
+        final_loss=float(res.final_loss),
+        loss_history=np.asarray(res.loss_history),
+        selection=selection,
+        info=types.MappingProxyType(
+            {
+                "source": sm.source,
+                "seed": seed if isinstance(seed, (int, np.integer)) else "key",
+                "learning_rate": learning_rate,
+                "num_steps": int(num_steps),
+                "selection_steps": int(selection_steps),
+                "jax_version": jax.__version__,
+            }
+        ),
+    )
