@@ -158,7 +158,6 @@ def _adjust_graded(scores, gap):
 @partial(jax.jit, static_argnames=("n_models", "n_items", "rank", "graded", "beta"))
 def _synthetic(key, gap, model_scale, item_scale, difficulty_mean, difficulty_scale,
                concentration, *, n_models, n_items, rank, graded, beta):
-    key = _as_key(key)
     f32 = jnp.float32
     U = model_scale * jax.random.normal(jax.random.fold_in(key, _U), (n_models, rank), f32)
     z = jax.random.normal(jax.random.fold_in(key, _V), (n_items, rank), f32)
@@ -263,7 +262,7 @@ def synthetic_matrix(
     beta = bool(graded) and concentration is not None
     f = lambda x: jnp.asarray(x, jnp.float32)
     return _synthetic(
-        _as_key(key_or_seed) if isinstance(key_or_seed, (int, np.integer)) else key_or_seed,
+        _as_key(key_or_seed),
         None if gap is None else f(gap),
         f(model_scale),
         f(item_scale),

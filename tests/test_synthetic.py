@@ -1,5 +1,7 @@
 """The synthetic truth generator: requested gap and rank honoured, vmap, determinism."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,9 +14,26 @@ from jaxeval._synthetic import GAP_CLIPPED, OK, synthetic_matrix, synthetic_scor
 M, N, R = 30, 200, 3
 
 
+@functools.cache
+def _batched(graded=False, concentration=None):
+    f = lambda k, g: synthetic_matrix(k, M, N, R, gap=g, graded=graded, concentration=concentration)
+    return jax.jit(jax.vmap(f))
+
+
 def _batch(keys, gaps, **kw):
-    f = lambda k, g: synthetic_matrix(k, M, N, R, gap=g, **kw)
-    return jax.jit(jax.vmap(f))(keys, gaps)
+    return _batched(**kw)(keys, gaps)
+
+
+_CACHE = {}
+
+
+def _graded_batch(concentration):
+    """32 graded replicates (cached: the Beta sampler is slow to compile)."""
+    if concentration not in _CACHE:
+        keys = jax.random.split(jax.random.key(2), 32)
+        gaps = jnp.linspace(0.0, 0.15, 32)
+        _CACHE[concentration] = (gaps, _batch(keys, gaps, graded=True, concentration=concentration))
+    return _CACHE[concentration]
 
 
 def _top_two(x):
@@ -52,18 +71,16 @@ def test_binary_adjustment_flips_the_minimal_number_of_cells_in_one_row():
 
 
 def test_unreachable_gap_is_clipped_with_status():
-    t = synthetic_matrix(1, M, 50, R, gap=0.9, difficulty_mean=2.0)
+    t = synthetic_matrix(1, M, N, R, gap=0.9, difficulty_mean=3.0)
     assert int(t.status) == GAP_CLIPPED
     assert float(t.accuracy[int(t.best)]) == 1.0
     top, second = _top_two(t.accuracy)
-    assert float(t.gap) == pytest.approx(top - second)
+    assert float(t.gap) == pytest.approx(top - second, abs=1e-6)
 
 
 @pytest.mark.parametrize("concentration", [None, 4.0])
 def test_graded_gap_within_float32_tolerance(concentration):
-    keys = jax.random.split(jax.random.key(2), 32)
-    gaps = jnp.linspace(0.0, 0.15, 32)
-    t = _batch(keys, gaps, graded=True, concentration=concentration)
+    gaps, t = _graded_batch(concentration)
     s = np.asarray(t.scores)
     assert s.min() >= 0.0 and s.max() <= 1.0
     assert len(np.unique(s)) > 1000  # really graded
@@ -75,11 +92,11 @@ def test_graded_gap_within_float32_tolerance(concentration):
 
 
 def test_rank_is_honoured():
-    for r in (1, 2, 5):
-        t = synthetic_matrix(7, 40, 120, r)
+    for r in (1, R):
+        t = synthetic_matrix(7, M, N, r)
         logits = np.asarray(t.U, np.float64) @ np.asarray(t.V, np.float64).T
         full = logits + np.asarray(t.c, np.float64)
-        assert t.U.shape == (40, r) and t.V.shape == (120, r) and t.c.shape == (120,)
+        assert t.U.shape == (M, r) and t.V.shape == (N, r) and t.c.shape == (N,)
         np.testing.assert_allclose(jax.nn.sigmoid(full), t.probabilities, atol=1e-5)
         sv = np.linalg.svd(logits, compute_uv=False)
         assert sv[r - 1] / sv[0] > 1e-3 and sv[r] / sv[0] < 1e-6
@@ -94,26 +111,33 @@ def test_rank_is_honoured():
 
 
 def test_scores_follow_their_probabilities():
-    # Unadjusted Bernoulli / Beta draws have mean P: a z-test over all cells.
-    t = synthetic_matrix(11, 200, 300, 2)
-    p, s = np.asarray(t.probabilities, np.float64), np.asarray(t.scores, np.float64)
+    # Draws have mean P: z-tests over the cells of the rows the gap rule left alone.
+    keys = jax.random.split(jax.random.key(0), 64)
+    t = _batch(keys, jnp.linspace(0.0, 0.2, 64))
+    keep = np.arange(M)[None, :] != np.asarray(t.best)[:, None]  # [64, M]
+    p = np.asarray(t.probabilities, np.float64)[keep]
+    s = np.asarray(t.scores, np.float64)[keep]
     z = (s - p).sum() / np.sqrt((p * (1 - p)).sum())
     assert abs(z) < 4
-    kappa = 3.0
-    g = synthetic_matrix(11, 200, 300, 2, graded=True, concentration=kappa)
-    s = np.asarray(g.scores, np.float64)
-    z = (s - p).sum() / np.sqrt((p * (1 - p) / (kappa + 1)).sum())
-    assert abs(z) < 4
-    # Beta variance: the mean squared deviation matches P(1-P)/(kappa+1).
-    ratio = ((s - p) ** 2).sum() / (p * (1 - p) / (kappa + 1)).sum()
-    assert 0.97 < ratio < 1.03
-    graded_exact = synthetic_matrix(11, 200, 300, 2, graded=True)
-    np.testing.assert_array_equal(graded_exact.scores, t.probabilities)
+    kappa = 4.0
+    _, g = _graded_batch(kappa)
+    keep = np.arange(M)[None, :] != np.asarray(g.best)[:, None]
+    p = np.asarray(g.probabilities, np.float64)[keep]
+    s = np.asarray(g.scores, np.float64)[keep]
+    var = p * (1 - p) / (kappa + 1)  # Beta(kappa p, kappa (1 - p)) variance
+    assert abs((s - p).sum() / np.sqrt(var.sum())) < 4
+    # Mean squared deviation matches the Beta variance (~1e5 cells: +-3%).
+    assert 0.97 < ((s - p) ** 2).sum() / var.sum() < 1.03
+    _, exact = _graded_batch(None)
+    keep = np.arange(M)[None, :] != np.asarray(exact.best)[:, None]
+    np.testing.assert_array_equal(
+        np.asarray(exact.scores)[keep], np.asarray(exact.probabilities)[keep]
+    )
 
 
 def test_accuracies_spread_with_model_scale():
-    narrow = synthetic_matrix(4, 200, 400, 2, model_scale=0.2)
-    wide = synthetic_matrix(4, 200, 400, 2, model_scale=2.0)
+    narrow = synthetic_matrix(4, M, N, R, model_scale=0.2)
+    wide = synthetic_matrix(4, M, N, R, model_scale=2.0)
     assert float(jnp.std(wide.accuracy)) > 3 * float(jnp.std(narrow.accuracy))
 
 
@@ -135,23 +159,22 @@ def test_vmap_matches_single_calls_and_same_key_same_matrix():
 
 
 def test_new_gap_or_scale_does_not_recompile():
+    synthetic_matrix(jax.random.key(3), M, N, R, gap=0.05)
     before = _synthetic._synthetic._cache_size()
-    for g, ms in [(0.01, 1.0), (0.02, 1.5), (0.1, 0.3)]:
-        synthetic_matrix(jax.random.key(3), 17, 33, 2, gap=g, model_scale=ms)
-    assert _synthetic._synthetic._cache_size() == before + 1
+    for seed, g, ms in [(1, 0.01, 1.0), (2, 0.02, 1.5), (3, 0.1, 0.3)]:
+        synthetic_matrix(seed, M, N, R, gap=g, model_scale=ms, difficulty_scale=ms)
+    assert _synthetic._synthetic._cache_size() == before
 
 
 def test_numpy_helper_returns_score_matrix_with_truth():
-    sm = jaxeval.synthetic_score_matrix(seed=4, n_models=12, n_items=150, rank=2, gap=0.06)
-    assert isinstance(sm, jaxeval.ScoreMatrix) and sm.shape == (12, 150)
+    sm = jaxeval.synthetic_score_matrix(seed=4, n_models=M, n_items=N, rank=R, gap=0.06)
+    assert isinstance(sm, jaxeval.ScoreMatrix) and sm.shape == (M, N)
     assert sm.is_binary and sm.is_complete
     truth = sm.metadata["synthetic"]
     top, second = _top_two(sm.accuracy())
     assert top - second == pytest.approx(0.06, abs=1e-6) and truth["gap"] == pytest.approx(0.06)
-    assert truth["probabilities"].shape == (12, 150) and truth["params"]["rank"] == 2
+    assert truth["probabilities"].shape == (M, N) and truth["params"]["rank"] == R
     assert sm.accuracy()[truth["best"]] == top
-    g = synthetic_score_matrix(1, 10, 40, graded=True, concentration=5.0)
-    assert not g.is_binary
 
 
 @pytest.mark.parametrize(
