@@ -8,8 +8,11 @@ Scores live in ``[0, 1]``; a boolean ``mask`` says which cells were observed
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import types
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,6 +42,16 @@ def rename_duplicates(names: Any, what: str, notes: dict) -> np.ndarray:
             f"(e.g. {renamed[:3]})"
         ]
     return np.array(out)
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, types.MappingProxyType):
+        return dict(obj)
+    return str(obj)
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -78,9 +91,9 @@ class ScoreMatrix:
 
     Example:
       >>> import numpy as np, jaxeval
-      >>> sm = jaxeval.ScoreMatrix(np.array([[1, 0, 1], [0, 0, 1]]))
+      >>> sm = jaxeval.ScoreMatrix(np.array([[1, 0, 1, 1], [0, 0, 1, 0]]))
       >>> sm.shape, sm.accuracy().tolist()
-      ((2, 3), [0.6666666865348816, 0.3333333432674286])
+      ((2, 4), [0.75, 0.25])
     """
 
     scores: np.ndarray
@@ -315,6 +328,87 @@ class ScoreMatrix:
         if bounds[-1] < m:
             groups.append(perm[bounds[-1] :])
         return tuple(self.take(models=g) for g in groups)
+
+    def split_pool(self, n_train: int | float, seed: int = 0) -> tuple[ScoreMatrix, ScoreMatrix]:
+        """Seeded split of the models into training models and a candidate pool.
+
+        Training models are the free history a factorization is fitted on; the
+        candidate pool is where identification instances draw their arms from.
+
+        Args:
+          n_train: number of training models (int) or their share of the models
+            (float in (0, 1)); the rest form the pool.
+          seed: seed of ``np.random.default_rng`` for the permutation (the same
+            permutation as :meth:`split` with one group).
+
+        Returns:
+          ``(train, pool)``.
+
+        Example:
+          >>> import numpy as np, jaxeval
+          >>> sm = jaxeval.ScoreMatrix(np.eye(10))
+          >>> train, pool = sm.split_pool(0.7, seed=0)
+          >>> train.n_models, pool.n_models
+          (7, 3)
+        """
+        m = self.n_models
+        if isinstance(n_train, (bool, np.bool_)) or not isinstance(
+            n_train, (int, float, np.integer, np.floating)
+        ):
+            raise TypeError(f"split_pool: 'n_train' must be an int or a float, got {n_train!r}")
+        if isinstance(n_train, (float, np.floating)):
+            if not 0.0 < n_train < 1.0:
+                raise ValueError(
+                    f"split_pool: fractional 'n_train' must lie in (0, 1), got {n_train!r}"
+                )
+            count = int(round(n_train * m))
+        else:
+            count = int(n_train)
+        if not 1 <= count <= m - 1:
+            raise ValueError(
+                f"split_pool: 'n_train' must leave at least one model on each side; "
+                f"got {n_train!r} -> {count} of {m} models"
+            )
+        train, pool = self.split([count], seed=seed)
+        return train, pool
+
+    def to_npz(self, path: str | os.PathLike) -> Path:
+        """Save to a ``.npz`` file that :func:`jaxeval.load` reads back unchanged.
+
+        Writes ``scores`` (float32), ``mask``, ``models``, ``items``, ``target``
+        (when present), ``source`` and the metadata as JSON (``metadata_json``;
+        numpy arrays become lists, other objects their ``str``).
+
+        Args:
+          path: destination; ``.npz`` is appended when missing.
+
+        Returns:
+          The path written.
+
+        Example:
+          >>> import numpy as np, pathlib, tempfile, jaxeval
+          >>> sm = jaxeval.ScoreMatrix(np.array([[1.0, 0.5]]), models=["m"])
+          >>> p = sm.to_npz(pathlib.Path(tempfile.mkdtemp()) / "m.npz")
+          >>> back = jaxeval.load(p)
+          >>> back.scores.tolist(), back.models.tolist()
+          ([[1.0, 0.5]], ['m'])
+        """
+        path = Path(path)
+        if path.suffix != ".npz":
+            path = path.with_name(path.name + ".npz")
+        arrays = dict(
+            scores=self.scores,
+            mask=self.mask,
+            models=self.models,
+            items=self.items,
+            source=np.array(self.source),
+            metadata_json=np.array(json.dumps(dict(self.metadata), default=_json_default)),
+        )
+        if self.target is not None:
+            arrays["target"] = self.target
+        with open(path, "wb") as fh:
+            np.savez_compressed(fh, **arrays)
+        return path
 
     def protocol_split(self, seed: int) -> Split:
         """The anchor-evaluation split of SPEC section 6.2.

@@ -8,6 +8,7 @@ a directory of runs).
 
 from __future__ import annotations
 
+import json
 import os
 import zipfile
 from pathlib import Path
@@ -24,7 +25,9 @@ def load_npz(
     path: str | os.PathLike, *, name: str | None = None, duplicate_names: str = "error"
 ) -> ScoreMatrix:
     """Load a ``.npz`` score matrix (keys ``scores``, optional ``mask``, ``models``,
-    ``items``, ``full_score_pct`` -> ``target``, ``is_source``).
+    ``items``, ``target`` (fractions) or ``full_score_pct`` (percent) -> ``target``,
+    ``is_source``; ``source`` and ``metadata_json`` as written by
+    :meth:`ScoreMatrix.to_npz`).
 
     Args:
       path: the file.
@@ -48,6 +51,18 @@ def load_npz(
         raise ValueError(f"{src}: missing field 'scores' (fields present: {sorted(data)})")
     scores = data["scores"]
     notes: dict[str, Any] = {"format": "npz", "conversions": []}
+    if "metadata_json" in data:  # written by ScoreMatrix.to_npz
+        try:
+            saved = json.loads(str(data["metadata_json"]))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{src}: field 'metadata_json' is not valid JSON ({e.msg})") from e
+        if not isinstance(saved, dict):
+            raise ValueError(f"{src}: field 'metadata_json' must hold a JSON object")
+        notes = saved
+        notes.setdefault("conversions", [])
+        if name is None and "source" in data:
+            src = str(data["source"])
+        notes["file"] = str(path)
     if scores.dtype == np.uint8 or scores.dtype == bool:
         if scores.size and scores.max() > 1:
             raise ValueError(
@@ -56,6 +71,10 @@ def load_npz(
             )
         notes["conversions"].append(f"{scores.dtype} 0/1 scores converted to float32")
     target = None
+    if "target" in data and "full_score_pct" in data:
+        raise ValueError(f"{src}: fields 'target' and 'full_score_pct' are both present")
+    if "target" in data:
+        target = data["target"]
     if "full_score_pct" in data:
         pct = np.asarray(data["full_score_pct"], dtype=np.float64)
         target = pct / 100.0

@@ -85,3 +85,31 @@ def test_splits_are_seeded_and_disjoint():
     perm = np.random.default_rng(42).permutation(50)
     assert p.test.models.tolist() == sm.models[perm[:10]].tolist()
     assert p.validation.n_models == 10 and p.train.n_models == 30
+
+
+def test_split_pool_is_seeded_disjoint_and_checked():
+    sm = ScoreMatrix(np.random.default_rng(1).integers(0, 2, (40, 5)))
+    train, pool = sm.split_pool(0.75, seed=7)
+    assert (train.n_models, pool.n_models) == (30, 10)
+    assert not set(train.models.tolist()) & set(pool.models.tolist())
+    perm = np.random.default_rng(7).permutation(40)
+    assert train.models.tolist() == sm.models[perm[:30]].tolist()
+    t2, p2 = sm.split_pool(30, seed=7)
+    assert t2.models.tolist() == train.models.tolist()
+    assert sm.split_pool(30, seed=8)[0].models.tolist() != train.models.tolist()
+    with pytest.raises(ValueError, match=r"fractional 'n_train' must lie in \(0, 1\), got 1.5"):
+        sm.split_pool(1.5)
+    with pytest.raises(ValueError, match="at least one model on each side; got 40 -> 40 of 40"):
+        sm.split_pool(40)
+    with pytest.raises(TypeError, match="'n_train' must be an int or a float"):
+        sm.split_pool("half")
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    from jaxeval import _data, _io, _lmeval, _tables
+
+    for mod in (_data, _io, _lmeval, _tables):
+        res = doctest.testmod(mod)
+        assert res.failed == 0, mod.__name__

@@ -1,0 +1,356 @@
+"""Score matrices from lm-evaluation-harness ``--log_samples`` output.
+
+The harness writes, under ``<output_path>/<model_name_sanitized>/``, one
+``samples_<task>_<timestamp>.jsonl`` per task: one JSON object per line and
+document, with ``doc_id``, ``doc``, ``target``, ``arguments``, ``resps``,
+``filtered_resps``, ``filter`` (e.g. ``"none"``, or ``"strict-match"`` and
+``"flexible-extract"`` on two lines for the same ``doc_id``), ``metrics`` (the
+metric names), hashes (``doc_hash``, ``prompt_hash``, ``target_hash``) and the
+metric values as top-level fields (``"acc": 1.0``, ``"exact_match": 0.0``, ...).
+
+Rules:
+
+- One file is one model's row; the model is named after the folder holding it.
+- A folder holding ``samples_*.jsonl`` files is one model; a folder of such
+  folders is one model per subfolder. Rows are aligned on ``doc_id`` (on
+  ``(task, doc_id)`` when several tasks are loaded, items then named
+  ``"<task>/<doc_id>"``). A document that a model lacks is unobserved
+  (``mask`` False, recorded in ``metadata['conversions']``; ``missing="error"``
+  refuses instead). The same ``doc_id`` with different ``doc_hash`` values in two
+  runs means the runs are not aligned and is refused.
+- The metric is ``metric=`` or else the first of :data:`DEFAULT_METRICS` present;
+  values must be numbers in [0, 1] (``true``/``false`` are read as 1/0 and
+  recorded). Several filters per document need ``filter=``.
+- Refused, naming the file (and line): corrupt JSON, a line without ``doc_id``,
+  duplicate ``doc_id``, a missing, non-numeric, NaN or out-of-range metric, an
+  empty file, several runs of one task for one model (unless ``runs="latest"``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxeval._data import ScoreMatrix
+
+__all__ = ["DEFAULT_METRICS", "load_lm_eval"]
+
+DEFAULT_METRICS = (
+    "acc",
+    "exact_match",
+    "acc_norm",
+    "prompt_level_strict_acc",
+    "pass@1",
+    "em",
+    "f1",
+    "mc2",
+    "mc1",
+)
+
+_NAME = re.compile(r"^samples_(?P<task>.+?)_(?P<ts>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl$")
+_BOOKKEEPING = {
+    "doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "filter", "metrics",
+    "doc_hash", "prompt_hash", "target_hash",
+}
+
+
+def _task_of(path: Path) -> tuple[str, str]:
+    m = _NAME.match(path.name)
+    if m:
+        return m["task"], m["ts"]
+    stem = path.name[: -len(".jsonl")] if path.name.endswith(".jsonl") else path.stem
+    return (stem[len("samples_"):] if stem.startswith("samples_") else stem), ""
+
+
+def _read_samples(path: Path) -> list[tuple[int, dict]]:
+    out = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: cannot read the file ({type(e).__name__}: {e})") from e
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}, line {lineno}: corrupt JSON ({e.msg})") from None
+        if not isinstance(obj, dict):
+            raise ValueError(
+                f"{path}, line {lineno}: expected a JSON object, got {type(obj).__name__}"
+            )
+        if "doc_id" not in obj:
+            raise ValueError(
+                f"{path}, line {lineno}: missing field 'doc_id' (fields: {sorted(obj)[:12]})"
+            )
+        out.append((lineno, obj))
+    if not out:
+        raise ValueError(f"{path}: no samples (empty file)")
+    return out
+
+
+def _pick_metric(path: Path, samples: list[tuple[int, dict]], metric: str | None) -> str:
+    first = samples[0][1]
+    if metric is not None:
+        if metric not in first:
+            named = first.get("metrics")
+            raise ValueError(
+                f"{path}, line {samples[0][0]}: no field '{metric}' (metric fields: "
+                f"{named if named is not None else _candidates(first)})"
+            )
+        return metric
+    for m in DEFAULT_METRICS:
+        if m in first:
+            return m
+    named = first.get("metrics")
+    if isinstance(named, list) and len(named) == 1 and named[0] in first:
+        value = first[named[0]]
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return named[0]
+    raise ValueError(
+        f"{path}: no usable metric field; none of {list(DEFAULT_METRICS)} is present. "
+        f"Fields seen: {sorted(first)}; pass metric=<field> to choose one"
+    )
+
+
+def _candidates(obj: dict) -> list[str]:
+    return sorted(k for k in obj if k not in _BOOKKEEPING)
+
+
+def _read_run(
+    path: Path, metric: str | None, filter: str | None, flags: dict
+) -> tuple[str, dict[Any, float], dict[Any, str]]:
+    """One samples file -> (metric used, {doc_id: value}, {doc_id: doc_hash})."""
+    samples = _read_samples(path)
+    filters = sorted({str(obj.get("filter", "none")) for _, obj in samples})
+    if filter is None and len(filters) > 1:
+        raise ValueError(
+            f"{path}: field 'filter' takes several values {filters} (one line per filter and "
+            "document); pass filter=<name> to choose one"
+        )
+    if filter is not None:
+        if filter not in filters:
+            raise ValueError(
+                f"{path}: no line has filter {filter!r}; field 'filter' takes values {filters}"
+            )
+        samples = [(ln, o) for ln, o in samples if str(o.get("filter", "none")) == filter]
+    used = _pick_metric(path, samples, metric)
+    values: dict[Any, float] = {}
+    hashes: dict[Any, str] = {}
+    lines: dict[Any, int] = {}
+    for lineno, obj in samples:
+        doc = obj["doc_id"]
+        if isinstance(doc, bool) or not isinstance(doc, (int, str)):
+            raise ValueError(
+                f"{path}, line {lineno}: field 'doc_id' must be an int or a string, got {doc!r}"
+            )
+        if doc in lines:
+            raise ValueError(
+                f"{path}, line {lineno}: duplicate doc_id {doc!r} (first on line {lines[doc]})"
+            )
+        lines[doc] = lineno
+        if used not in obj:
+            raise ValueError(f"{path}, line {lineno}: missing field '{used}' for doc_id {doc!r}")
+        v = obj[used]
+        if isinstance(v, bool):
+            flags["bool"] = True
+            v = float(v)
+        if not isinstance(v, (int, float)):
+            raise ValueError(
+                f"{path}, line {lineno}: field '{used}' is not a number for doc_id {doc!r}: "
+                f"{str(v)[:60]!r}; pick another field with metric="
+            )
+        v = float(v)
+        if math.isnan(v) or not 0.0 <= v <= 1.0:
+            raise ValueError(
+                f"{path}, line {lineno}: field '{used}' must lie in [0, 1], got {v!r} for "
+                f"doc_id {doc!r}"
+            )
+        values[doc] = v
+        if "doc_hash" in obj:
+            hashes[doc] = str(obj["doc_hash"])
+    return used, values, hashes
+
+
+def _runs_in(folder: Path, task: Any, runs: str) -> dict[str, Path]:
+    """{task: file} for the samples files of one model folder."""
+    files = sorted(folder.glob("samples_*.jsonl"))
+    by_task: dict[str, list[tuple[str, Path]]] = {}
+    for f in files:
+        t, ts = _task_of(f)
+        by_task.setdefault(t, []).append((ts, f))
+    if task is not None:
+        wanted = [task] if isinstance(task, str) else list(task)
+        absent = [t for t in wanted if t not in by_task]
+        if absent:
+            raise ValueError(
+                f"{folder}: no samples file for task(s) {absent}; tasks present: {sorted(by_task)}"
+            )
+        by_task = {t: by_task[t] for t in wanted}
+    out = {}
+    for t, lst in by_task.items():
+        if len(lst) > 1 and runs != "latest":
+            raise ValueError(
+                f"{folder}: {len(lst)} runs of task {t!r} ({[p.name for _, p in lst]}); "
+                "pass runs='latest' to keep the newest"
+            )
+        out[t] = max(lst, key=lambda x: (x[0], x[1].name))[1]
+    return out
+
+
+def load_lm_eval(
+    path: str | os.PathLike,
+    metric: str | None = None,
+    filter: str | None = None,
+    task: str | list[str] | None = None,
+    runs: str = "error",
+    missing: str = "mask",
+    model: str | None = None,
+    name: str | None = None,
+) -> ScoreMatrix:
+    """Load lm-evaluation-harness ``--log_samples`` output as a score matrix.
+
+    Args:
+      path: one ``samples_<task>_<timestamp>.jsonl`` file (one model), a model's
+        output folder (one model, possibly several tasks), or a folder of model
+        folders (one row per model).
+      metric: the per-sample field to read (default: first of
+        :data:`DEFAULT_METRICS` present).
+      filter: which ``filter`` value to keep when a task logs several per document
+        (e.g. ``"strict-match"`` or ``"flexible-extract"``).
+      task: task name(s) to keep when a folder holds several (default: all).
+      runs: ``"error"`` (default) refuses several runs of one task for one model;
+        ``"latest"`` keeps the newest timestamp and records it.
+      missing: ``"mask"`` (default) leaves documents a model lacks unobserved;
+        ``"error"`` refuses unaligned ``doc_id`` sets.
+      model: model name for a single file (default: its folder's name).
+      name: the ``source`` to record (default: the path).
+
+    Returns:
+      A :class:`~jaxeval.ScoreMatrix` with items named by ``doc_id`` (sorted), or
+      ``"<task>/<doc_id>"`` when several tasks are loaded.
+
+    Example:
+      >>> import json, pathlib, tempfile, jaxeval
+      >>> run = pathlib.Path(tempfile.mkdtemp()) / "org__model-7b"
+      >>> run.mkdir()
+      >>> lines = [{"doc_id": i, "filter": "none", "metrics": ["acc"], "acc": float(i % 2)}
+      ...          for i in range(4)]
+      >>> f = run / "samples_arc_easy_2025-01-01T00-00-00.000000.jsonl"
+      >>> _ = f.write_text("\\n".join(json.dumps(x) for x in lines))
+      >>> sm = jaxeval.load(f)
+      >>> sm.models.tolist(), sm.scores.tolist()
+      (['org__model-7b'], [[0.0, 1.0, 0.0, 1.0]])
+    """
+    path = Path(path)
+    src = name or str(path)
+    if runs not in ("error", "latest"):
+        raise ValueError(f"load_lm_eval: runs must be 'error' or 'latest', got {runs!r}")
+    if missing not in ("mask", "error"):
+        raise ValueError(f"load_lm_eval: missing must be 'mask' or 'error', got {missing!r}")
+    # model name -> {task: file}
+    if path.is_file():
+        t, _ = _task_of(path)
+        if task is not None and t not in ([task] if isinstance(task, str) else task):
+            raise ValueError(f"{path}: file holds task {t!r}, not {task!r}")
+        layout = {model or path.parent.name or "model_0": {t: path}}
+    elif path.is_dir():
+        if any(path.glob("samples_*.jsonl")):
+            layout = {model or path.name: _runs_in(path, task, runs)}
+        else:
+            subs = sorted(
+                d for d in path.iterdir() if d.is_dir() and any(d.glob("samples_*.jsonl"))
+            )
+            if not subs:
+                raise ValueError(
+                    f"{path}: no samples_*.jsonl files here or in its subfolders "
+                    "(run lm-evaluation-harness with --log_samples)"
+                )
+            layout = {d.name: _runs_in(d, task, runs) for d in subs}
+    else:
+        raise FileNotFoundError(f"load_lm_eval: {str(path)!r} does not exist")
+    notes: dict[str, Any] = {"format": "lm-evaluation-harness samples", "conversions": []}
+    flags: dict[str, bool] = {}
+    tasks = sorted({t for per in layout.values() for t in per})
+    multi = len(tasks) > 1
+    rows: dict[str, dict[Any, float]] = {}
+    hash_of: dict[Any, tuple[str, Path]] = {}
+    metrics_used: dict[str, str] = {}
+    files: dict[str, list[str]] = {}
+    for m_name, per_task in layout.items():
+        row: dict[Any, float] = {}
+        for t, f in sorted(per_task.items()):
+            used, values, hashes = _read_run(f, metric, filter, flags)
+            if metrics_used.setdefault(t, used) != used:
+                raise ValueError(
+                    f"{f}: default metric is '{used}' but other runs of task {t!r} use "
+                    f"'{metrics_used[t]}'; pass metric= explicitly"
+                )
+            for doc, v in values.items():
+                key = (t, doc) if multi else doc
+                row[key] = v
+                if doc in hashes:
+                    prev = hash_of.setdefault(key, (hashes[doc], f))
+                    if prev[0] != hashes[doc]:
+                        raise ValueError(
+                            f"{f}: doc_id {doc!r} has field 'doc_hash' {hashes[doc][:12]!r} but "
+                            f"{prev[1]} has {prev[0][:12]!r}: the runs are not aligned on doc_id "
+                            "(different documents or task versions)"
+                        )
+            files.setdefault(m_name, []).append(str(f))
+        rows[m_name] = row
+    keys = sorted({k for r in rows.values() for k in r}, key=_sort_key)
+    col = {k: j for j, k in enumerate(keys)}
+    models = list(rows)
+    scores = np.zeros((len(models), len(keys)), np.float32)
+    mask = np.zeros(scores.shape, bool)
+    for i, m_name in enumerate(models):
+        for k, v in rows[m_name].items():
+            scores[i, col[k]] = v
+            mask[i, col[k]] = True
+    lacking = int((~mask).sum())
+    if lacking:
+        short = [models[i] for i in np.flatnonzero(~mask.all(1))]
+        if missing == "error":
+            i = int(np.flatnonzero(~mask.all(1))[0])
+            j = int(np.flatnonzero(~mask[i])[0])
+            raise ValueError(
+                f"{src}: doc_ids are not aligned across runs: model {models[i]!r} lacks "
+                f"doc_id {_item_name(keys[j], multi)!r} ({files[models[i]][0]}) among "
+                f"{lacking} missing cells; use missing='mask' to keep them unobserved"
+            )
+        notes["conversions"].append(
+            f"{lacking} (model, doc_id) cells absent from the runs of {short[:3]}"
+            f"{'...' if len(short) > 3 else ''}: unobserved (mask=False)"
+        )
+    if flags.get("bool"):
+        notes["conversions"].append("true/false metric values read as 1/0")
+    if runs == "latest":
+        notes["runs"] = "latest timestamp kept per (model, task)"
+    notes.update(metric=metrics_used, tasks=tasks, files=files)
+    if filter is not None:
+        notes["filter"] = filter
+    return ScoreMatrix(
+        scores=scores,
+        mask=mask,
+        models=models,
+        items=[_item_name(k, multi) for k in keys],
+        source=src,
+        metadata=notes,
+    )
+
+
+def _sort_key(k: Any) -> tuple:
+    if isinstance(k, tuple):
+        return (k[0],) + _sort_key(k[1])
+    return (0, k, "") if isinstance(k, int) else (1, 0, str(k))
+
+
+def _item_name(k: Any, multi: bool) -> str:
+    return f"{k[0]}/{k[1]}" if multi else str(k)

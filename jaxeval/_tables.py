@@ -1,0 +1,256 @@
+"""Score matrices from tables: long or wide CSV/TSV and Parquet.
+
+Two layouts:
+
+- **long**: one row per observed ``(model, item, score)``; pairs that do not
+  appear are unobserved (``mask`` False). A duplicate ``(model, item)`` pair is
+  refused, naming the first offending pair and its rows.
+- **wide**: one row per model and one column per item; the first column (or
+  ``model_col`` when present) names the models. Empty cells are unobserved and
+  the count is recorded in ``metadata['conversions']``.
+
+CSV/TSV cells are read as text and converted here, so nothing is coerced
+silently: a non-numeric cell is refused with its row and column, and duplicate
+column headers are refused (pandas would rename them). ``true``/``false`` cells
+are read as 1/0 and recorded. Needs pandas (and pyarrow for Parquet):
+``pip install 'jaxeval[dataframes]'``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxeval._data import ScoreMatrix
+
+__all__ = ["load_table"]
+
+_BOOL = {"true": 1.0, "false": 0.0, "True": 1.0, "False": 0.0, "TRUE": 1.0, "FALSE": 0.0}
+
+
+def _pandas():
+    try:
+        import pandas as pd
+    except ImportError as e:  # pragma: no cover - exercised only without pandas
+        raise ImportError(
+            "load_table needs pandas (and pyarrow for Parquet); install them with "
+            "pip install 'jaxeval[dataframes]'"
+        ) from e
+    return pd
+
+
+def _read_cells(path: Path, sep: str | None) -> tuple[list[str], list[list[Any]]]:
+    """Header and body rows of the file, every cell as text (CSV) or value (Parquet)."""
+    pd = _pandas()
+    src = str(path)
+    suffix = path.suffix.lower()
+    if suffix in (".parquet", ".pq"):
+        try:
+            df = pd.read_parquet(path)
+        except ImportError as e:
+            raise ImportError(
+                f"{src}: reading Parquet needs pyarrow; pip install 'jaxeval[dataframes]'"
+            ) from e
+        except Exception as e:
+            raise ValueError(f"{src}: not a readable Parquet file ({type(e).__name__}: {e})") from e
+        header = [str(c) for c in df.columns]
+        return header, df.astype(object).where(df.notna(), "").values.tolist()
+    if sep is None:
+        sep = "\t" if suffix == ".tsv" else ","
+    try:
+        df = pd.read_csv(
+            path, sep=sep, header=None, dtype=str, keep_default_na=False, na_filter=False
+        )
+    except pd.errors.EmptyDataError as e:
+        raise ValueError(f"{src}: the table is empty") from e
+    except pd.errors.ParserError as e:
+        raise ValueError(f"{src}: malformed table, rows of different lengths ({e})") from e
+    rows = df.values.tolist()
+    if not rows:
+        raise ValueError(f"{src}: the table is empty")
+    return [str(h).strip() for h in rows[0]], rows[1:]
+
+
+def _to_float(cell: Any, src: str, where: str, notes: dict) -> float:
+    """One cell as float; '' -> NaN; true/false -> 1/0 (noted); anything else refused."""
+    if isinstance(cell, (bool, np.bool_)):
+        notes["bool"] = True
+        return float(cell)
+    if isinstance(cell, (int, float, np.integer, np.floating)):
+        return float(cell)
+    text = str(cell).strip()
+    if text == "" or text.lower() in ("nan", "na", "null", "none"):
+        return float("nan")
+    if text in _BOOL:
+        notes["bool"] = True
+        return _BOOL[text]
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{src}: {where} is not a number: {text!r}") from None
+
+
+def _check_range(value: float, src: str, where: str, field: str) -> None:
+    if np.isinf(value) or not 0.0 <= value <= 1.0:
+        raise ValueError(
+            f"{src}: {where}: field '{field}' must lie in [0, 1], got {value!r}"
+            + (" (percent? divide by 100 first)" if 1.0 < value <= 100.0 else "")
+        )
+
+
+def load_table(
+    path: str | os.PathLike,
+    layout: str = "auto",
+    model_col: str = "model",
+    item_col: str = "item",
+    score_col: str = "score",
+    target_col: str | None = None,
+    sep: str | None = None,
+    name: str | None = None,
+) -> ScoreMatrix:
+    """Load a score matrix from a long or wide CSV/TSV/Parquet table.
+
+    Args:
+      path: ``.csv``, ``.tsv``, ``.parquet`` or ``.pq`` file.
+      layout: ``"long"`` (one row per model, item, score), ``"wide"`` (models as
+        rows, items as columns) or ``"auto"``: long when the header has
+        ``model_col``, ``item_col`` and ``score_col``, else wide.
+      model_col: column naming the models (long; optional in wide, where the first
+        column is used when it is absent).
+      item_col: column naming the items (long only).
+      score_col: column holding the scores in [0, 1] (long only).
+      target_col: optional column with each model's external full-benchmark score
+        in [0, 1] (long: must be the same on all of a model's rows).
+      sep: CSV separator (default ``,``; tab for ``.tsv``).
+      name: the ``source`` to record (default: the path).
+
+    Returns:
+      A :class:`~jaxeval.ScoreMatrix`; what the loader converted is listed in
+      ``metadata['conversions']``.
+
+    Example:
+      >>> import pathlib, tempfile, jaxeval
+      >>> p = pathlib.Path(tempfile.mkdtemp()) / "long.csv"
+      >>> _ = p.write_text("model,item,score\\na,q1,1\\na,q2,0\\nb,q1,0\\n")
+      >>> sm = jaxeval.load(p)
+      >>> sm.mask.tolist(), sm.models.tolist(), sm.items.tolist()
+      ([[True, True], [True, False]], ['a', 'b'], ['q1', 'q2'])
+    """
+    path = Path(path)
+    src = name or str(path)
+    if layout not in ("auto", "long", "wide"):
+        raise ValueError(f"load_table: layout must be 'auto', 'long' or 'wide', got {layout!r}")
+    header, rows = _read_cells(path, sep)
+    if not rows:
+        raise ValueError(f"{src}: the table has a header but no rows")
+    if layout == "auto":
+        layout = "long" if {model_col, item_col, score_col} <= set(header) else "wide"
+    seen: set[str] = set()
+    for h in header:
+        if h in seen:
+            raise ValueError(f"{src}: duplicate column name {h!r} in the header")
+        seen.add(h)
+    notes: dict[str, Any] = {"format": f"table ({layout})", "conversions": []}
+    flags: dict[str, bool] = {}
+    if layout == "long":
+        sm_args = _long(header, rows, src, model_col, item_col, score_col, target_col, notes, flags)
+    else:
+        sm_args = _wide(header, rows, src, model_col, target_col, flags)
+    if flags.get("bool"):
+        notes["conversions"].append("true/false cells read as 1/0")
+    return ScoreMatrix(**sm_args, source=src, metadata=notes)
+
+
+def _col(header: list[str], col: str, src: str, what: str) -> int:
+    if col not in header:
+        raise ValueError(f"{src}: missing {what} column '{col}' (columns present: {header})")
+    return header.index(col)
+
+
+def _long(header, rows, src, model_col, item_col, score_col, target_col, notes, flags):
+    im = _col(header, model_col, src, "model")
+    ii = _col(header, item_col, src, "item")
+    isc = _col(header, score_col, src, "score")
+    it = None if target_col is None else _col(header, target_col, src, "target")
+    models: dict[str, int] = {}
+    items: dict[str, int] = {}
+    first_row: dict[tuple[int, int], int] = {}
+    cells = []
+    targets: dict[int, tuple[float, int]] = {}
+    for r, row in enumerate(rows, start=2):  # line 1 is the header
+        where = f"row {r}"
+        m_name, i_name = str(row[im]).strip(), str(row[ii]).strip()
+        if m_name == "" or i_name == "":
+            raise ValueError(f"{src}: {where}: empty '{model_col if m_name == '' else item_col}'")
+        value = _to_float(row[isc], src, f"{where}, column '{score_col}'", flags)
+        if np.isnan(value):
+            raise ValueError(
+                f"{src}: {where}: field '{score_col}' is empty/NaN for ({m_name!r}, {i_name!r}); "
+                "leave unobserved pairs out of a long table instead"
+            )
+        _check_range(value, src, where, score_col)
+        mi = models.setdefault(m_name, len(models))
+        ii_ = items.setdefault(i_name, len(items))
+        if (mi, ii_) in first_row:
+            raise ValueError(
+                f"{src}: duplicate (model, item) pair ({m_name!r}, {i_name!r}) in rows "
+                f"{first_row[(mi, ii_)]} and {r}"
+            )
+        first_row[(mi, ii_)] = r
+        cells.append((mi, ii_, value))
+        if it is not None:
+            t = _to_float(row[it], src, f"{where}, column '{target_col}'", flags)
+            if mi in targets and not (
+                targets[mi][0] == t or (np.isnan(t) and np.isnan(targets[mi][0]))
+            ):
+                raise ValueError(
+                    f"{src}: field '{target_col}' differs between rows {targets[mi][1]} and {r} "
+                    f"of model {m_name!r} ({targets[mi][0]!r} vs {t!r})"
+                )
+            targets.setdefault(mi, (t, r))
+    scores = np.zeros((len(models), len(items)), np.float32)
+    mask = np.zeros(scores.shape, bool)
+    idx = np.array([(a, b) for a, b, _ in cells], np.int64)
+    scores[idx[:, 0], idx[:, 1]] = [v for _, _, v in cells]
+    mask[idx[:, 0], idx[:, 1]] = True
+    missing = int((~mask).sum())
+    if missing:
+        notes["conversions"].append(
+            f"{missing} (model, item) pairs absent from the table: unobserved (mask=False)"
+        )
+    target = None
+    if it is not None:
+        target = np.array([targets[i][0] for i in range(len(models))], np.float64)
+    return dict(scores=scores, mask=mask, models=list(models), items=list(items), target=target)
+
+
+def _wide(header, rows, src, model_col, target_col, flags):
+    im = header.index(model_col) if model_col in header else 0
+    it = None if target_col is None else _col(header, target_col, src, "target")
+    item_cols = [j for j in range(len(header)) if j not in (im, it)]
+    if not item_cols:
+        raise ValueError(f"{src}: a wide table needs item columns beside the model column")
+    scores = np.empty((len(rows), len(item_cols)), np.float64)
+    models, target = [], []
+    for r, row in enumerate(rows, start=2):
+        name = str(row[im]).strip()
+        if name == "":
+            raise ValueError(f"{src}: row {r}: empty model name in column '{header[im]}'")
+        models.append(name)
+        for k, j in enumerate(item_cols):
+            v = _to_float(row[j], src, f"row {r} (model {name!r}), column {header[j]!r}", flags)
+            if not np.isnan(v):
+                _check_range(v, src, f"row {r} (model {name!r}), column {header[j]!r}", "score")
+            scores[r - 2, k] = v
+        if it is not None:
+            t = _to_float(row[it], src, f"row {r}, column '{target_col}'", flags)
+            target.append(t)
+    return dict(
+        scores=scores,
+        models=models,
+        items=[header[j] for j in item_cols],
+        target=None if it is None else np.array(target),
+    )

@@ -1,0 +1,347 @@
+"""Every loader on small fixtures written here, and every refusal of bad input.
+
+Each refusal test checks that the message names the file, the field and the problem.
+"""
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+import jaxeval
+from jaxeval import ScoreMatrix
+from jaxeval._lmeval import load_lm_eval
+from jaxeval._tables import load_table
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
+
+
+def _raises(match, fn, *args, **kw):
+    with pytest.raises(ValueError) as exc:
+        fn(*args, **kw)
+    msg = str(exc.value)
+    for part in match:
+        assert re.search(part, msg), f"{part!r} not in {msg!r}"
+    return msg
+
+
+# --------------------------------------------------------------------- tables
+LONG = "model,item,score,full\nm1,q1,1,0.9\nm1,q2,0,0.9\nm2,q2,0.5,0.4\nm2,q3,1,0.4\n"
+
+
+def test_long_csv_with_missing_pairs_and_target(tmp_path):
+    p = _write(tmp_path / "long.csv", LONG)
+    sm = jaxeval.load(p, target_col="full")
+    assert sm.models.tolist() == ["m1", "m2"] and sm.items.tolist() == ["q1", "q2", "q3"]
+    np.testing.assert_array_equal(sm.scores, [[1, 0, 0], [0, 0.5, 1]])
+    np.testing.assert_array_equal(sm.mask, [[True, True, False], [False, True, True]])
+    np.testing.assert_allclose(sm.target, [0.9, 0.4])
+    assert sm.metadata["format"] == "table (long)"
+    assert any("2 (model, item) pairs absent" in c for c in sm.metadata["conversions"])
+    np.testing.assert_allclose(sm.accuracy(), [0.5, 0.75])
+
+
+def test_long_tsv_and_parquet_match_csv(tmp_path):
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    csv = jaxeval.load(_write(tmp_path / "a.csv", LONG))
+    tsv = jaxeval.load(_write(tmp_path / "a.tsv", LONG.replace(",", "\t")))
+    df = pd.read_csv(tmp_path / "a.csv")
+    df.to_parquet(tmp_path / "a.parquet")
+    pq = jaxeval.load(tmp_path / "a.parquet")
+    for other in (tsv, pq):
+        np.testing.assert_array_equal(other.scores, csv.scores)
+        np.testing.assert_array_equal(other.mask, csv.mask)
+        assert other.items.tolist() == csv.items.tolist()
+    # Wide Parquet too.
+    wide = pd.DataFrame({"model": ["a", "b"], "x": [1.0, np.nan], "y": [0.0, 1.0]})
+    wide.to_parquet(tmp_path / "w.parquet")
+    sw = jaxeval.load(tmp_path / "w.parquet")
+    assert sw.mask.tolist() == [[True, True], [False, True]]
+
+
+def test_wide_csv_blank_cells_and_target(tmp_path):
+    p = _write(tmp_path / "wide.csv", "name,q1,q2,q3,target\na,1,0,,0.7\nb,0.25,1,1,0.6\n")
+    sm = jaxeval.load(p, target_col="target")
+    assert sm.metadata["format"] == "table (wide)"
+    assert sm.models.tolist() == ["a", "b"] and sm.items.tolist() == ["q1", "q2", "q3"]
+    np.testing.assert_array_equal(sm.scores, [[1, 0, 0], [0.25, 1, 1]])
+    assert sm.mask.tolist() == [[True, True, False], [True, True, True]]
+    np.testing.assert_allclose(sm.target, [0.7, 0.6])
+    assert any("NaN cells read as unobserved" in c for c in sm.metadata["conversions"])
+    # model_col found anywhere in the header; true/false read as 1/0 and noted.
+    p2 = _write(tmp_path / "w2.csv", "q1,model,q2\ntrue,a,false\n")
+    s2 = load_table(p2, layout="wide")
+    assert s2.models.tolist() == ["a"] and s2.scores.tolist() == [[1.0, 0.0]]
+    assert "true/false cells read as 1/0" in s2.metadata["conversions"]
+
+
+@pytest.mark.parametrize(
+    "text, kwargs, match",
+    [
+        ("model,item,score\nm1,q1,1\nm2,q1,0\nm1,q1,0\n", {},
+         [r"duplicate \(model, item\) pair \('m1', 'q1'\) in rows 2 and 4"]),
+        ("model,item,score\nm1,q1,1\nm1,q2,1.5\n", {},
+         [r"row 3: field 'score' must lie in \[0, 1\], got 1.5"]),
+        ("model,item,score\nm1,q1,75\n", {}, [r"field 'score'.*got 75.0 \(percent\?"]),
+        ("model,item,score\nm1,q1,yes\n", {}, [r"row 2, column 'score' is not a number: 'yes'"]),
+        ("model,item,score\nm1,q1,\n", {}, [r"row 2: field 'score' is empty/NaN"]),
+        ("model,item,score,t\nm1,q1,1,0.5\nm1,q2,1,0.6\n", {"target_col": "t"},
+         [r"field 't' differs between rows 2 and 3 of model 'm1'"]),
+        ("model,item,score,t\nm1,q1,1,55\n", {"target_col": "t"},
+         [r"field 'target' must lie in \[0, 1\] \(fractions, not percent\)"]),
+        ("model,item,value\nm1,q1,1\n", {"layout": "long"},
+         [r"missing score column 'score' \(columns present: \['model', 'item', 'value'\]\)"]),
+        ("m,q1,q1\na,1,0\n", {}, [r"duplicate column name 'q1'"]),
+        ("m,q1,q2\na,1,0\na,0,0\n", {}, [r"field 'models' has duplicate names.*'a'"]),
+        ("m,q1,q2\na,1,0\nb,0,0,1\n", {}, [r"malformed table"]),
+        ("m,q1,q2\na,1,-0.5\n", {}, [r"row 2 \(model 'a'\), column 'q2': field 'score'.*-0.5"]),
+        ("m,q1,q2\na,1,nope\n", {}, [r"column 'q2' is not a number: 'nope'"]),
+        ("m,q1,q2\n", {}, [r"header but no rows"]),
+        ("", {}, [r"the table is empty"]),
+        ("m\na\n", {}, [r"needs item columns"]),
+    ],
+)
+def test_table_refusals_name_file_field_and_problem(tmp_path, text, kwargs, match):
+    p = _write(tmp_path / "bad.csv", text)
+    _raises([re.escape(str(p))] + match, jaxeval.load, p, **kwargs)
+
+
+def test_table_bad_layout_argument(tmp_path):
+    p = _write(tmp_path / "x.csv", LONG)
+    _raises([r"layout must be 'auto', 'long' or 'wide', got 'tall'"], load_table, p, layout="tall")
+
+
+# ------------------------------------------------------- lm-evaluation-harness
+TS = "2025-03-04T10-11-12.123456"
+
+
+def _sample(doc_id, acc, acc_norm=None, filt="none", **extra):
+    """One line as lm-evaluation-harness --log_samples writes it (multiple choice)."""
+    rec = {
+        "doc_id": doc_id,
+        "doc": {"question": f"Question {doc_id}?", "choices": ["A", "B"], "answerKey": "A"},
+        "target": 0,
+        "arguments": {
+            "gen_args_0": {"arg_0": f"Question {doc_id}?\nAnswer:", "arg_1": " A"},
+            "gen_args_1": {"arg_0": f"Question {doc_id}?\nAnswer:", "arg_1": " B"},
+        },
+        "resps": [[["-1.25", "False"]], [["-2.5", "False"]]],
+        "filtered_resps": [["-1.25", "False"], ["-2.5", "False"]],
+        "filter": filt,
+        "metrics": ["acc", "acc_norm"],
+        "doc_hash": f"hash{doc_id:04d}",
+        "prompt_hash": f"p{doc_id}",
+        "target_hash": "t0",
+        "acc": acc,
+        "acc_norm": acc if acc_norm is None else acc_norm,
+    }
+    rec.update(extra)
+    return rec
+
+
+def _run(root, model, task, records, ts=TS):
+    d = root / model
+    d.mkdir(parents=True, exist_ok=True)
+    p = d / f"samples_{task}_{ts}.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return p
+
+
+def _two_models(root):
+    a = _run(root, "org__model-a", "arc_easy", [_sample(i, float(i % 2), 1.0) for i in range(4)])
+    b = _run(root, "org__model-b", "arc_easy", [_sample(i, 1.0, 0.0) for i in (0, 1, 3)])
+    return a, b
+
+
+def test_lm_eval_single_file_is_one_row(tmp_path):
+    a, _ = _two_models(tmp_path)
+    sm = jaxeval.load(a)
+    assert sm.models.tolist() == ["org__model-a"]
+    assert sm.items.tolist() == ["0", "1", "2", "3"]
+    assert sm.scores.tolist() == [[0, 1, 0, 1]] and sm.is_complete
+    assert sm.metadata["metric"] == {"arc_easy": "acc"}
+    assert sm.metadata["format"] == "lm-evaluation-harness samples"
+    assert load_lm_eval(a, metric="acc_norm").scores.tolist() == [[1, 1, 1, 1]]
+    assert load_lm_eval(a, model="mine").models.tolist() == ["mine"]
+
+
+def test_lm_eval_directory_of_runs_aligns_on_doc_id_with_mask(tmp_path):
+    _two_models(tmp_path)
+    sm = jaxeval.load(tmp_path)
+    assert sm.models.tolist() == ["org__model-a", "org__model-b"]
+    assert sm.items.tolist() == ["0", "1", "2", "3"]
+    np.testing.assert_array_equal(sm.scores, [[0, 1, 0, 1], [1, 1, 0, 1]])
+    np.testing.assert_array_equal(sm.mask, [[1, 1, 1, 1], [1, 1, 0, 1]])
+    assert any("1 (model, doc_id) cells absent" in c for c in sm.metadata["conversions"])
+    # One model folder alone is one row.
+    one = jaxeval.load(tmp_path / "org__model-b")
+    assert one.models.tolist() == ["org__model-b"] and one.items.tolist() == ["0", "1", "3"]
+    # Unaligned doc_id sets can be refused instead.
+    _raises(
+        [re.escape(str(tmp_path)), "doc_ids are not aligned", "'org__model-b' lacks doc_id '2'"],
+        load_lm_eval, tmp_path, missing="error",
+    )
+
+
+def test_lm_eval_several_tasks_and_runs(tmp_path):
+    _two_models(tmp_path)
+    _run(tmp_path, "org__model-a", "piqa", [_sample(i, 1.0) for i in range(2)])
+    _run(tmp_path, "org__model-b", "piqa", [_sample(i, 0.0) for i in range(2)])
+    sm = jaxeval.load(tmp_path)
+    assert sm.items.tolist() == [f"arc_easy/{i}" for i in range(4)] + ["piqa/0", "piqa/1"]
+    assert sm.metadata["tasks"] == ["arc_easy", "piqa"]
+    only = jaxeval.load(tmp_path, task="piqa")
+    assert only.items.tolist() == ["0", "1"] and only.scores.tolist() == [[1, 1], [0, 0]]
+    _raises([r"no samples file for task\(s\) \['mmlu'\]", r"'arc_easy', 'piqa'"],
+            jaxeval.load, tmp_path, task="mmlu")
+    # A second run of the same task: refused unless runs='latest'.
+    _run(tmp_path, "org__model-b", "piqa", [_sample(i, 1.0) for i in range(2)],
+         ts="2025-03-05T00-00-00.000001")
+    _raises([re.escape(str(tmp_path / "org__model-b")), "2 runs of task 'piqa'", "runs='latest'"],
+            jaxeval.load, tmp_path, task="piqa")
+    latest = jaxeval.load(tmp_path, task="piqa", runs="latest")
+    assert latest.scores.tolist() == [[1, 1], [1, 1]]
+    assert "latest" in latest.metadata["runs"]
+
+
+def test_lm_eval_filters_need_choosing(tmp_path):
+    recs = []
+    for i in range(3):
+        for filt, em in (("strict-match", 0.0), ("flexible-extract", 1.0)):
+            r = _sample(i, 0.0, filt=filt, exact_match=em, metrics=["exact_match"])
+            del r["acc"], r["acc_norm"]
+            recs.append(r)
+    p = _run(tmp_path, "org__model-g", "gsm8k", recs)
+    _raises([re.escape(str(p)), "field 'filter' takes several values",
+             r"\['flexible-extract', 'strict-match'\]", "filter="], jaxeval.load, p)
+    assert jaxeval.load(p, filter="flexible-extract").scores.tolist() == [[1, 1, 1]]
+    sm = jaxeval.load(p, filter="strict-match")
+    assert sm.scores.tolist() == [[0, 0, 0]] and sm.metadata["metric"] == {"gsm8k": "exact_match"}
+    _raises([re.escape(str(p)), "no line has filter 'x'"], jaxeval.load, p, filter="x")
+
+
+def test_lm_eval_bool_metric_is_converted_and_noted(tmp_path):
+    recs = [_sample(i, True if i else False) for i in range(3)]
+    sm = jaxeval.load(_run(tmp_path, "m", "t", recs))
+    assert sm.scores.tolist() == [[0, 1, 1]]
+    assert "true/false metric values read as 1/0" in sm.metadata["conversions"]
+
+
+def _bad_lines(tmp_path, lines):
+    d = tmp_path / "org__bad"
+    d.mkdir()
+    p = d / f"samples_arc_easy_{TS}.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+@pytest.mark.parametrize(
+    "lines, kwargs, match",
+    [
+        ([json.dumps(_sample(0, 1.0)), '{"doc_id": 1, "acc": 1.0', json.dumps(_sample(2, 1.0))],
+         {}, [r"line 2: corrupt JSON"]),
+        ([json.dumps(_sample(0, 1.0)), json.dumps(_sample(0, 0.0))], {},
+         [r"line 2: duplicate doc_id 0 \(first on line 1\)"]),
+        ([json.dumps({k: v for k, v in _sample(0, 1.0).items() if k not in ("acc", "acc_norm")}
+                     | {"bleu": [["ref"], "pred"], "metrics": ["bleu"]})], {},
+         [r"no usable metric field", r"Fields seen: \[.*'bleu'.*'doc_id'", "metric="]),
+        ([json.dumps(_sample(0, 1.0, acc_norm="high"))], {"metric": "acc_norm"},
+         [r"line 1: field 'acc_norm' is not a number for doc_id 0: 'high'"]),
+        ([json.dumps(_sample(0, 1.0)), json.dumps(_sample(1, 2.0))], {},
+         [r"line 2: field 'acc' must lie in \[0, 1\], got 2.0 for doc_id 1"]),
+        ([json.dumps(_sample(0, float("nan")))], {},
+         [r"line 1: field 'acc' must lie in \[0, 1\], got nan"]),
+        ([json.dumps(_sample(0, 1.0)), json.dumps({"acc": 1.0})], {},
+         [r"line 2: missing field 'doc_id'"]),
+        ([json.dumps(_sample(0, 1.0)), json.dumps({k: v for k, v in _sample(1, 1.0).items()
+                                                   if k != "acc"})], {},
+         [r"line 2: missing field 'acc' for doc_id 1"]),
+        ([json.dumps(_sample(0, 1.0))], {"metric": "f1"},
+         [r"line 1: no field 'f1' \(metric fields: \['acc', 'acc_norm'\]\)"]),
+        (["[1, 2]"], {}, [r"line 1: expected a JSON object, got list"]),
+        ([""], {}, [r"no samples \(empty file\)"]),
+    ],
+)
+def test_lm_eval_refusals_name_file_line_field_and_problem(tmp_path, lines, kwargs, match):
+    p = _bad_lines(tmp_path, lines)
+    _raises([re.escape(str(p))] + match, jaxeval.load, p, **kwargs)
+
+
+def test_lm_eval_unaligned_doc_hashes_refused(tmp_path):
+    _run(tmp_path, "org__a", "arc_easy", [_sample(i, 1.0) for i in range(3)])
+    other = [_sample(i, 1.0) for i in range(3)]
+    other[1]["doc_hash"] = "somethingelse"
+    b = _run(tmp_path, "org__b", "arc_easy", other)
+    _raises([re.escape(str(b)), "doc_id 1 has field 'doc_hash'", "not aligned on doc_id"],
+            jaxeval.load, tmp_path)
+
+
+def test_lm_eval_empty_directory_refused(tmp_path):
+    (tmp_path / "sub").mkdir()
+    _raises([re.escape(str(tmp_path)), r"no samples_\*.jsonl files", "--log_samples"],
+            jaxeval.load, tmp_path)
+
+
+# ------------------------------------------------------------------------ npz
+def test_to_npz_round_trips_through_load(tmp_path):
+    sm = ScoreMatrix(
+        np.array([[1.0, np.nan, 0.25], [0.0, 1.0, 1.0]]),
+        models=["a", "b"], items=["x", "y", "z"], target=[0.3, 0.7], source="mine",
+        metadata={"note": "hello", "arr": np.arange(3)},
+    )
+    p = sm.to_npz(tmp_path / "m")
+    assert p.name == "m.npz"
+    back = jaxeval.load(p)
+    for f in ("scores", "mask", "models", "items", "target"):
+        np.testing.assert_array_equal(getattr(back, f), getattr(sm, f))
+    assert back.scores.dtype == np.float32 and back.target.dtype == np.float32
+    assert back.source == "mine" and back.metadata["note"] == "hello"
+    assert back.metadata["arr"] == [0, 1, 2]
+    assert back.metadata["conversions"] == sm.metadata["conversions"]
+    # A bundled dataset round-trips too (names, licence and all).
+    ds = jaxeval.load("oll2_musr")
+    b2 = jaxeval.load(ds.to_npz(tmp_path / "musr.npz"))
+    np.testing.assert_array_equal(b2.scores, ds.scores)
+    assert b2.models.tolist() == ds.models.tolist() and b2.metadata["licence"] == "MIT"
+    assert b2.target is None
+
+
+def test_npz_refusals(tmp_path):
+    p = tmp_path / "bad.npz"
+    np.savez(p, scores=np.array([[0, 2]], np.uint8))
+    _raises([re.escape(str(p)), "field 'scores' is uint8", "values up to 2"], jaxeval.load, p)
+    np.savez(p, other=np.zeros(2))
+    _raises([re.escape(str(p)), r"missing field 'scores' \(fields present: \['other'\]\)"],
+            jaxeval.load, p)
+    np.savez(p, scores=np.zeros((2, 2)), mask=np.ones((2, 3), bool))
+    _raises([re.escape(str(p)), r"field 'mask' has shape \(2, 3\), expected \(2, 2\)"],
+            jaxeval.load, p)
+    np.savez(p, scores=np.array([[0.5, np.nan]]), mask=np.ones((1, 2), bool))
+    _raises([re.escape(str(p)), "field 'scores' has 1 NaN cells marked observed"], jaxeval.load, p)
+    np.savez(p, scores=np.zeros((2, 2)), models=np.array(["a", "a"]))
+    _raises([re.escape(str(p)), "field 'models' has duplicate names"], jaxeval.load, p)
+    np.savez(p, scores=np.zeros((0, 4)))
+    _raises([re.escape(str(p)), "field 'scores' is empty"], jaxeval.load, p)
+    np.savez(p, scores=np.zeros(4))
+    _raises([re.escape(str(p)), "field 'scores' must be 2-D"], jaxeval.load, p)
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    _raises([r"junk.npz: not a readable .npz file"], jaxeval.load, tmp_path / "junk.npz")
+
+
+def test_npz_full_score_pct_becomes_target(shared_data):
+    sm = jaxeval.load(shared_data / "metabench_oll1_arc_selected.npz", duplicate_names="rename")
+    assert sm.target is not None and sm.target.shape == (sm.n_models,)
+    fin = sm.target[np.isfinite(sm.target)]
+    assert 0 <= fin.min() and fin.max() <= 1
+    assert any("full_score_pct / 100" in c for c in sm.metadata["conversions"])
+
+
+def test_load_dispatch_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="neither a bundled dataset"):
+        jaxeval.load(tmp_path / "nothing.csv")
+    _raises([r"cannot tell the format", r"'\.xyz'"], jaxeval.load, _write(tmp_path / "a.xyz", ""))
