@@ -1,0 +1,734 @@
+"""The best-model identification loop (SPEC 2.1-2.6): one jitted run = one replicate.
+
+Two levels of API:
+
+- :func:`run_identification` ``(rep_key, data, params, config) -> IdentificationOutput``:
+  the raw kernel for one replicate, pure and jittable, vmapped over replicates by the
+  caller. ``data`` is a :class:`ProblemData` pytree of arrays (the truth source and the
+  frozen item factors), ``params`` a :class:`Params` pytree of dynamic numeric settings
+  (α, UCB-E's ``a``, PULSE's scale, ...; new values never recompile) and ``config`` a
+  hashable, static :class:`Config` (shapes, budgets, policy kind, ...).
+- :func:`make_replicate_fn` ``(problem, config) -> fn(rep_key) -> pytree`` for the study
+  runner (:func:`jaxeval._runner.run_replicates`).
+
+The loop. Each step a policy (:mod:`jaxeval._policies`) picks one arm; the arm draws its
+next ``b`` unseen items from its own uniform without-replacement order
+(:mod:`jaxeval._sampling`, O(K) state); for each drawn item the doubly robust term of
+SPEC 2.3 (:mod:`jaxeval._estimators`) with the predictions and λ frozen before the batch
+updates the arm's confidence sequences (:mod:`jaxeval._confseq`, one per requested
+kind, at α/K per arm); the arm's factor ``u`` is refitted on its observed items
+(:func:`jaxeval._factorization.update_model_factors`, O(n r) for that row only) and its
+ranking estimate (the difference estimate) is recomputed. Policies without predictions
+run the same loop with λ = 0 (the plain without-replacement mean). A fully evaluated
+arm is exact (width 0).
+
+Modes. ``mode="budget"``: a ``lax.scan`` over a static number of steps; batches are cut
+so that the calls land exactly on every checkpoint budget, and the state at each
+checkpoint is recorded (one run gives the whole accuracy-versus-budget curve).
+``mode="confidence"``: a ``lax.while_loop`` that stops when the leader's lower bound
+clears every other arm's upper bound minus ``eps`` (ε-good), or the call cap is reached,
+or every arm is exhausted; one record.
+
+Truth sources (``Config.truth``):
+
+- ``"real"``: a fixed candidate pool ``[m, n]`` (full rows) and a table of instances
+  ``[I, K]`` (row indices into the pool); replicate ``r`` plays instance
+  ``instance_of(r)`` chosen from the key, or, when ``Config.instance_per_replicate`` is
+  False, ``data.instance_index`` is used by the caller per replicate.
+- ``"synthetic"``: a low-rank logistic truth regenerated per replicate from its key, one
+  row at a time (no ``[K, n]`` array is ever stored, so memory stays flat in ``n``):
+  ``V ~ N(0, 1/r)``, ``c ~ N(mean_c, scale_c^2)``, ``u_i ~ N(0, scale_u^2)``,
+  ``S_ij ~ Bernoulli(sigmoid(u_i . v_j + c_j))``. Predictions use the true ``V, c``.
+
+Deliberately bad predictions for validity studies (``Config.corruption``): ``"biased"``
+(``clip(S_hat + bias)``), ``"random"`` (i.i.d. uniform, fixed per arm),
+``"adversarial"`` (``1 - S``, perfectly anti-correlated with the truth). Validity of the
+DR intervals does not depend on the predictions; the naive pooled estimate does.
+
+Keys: ``fold_in(rep_key, purpose)`` with the named constants below; the item orders and
+instances depend on the replicate key only, so every policy run with the same seed sees
+the same instances and the same item orders.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxeval import _confseq, _estimators, _policies, _sampling
+from jaxeval._factorization import ItemFactors, predict_scores, update_model_factors
+
+__all__ = [
+    "CS_KINDS",
+    "Config",
+    "IdentificationOutput",
+    "Params",
+    "ProblemData",
+    "STATUS_BUDGET",
+    "STATUS_CONFIDENT",
+    "STATUS_EXHAUSTED",
+    "STATUS_NONFINITE",
+    "STATUS_POLICY_DONE",
+    "make_replicate_fn",
+    "run_identification",
+]
+
+# ----------------------------------------------------------------- constants
+#: The run reached its budget (or checkpoint) with arms left to evaluate.
+STATUS_BUDGET = 0
+#: Fixed-confidence mode: the stopping rule fired.
+STATUS_CONFIDENT = 1
+#: Every arm is fully evaluated (all intervals exact).
+STATUS_EXHAUSTED = 2
+#: The policy stopped pulling before the budget was spent (SySRs' schedule ended with its
+#: survivor exhausted, or every arm it may still pull is exhausted).
+STATUS_POLICY_DONE = 3
+#: A non-finite estimate or bound appeared.
+STATUS_NONFINITE = 4
+
+CS_KINDS = ("eb", "hoeffding", "betting")
+
+_PURPOSE_ORDER = 1
+_PURPOSE_INSTANCE = 2
+_PURPOSE_TRUTH = 3
+_PURPOSE_PRED = 4
+
+
+# --------------------------------------------------------------- containers
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Static settings of a run (hashable: a new value recompiles).
+
+    Attributes:
+      policy: one of :data:`jaxeval._policies.POLICIES`.
+      num_arms: K.
+      num_items: n.
+      batch_size: b, items per pull.
+      budgets: sorted checkpoint budgets in LLM calls (fixed-budget mode); the largest
+        is the run's budget. In confidence mode, ``budgets[-1]`` is the call cap.
+      mode: ``"budget"`` or ``"confidence"``.
+      cs_kinds: confidence-sequence kinds computed (subset of :data:`CS_KINDS`).
+      stop_kind: kind used for the stopping rule and PULSE's exploration radius.
+      use_predictions: run the DR estimator with the factorization's predictions; False
+        means λ = 0 (the plain mean). Defaults to True for prediction policies.
+      refit: refit the pulled arm's factor after each batch.
+      num_newton: Newton steps per refit.
+      synchronized: one item order shared by all arms (SySRs' order).
+      horizon: SySRs' planning horizon in calls (default ``budgets[-1]``).
+      truth: ``"real"`` or ``"synthetic"``.
+      rank: factor rank (synthetic truth).
+      corruption: ``"none"``, ``"biased"``, ``"random"`` or ``"adversarial"``.
+    """
+
+    policy: str
+    num_arms: int
+    num_items: int
+    budgets: tuple[int, ...]
+    batch_size: int = 1
+    mode: str = "budget"
+    cs_kinds: tuple[str, ...] = ("eb", "hoeffding")
+    stop_kind: str = "eb"
+    use_predictions: bool | None = None
+    refit: bool = True
+    num_newton: int = 2
+    synchronized: bool | None = None
+    horizon: int | None = None
+    truth: str = "real"
+    rank: int = 4
+    corruption: str = "none"
+
+    def __post_init__(self):
+        if self.policy not in _policies.POLICIES:
+            raise ValueError(f"policy: expected one of {_policies.POLICIES}, got {self.policy!r}")
+        if self.mode not in ("budget", "confidence"):
+            raise ValueError(f"mode: expected 'budget' or 'confidence', got {self.mode!r}")
+        bad = [k for k in self.cs_kinds if k not in CS_KINDS]
+        if bad or not self.cs_kinds:
+            raise ValueError(
+                f"cs_kinds: expected a non-empty subset of {CS_KINDS}, got {self.cs_kinds}"
+            )
+        if self.stop_kind not in self.cs_kinds:
+            raise ValueError(
+                f"stop_kind {self.stop_kind!r} must be one of cs_kinds {self.cs_kinds}"
+            )
+        if self.truth not in ("real", "synthetic"):
+            raise ValueError(f"truth: expected 'real' or 'synthetic', got {self.truth!r}")
+        if self.corruption not in ("none", "biased", "random", "adversarial"):
+            raise ValueError(f"corruption: unknown kind {self.corruption!r}")
+        if tuple(sorted(self.budgets)) != tuple(self.budgets) or not self.budgets:
+            raise ValueError(f"budgets must be a non-empty sorted tuple, got {self.budgets}")
+
+    @property
+    def predictions(self) -> bool:
+        if self.use_predictions is None:
+            return self.policy in _policies.PREDICTION_POLICIES
+        return bool(self.use_predictions)
+
+    @property
+    def sync(self) -> bool:
+        return self.policy == "sysrs" if self.synchronized is None else bool(self.synchronized)
+
+    @property
+    def phase_lengths(self) -> tuple[int, ...]:
+        if self.policy != "sysrs":
+            return ()
+        horizon = self.budgets[-1] if self.horizon is None else self.horizon
+        return _policies.sr_phase_lengths(self.num_arms, horizon, self.num_items)
+
+    @property
+    def num_steps(self) -> int:
+        b = self.batch_size
+        return -(-self.budgets[-1] // b) + len(self.budgets) + self.num_arms + 1
+
+
+class Params(NamedTuple):
+    """Dynamic numeric settings (arrays; new values never recompile).
+
+    Attributes:
+      alpha: family-wise error level; each arm's two-sided interval uses ``alpha / K``.
+      a: UCB-E exploration constant.
+      scale: PULSE exploration scale (multiplies the interval half-width).
+      rho: prior strength of the online factor refit.
+      lam0: prior λ.
+      shrink: pseudo-count of the λ prior.
+      eps: ε of the ε-good stopping rule.
+      bias: size of the ``"biased"`` corruption.
+      scale_u, scale_c, mean_c: synthetic truth's spreads.
+    """
+
+    alpha: jax.Array
+    a: jax.Array
+    scale: jax.Array
+    rho: jax.Array
+    lam0: jax.Array
+    shrink: jax.Array
+    eps: jax.Array
+    bias: jax.Array
+    scale_u: jax.Array
+    scale_c: jax.Array
+    mean_c: jax.Array
+
+    @classmethod
+    def make(
+        cls,
+        alpha=0.05,
+        a=1.0,
+        scale=1.0,
+        rho=1.0,
+        lam0=1.0,
+        shrink=10.0,
+        eps=0.0,
+        bias=0.3,
+        scale_u=1.0,
+        scale_c=1.5,
+        mean_c=0.0,
+    ) -> Params:
+        """All settings as float32 scalars."""
+        vals = (alpha, a, scale, rho, lam0, shrink, eps, bias, scale_u, scale_c, mean_c)
+        return cls(*(jnp.asarray(v, jnp.float32) for v in vals))
+
+
+class ProblemData(NamedTuple):
+    """Arrays of a truth source (a pytree; passed as operands, never baked in).
+
+    Attributes:
+      pool: float32 ``[m, n]`` candidate rows (``"real"``; ``[1, 1]`` dummy otherwise).
+      instances: int32 ``[I, K]`` row indices into ``pool`` (``"real"``).
+      item_factors: frozen :class:`ItemFactors` (``"real"`` with predictions; dummies
+        otherwise).
+    """
+
+    pool: jax.Array
+    instances: jax.Array
+    item_factors: ItemFactors
+
+
+class Record(NamedTuple):
+    """The loop's summary at one checkpoint (leading axes: checkpoints, then kinds)."""
+
+    estimate: jax.Array  # [K] ranking estimate
+    lower: jax.Array  # [Q, K]
+    upper: jax.Array  # [Q, K]
+    naive: jax.Array  # [K]
+    pulls: jax.Array  # [K] int32 items evaluated
+    lam: jax.Array  # [K] λ of the arm's last batch
+    recommended: jax.Array  # int32
+    calls: jax.Array  # int32
+    status: jax.Array  # int32
+
+
+class IdentificationOutput(NamedTuple):
+    """One replicate's output (a leading replicate axis is added by vmap).
+
+    Attributes:
+      theta: float32 ``[K]`` true accuracies.
+      instance: int32 index of the instance played (``-1`` for synthetic truth).
+      checkpoints: a :class:`Record` whose leaves have a leading checkpoint axis ``[C]``
+        (``C = len(budgets)``; 1 in confidence mode); bounds are ``[C, Q, K]`` for the
+        ``Q = len(cs_kinds)`` kinds in order.
+    """
+
+    theta: jax.Array
+    instance: jax.Array
+    checkpoints: Record
+
+
+class LoopState(NamedTuple):
+    sampler: _sampling.SamplerState
+    pstate: _policies.PolicyState
+    sum_s: jax.Array  # [K]
+    u: jax.Array  # [K, r]
+    lam_stats: _estimators.LambdaStats
+    lam: jax.Array  # [K]
+    estimate: jax.Array  # [K]
+    naive: jax.Array  # [K]
+    cs: tuple  # per kind, [K]-shaped states
+    calls: jax.Array  # int32
+    stopped: jax.Array  # bool
+    status: jax.Array  # int32
+
+
+# ------------------------------------------------------------- truth sources
+class _Truth(NamedTuple):
+    """Per-replicate handle on the truth: how to get a row and the predictions."""
+
+    rows: jax.Array  # [K] row indices into the pool (real) or unused
+    key: jax.Array  # truth key (synthetic)
+    pred_key: jax.Array
+
+
+def _synthetic_items(key, config: Config, params: Params):
+    n, r = config.num_items, config.rank
+    kv, kc = jax.random.split(jax.random.fold_in(key, 0))
+    V = jax.random.normal(kv, (n, r), jnp.float32) / math.sqrt(r)
+    c = params.mean_c + params.scale_c * jax.random.normal(kc, (n,), jnp.float32)
+    return V, c
+
+
+def _row(truth: _Truth, data: ProblemData, arm, config: Config, params: Params):
+    if config.truth == "real":
+        return data.pool[truth.rows[arm]]
+    V, c = _synthetic_items(truth.key, config, params)
+    ku, ks = jax.random.split(jax.random.fold_in(jax.random.fold_in(truth.key, 1), arm))
+    u = params.scale_u * jax.random.normal(ku, (config.rank,), jnp.float32)
+    p = jax.nn.sigmoid(V @ u + c)
+    return (jax.random.uniform(ks, (config.num_items,)) < p).astype(jnp.float32)
+
+
+def _item_factors(truth: _Truth, data: ProblemData, config: Config, params: Params):
+    if config.truth == "real":
+        return data.item_factors
+    V, c = _synthetic_items(truth.key, config, params)
+    return ItemFactors(V, c, jnp.zeros((config.rank,), jnp.float32))
+
+
+def _predict(u_arm, s_row, arm, truth, factors, config: Config, params: Params):
+    p = predict_scores(u_arm, factors)
+    kind = config.corruption
+    if kind == "biased":
+        p = jnp.clip(p + params.bias, 0.0, 1.0)
+    elif kind == "random":
+        p = jax.random.uniform(jax.random.fold_in(truth.pred_key, arm), p.shape)
+    elif kind == "adversarial":
+        p = 1.0 - s_row
+    return p
+
+
+def _rank(config: Config, data: ProblemData) -> int:
+    if config.truth == "synthetic":
+        return config.rank
+    return data.item_factors.V.shape[1]
+
+
+# --------------------------------------------------------------------- kernel
+def _bounds(cs, sum_s, count, config: Config):
+    """Lower/upper ``[Q, K]`` of every kind, exact for fully evaluated arms."""
+    n = config.num_items
+    exact = sum_s / n
+    done = count >= n
+    lows, ups = [], []
+    for kind, st in zip(config.cs_kinds, cs):
+        mod = _confseq.get(kind)
+        lo, hi = mod.bounds(mod.finalize(st, exact, done))
+        lows.append(lo)
+        ups.append(hi)
+    return jnp.stack(lows), jnp.stack(ups)
+
+
+def _record(state: LoopState, config: Config) -> Record:
+    lower, upper = _bounds(state.cs, state.sum_s, state.sampler.count, config)
+    est = state.estimate
+    rec = jnp.argmax(jnp.where(state.pstate.alive, est, -jnp.inf)).astype(jnp.int32)
+    return Record(
+        estimate=est,
+        lower=lower,
+        upper=upper,
+        naive=state.naive,
+        pulls=state.sampler.count,
+        lam=state.lam,
+        recommended=rec,
+        calls=state.calls,
+        status=state.status,
+    )
+
+
+def _init_state(truth, data, config: Config, params: Params) -> LoopState:
+    K, n = config.num_arms, config.num_items
+    r = _rank(config, data) if config.predictions else 1
+    if config.predictions:
+        factors = _item_factors(truth, data, config, params)
+        u = jnp.broadcast_to(factors.u_mean, (K, r)).astype(jnp.float32)
+        zero_s = jnp.zeros((n,), jnp.float32)
+
+        def prior_pred(arm):
+            return _predict(u[arm], zero_s, arm, truth, factors, config, params)
+
+        if config.corruption == "adversarial":
+            # the prior prediction of an adversary is 1 - S as well
+            def prior_pred(arm):  # noqa: F811
+                s = _row(truth, data, arm, config, params)
+                return 1.0 - s
+
+        mean_pred = jax.lax.map(lambda a: jnp.mean(prior_pred(a)), jnp.arange(K))
+        est0 = mean_pred
+        naive0 = mean_pred
+    else:
+        u = jnp.zeros((K, 1), jnp.float32)
+        est0 = jnp.full((K,), 0.5, jnp.float32)
+        naive0 = jnp.zeros((K,), jnp.float32)
+    cs = tuple(_confseq.get(k).init((K,)) for k in config.cs_kinds)
+    return LoopState(
+        sampler=_sampling.init(K),
+        pstate=_policies.policy_init(K),
+        sum_s=jnp.zeros((K,), jnp.float32),
+        u=u,
+        lam_stats=_estimators.lambda_stats_init((K,)),
+        lam=jnp.zeros((K,), jnp.float32),
+        estimate=est0,
+        naive=naive0,
+        cs=cs,
+        calls=jnp.zeros((), jnp.int32),
+        stopped=jnp.zeros((), bool),
+        status=jnp.full((), STATUS_BUDGET, jnp.int32),
+    )
+
+
+def _take(tree, i):
+    return jax.tree.map(lambda x: x[i], tree)
+
+
+def _put(tree, i, val):
+    return jax.tree.map(lambda x, v: x.at[i].set(v), tree, val)
+
+
+def _half_width(state: LoopState, config: Config):
+    q = config.cs_kinds.index(config.stop_kind)
+    mod = _confseq.get(config.stop_kind)
+    lo, hi = mod.bounds(state.cs[q])
+    hw = 0.5 * (hi - lo)
+    return jnp.where(state.sampler.count > 0, jnp.minimum(hw, 1.0), jnp.inf)
+
+
+def _step(state: LoopState, order_key, truth, data, config: Config, params: Params, cap_calls):
+    """One pull of one arm (a no-op once stopped or when nothing can be pulled)."""
+    K, n, b = config.num_arms, config.num_items, config.batch_size
+    count = state.sampler.count
+    full = count >= n
+    view = _policies.ArmView(
+        count=count,
+        full=full,
+        mean_obs=state.sum_s / jnp.maximum(count, 1).astype(jnp.float32),
+        estimate=state.estimate,
+        naive=state.naive,
+        half_width=_half_width(state, config),
+    )
+    arm, item_cap, ok, pstate = _policies.choose_arm(
+        config.policy, view, state.pstate, params.a, params.scale, config.phase_lengths
+    )
+    limit = jnp.minimum(jnp.minimum(item_cap, cap_calls - state.calls), b)
+    active = ok & (limit > 0) & ~state.stopped
+
+    # --- the arm's view: order, truth row, predictions frozen before the batch
+    keys, seen = _sampling.arm_view(order_key, state.sampler, arm, n, config.sync)
+    s_row = _row(truth, data, arm, config, params)
+    n_seen = count[arm]
+    n_unseen = n - n_seen
+    unseen = ~seen
+    if config.predictions:
+        factors = _item_factors(truth, data, config, params)
+        p_row = _predict(state.u[arm], s_row, arm, truth, factors, config, params)
+        lam = _estimators.plugin_lambda(
+            _take(state.lam_stats, arm), params.lam0, shrink=params.shrink
+        )
+    else:
+        factors = None
+        p_row = jnp.zeros((n,), jnp.float32)
+        lam = jnp.zeros((), jnp.float32)
+    sum_pu = jnp.sum(jnp.where(unseen, p_row, 0.0))
+    max_pu = jnp.max(jnp.where(unseen, p_row, -jnp.inf))
+    min_pu = jnp.min(jnp.where(unseen, p_row, jnp.inf))
+    max_pu = jnp.where(n_unseen > 0, max_pu, 0.0)
+    min_pu = jnp.where(n_unseen > 0, min_pu, 0.0)
+    sum_s_arm = state.sum_s[arm]
+    center = jnp.asarray(state.estimate[arm], jnp.float32)
+
+    # --- the batch, one martingale term per item (items move from U to O one at a time)
+    items, valid, sampler = _sampling.take_batch(keys, seen, state.sampler, arm, b, limit)
+    valid = valid & active
+    vf = valid.astype(jnp.float32)
+    s_b = s_row[items] * vf
+    p_b = p_row[items] * vf
+    excl_s = jnp.cumsum(s_b) - s_b
+    excl_p = jnp.cumsum(p_b) - p_b
+    k_b = jnp.arange(b, dtype=jnp.int32)
+    nu_k = n_unseen - k_b
+    so_k = sum_s_arm + excl_s
+    spu_k = sum_pu - excl_p
+    y = _estimators.dr_term(so_k, spu_k, jnp.maximum(nu_k, 1), s_b, p_b, lam, n)
+    lo, hi = _estimators.dr_range(so_k, spu_k, jnp.maximum(nu_k, 0), max_pu, min_pu, lam, n)
+    center_k = jnp.clip(center, lo, hi)
+    alpha_arm = params.alpha / K
+
+    cs_arm = tuple(_take(st, arm) for st in state.cs)
+
+    def item_body(carry, xs):
+        cs_c, ls = carry
+        y_k, lo_k, hi_k, m_k, s_k, p_k, v_k = xs
+        new_cs = []
+        for kind, st in zip(config.cs_kinds, cs_c):
+            upd = _confseq.get(kind).update(st, y_k, lo_k, hi_k, m_k, alpha_arm)
+            new_cs.append(jax.tree.map(lambda a_, b_: jnp.where(v_k, a_, b_), upd, st))
+        ls = _estimators.lambda_stats_update(ls, s_k, p_k, v_k)
+        return (tuple(new_cs), ls), None
+
+    (cs_arm, ls_arm), _ = jax.lax.scan(
+        item_body,
+        (cs_arm, _take(state.lam_stats, arm)),
+        (y, lo, hi, center_k, s_b, p_b, valid),
+    )
+    n_new = jnp.sum(valid, dtype=jnp.int32)
+    sum_s_new = sum_s_arm + jnp.sum(s_b)
+    count_new = n_seen + n_new
+
+    # --- refit the arm's factor on its observed items; new ranking estimate
+    seen_new = seen | jnp.zeros((n,), bool).at[items].max(valid)
+    if config.predictions:
+        u_arm = state.u[arm]
+        if config.refit:
+            u_new, _ = update_model_factors(
+                factors, s_row[None], seen_new[None], u_arm[None], params.rho, config.num_newton
+            )
+            u_new = u_new[0]
+        else:
+            u_new = u_arm
+        p_new = _predict(u_new, s_row, arm, truth, factors, config, params)
+        lam_next = _estimators.plugin_lambda(ls_arm, params.lam0, shrink=params.shrink)
+        sp_obs = jnp.sum(jnp.where(seen_new, p_new, 0.0))
+        sp_all = jnp.sum(p_new)
+        est_arm = _estimators.difference_estimate(
+            sum_s_new, sp_obs, count_new, sp_all, lam_next, n
+        )
+        naive_arm = _estimators.naive_pooled(sum_s_new, sp_all - sp_obs, n)
+    else:
+        u_new = state.u[arm]
+        est_arm = sum_s_new / jnp.maximum(count_new, 1).astype(jnp.float32)
+        est_arm = jnp.where(count_new > 0, est_arm, 0.5)
+        naive_arm = sum_s_new / n
+    est_arm = jnp.where(count_new >= n, sum_s_new / n, est_arm)
+
+    new = LoopState(
+        sampler=sampler,
+        pstate=pstate,
+        sum_s=state.sum_s.at[arm].set(sum_s_new),
+        u=state.u.at[arm].set(u_new),
+        lam_stats=_put(state.lam_stats, arm, ls_arm),
+        lam=state.lam.at[arm].set(lam),
+        estimate=state.estimate.at[arm].set(est_arm),
+        naive=state.naive.at[arm].set(naive_arm),
+        cs=tuple(_put(st, arm, ca) for st, ca in zip(state.cs, cs_arm)),
+        calls=state.calls + n_new,
+        stopped=state.stopped,
+        status=state.status,
+    )
+    # the policy state advances even when the pull is empty (SySRs rejections)
+    new = jax.tree.map(lambda a_, b_: jnp.where(active, a_, b_), new, state)
+    new = new._replace(pstate=jax.tree.map(
+        lambda a_, b_: jnp.where(state.stopped, b_, a_), pstate, state.pstate))
+    return new
+
+
+def _finish_status(state: LoopState, config: Config, rec: Record) -> jax.Array:
+    exhausted = jnp.all(state.sampler.count >= config.num_items)
+    bad = ~(jnp.all(jnp.isfinite(rec.estimate)) & jnp.all(~jnp.isnan(rec.lower)))
+    status = jnp.where(exhausted, STATUS_EXHAUSTED, state.status)
+    return jnp.where(bad, STATUS_NONFINITE, status).astype(jnp.int32)
+
+
+def _setup(rep_key, data: ProblemData, config: Config, params: Params):
+    order_key = jax.random.fold_in(rep_key, _PURPOSE_ORDER)
+    if config.truth == "real":
+        n_inst = data.instances.shape[0]
+        inst = jax.random.randint(
+            jax.random.fold_in(rep_key, _PURPOSE_INSTANCE), (), 0, n_inst, jnp.int32
+        )
+        rows = data.instances[inst]
+    else:
+        inst = jnp.int32(-1)
+        rows = jnp.zeros((config.num_arms,), jnp.int32)
+    truth = _Truth(
+        rows=rows,
+        key=jax.random.fold_in(rep_key, _PURPOSE_TRUTH),
+        pred_key=jax.random.fold_in(rep_key, _PURPOSE_PRED),
+    )
+    theta = jax.lax.map(
+        lambda a: jnp.mean(_row(truth, data, a, config, params)), jnp.arange(config.num_arms)
+    )
+    return order_key, truth, inst, theta
+
+
+def run_identification(
+    rep_key: jax.Array, data: ProblemData, params: Params, config: Config
+) -> IdentificationOutput:
+    """Run one replicate of the identification loop (pure; jit/vmap it from outside).
+
+    Args:
+      rep_key: the replicate's key (replicate ``i`` of a study: ``fold_in(base, i)``).
+      data: the truth source's arrays.
+      params: dynamic settings.
+      config: static settings (a hashable :class:`Config`).
+
+    Returns:
+      :class:`IdentificationOutput` with one :class:`Record` per checkpoint.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from jaxeval import _identification as idn
+      >>> cfg = idn.Config("ucbe", num_arms=3, num_items=20, budgets=(10, 60), truth="synthetic")
+      >>> out = jax.jit(idn.run_identification, static_argnums=3)(
+      ...     jax.random.key(0), idn.dummy_data(cfg), idn.Params.make(), cfg)
+      >>> out.checkpoints.calls.tolist(), out.checkpoints.pulls.sum(-1).tolist()
+      ([10, 60], [10, 60])
+    """
+    order_key, truth, inst, theta = _setup(rep_key, data, config, params)
+    state = _init_state(truth, data, config, params)
+    budgets = jnp.asarray(config.budgets, jnp.int32)
+
+    if config.mode == "budget":
+        rec0 = _record(state, config)
+        records = jax.tree.map(lambda x: jnp.broadcast_to(x, budgets.shape + x.shape), rec0)
+
+        def body(carry, _):
+            st, recs = carry
+            nxt = budgets[jnp.argmax(budgets > st.calls)]
+            nxt = jnp.where(jnp.any(budgets > st.calls), nxt, budgets[-1])
+            st = _step(st, order_key, truth, data, config, params, nxt)
+            rec = _record(st, config)
+            keep = st.calls <= budgets
+            recs = jax.tree.map(
+                lambda r_, c_: jnp.where(
+                    keep.reshape(keep.shape + (1,) * c_.ndim), c_[None], r_
+                ),
+                recs,
+                rec,
+            )
+            return (st, recs), None
+
+        (state, records), _ = jax.lax.scan(body, (state, records), None, length=config.num_steps)
+        exhausted = jnp.all(state.sampler.count >= config.num_items)
+        reached = records.calls >= budgets
+        status = jnp.where(
+            reached, STATUS_BUDGET, jnp.where(exhausted, STATUS_EXHAUSTED, STATUS_POLICY_DONE)
+        )
+        full_at = jnp.all(records.pulls >= config.num_items, axis=-1)
+        status = jnp.where(full_at, STATUS_EXHAUSTED, status)
+        finite = jnp.all(jnp.isfinite(records.estimate), -1) & ~jnp.any(
+            jnp.isnan(records.lower), (-2, -1)
+        )
+        status = jnp.where(finite, status, STATUS_NONFINITE).astype(jnp.int32)
+        records = records._replace(status=status)
+        return IdentificationOutput(theta=theta, instance=inst, checkpoints=records)
+
+    # ------------------------------------------------------- fixed confidence
+    cap = budgets[-1]
+    q = config.cs_kinds.index(config.stop_kind)
+
+    def confident(st):
+        rec = _record(st, config)
+        lead = jnp.argmax(st.estimate)
+        lo = rec.lower[q, lead]
+        others = jnp.where(jnp.arange(config.num_arms) == lead, -jnp.inf, rec.upper[q])
+        return lo > jnp.max(others) - params.eps
+
+    def cond(carry):
+        st, i = carry
+        exhausted = jnp.all(st.sampler.count >= config.num_items)
+        return ~st.stopped & (st.calls < cap) & ~exhausted & (i < config.num_steps)
+
+    def wbody(carry):
+        st, i = carry
+        st = _step(st, order_key, truth, data, config, params, cap)
+        stop = confident(st)
+        st = st._replace(
+            stopped=stop, status=jnp.where(stop, STATUS_CONFIDENT, st.status).astype(jnp.int32)
+        )
+        return st, i + 1
+
+    state = state._replace(stopped=confident(state))
+    state, steps = jax.lax.while_loop(cond, wbody, (state, jnp.zeros((), jnp.int32)))
+    rec = _record(state, config)
+    status = jnp.where(state.stopped, STATUS_CONFIDENT, _finish_status(state, config, rec))
+    status = jnp.where(
+        ~state.stopped & (state.calls < cap) & (status == STATUS_BUDGET), STATUS_POLICY_DONE, status
+    )
+    rec = rec._replace(status=status.astype(jnp.int32))
+    records = jax.tree.map(lambda x: x[None], rec)
+    return IdentificationOutput(theta=theta, instance=inst, checkpoints=records)
+
+
+def dummy_data(config: Config) -> ProblemData:
+    """Placeholder :class:`ProblemData` for synthetic truth (no pool, no fitted factors)."""
+    return ProblemData(
+        pool=jnp.zeros((1, 1), jnp.float32),
+        instances=jnp.zeros((1, config.num_arms), jnp.int32),
+        item_factors=ItemFactors(
+            jnp.zeros((1, 1), jnp.float32), jnp.zeros((1,), jnp.float32), jnp.zeros((1,))
+        ),
+    )
+
+
+def make_replicate_fn(problem: tuple[ProblemData, Params] | ProblemData, config: Config):
+    """A per-replicate function for the study runner: ``fn(rep_key) -> IdentificationOutput``.
+
+    The problem's arrays (and the settings) are closed over, so they become constants
+    of the compiled program; for many settings of one problem without recompiling,
+    call :func:`run_identification` with ``data``/``params`` as operands instead.
+
+    Args:
+      problem: ``(data, params)``, or ``data`` alone (default :class:`Params`).
+      config: the static :class:`Config`.
+
+    Returns:
+      ``fn(rep_key)``; pure and jittable, to be vmapped over replicate keys
+      (replicate ``i`` gets ``fold_in(base, i)``).
+
+    Example:
+      >>> import jax
+      >>> from jaxeval import _identification as idn
+      >>> cfg = idn.Config("uniform", num_arms=2, num_items=8, budgets=(4, 16), truth="synthetic")
+      >>> fn = idn.make_replicate_fn(idn.dummy_data(cfg), cfg)
+      >>> fn(jax.random.key(1)).checkpoints.calls.tolist()
+      [4, 16]
+    """
+    if isinstance(problem, ProblemData):
+        data, params = problem, Params.make()
+    else:
+        data, params = problem
+
+    def fn(rep_key):
+        return run_identification(rep_key, data, params, config)
+
+    return fn

@@ -1,0 +1,570 @@
+"""``simulate_identification``: the numpy-facing wrapper of the identification loop.
+
+It canonicalises and checks the inputs (refusing bad ones with messages that name the
+argument, the expected and the actual value), splits a real score matrix into training
+models (for the offline factorization) and a candidate pool, draws the instances, runs
+the jitted kernel of :mod:`jaxeval._identification` chunk by chunk through
+:func:`jaxeval._runner.run_replicates` (replicate ``i`` gets ``fold_in(base, i)``), and
+summarises the per-replicate outputs into an :class:`IdentificationReport` of numpy
+arrays.
+
+Same seed, same data, same ``K`` and split settings => the same instances and the same
+item orders for every policy, so policies are compared on identical work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxeval import _identification as idn
+from jaxeval import _policies
+from jaxeval._data import ScoreMatrix
+from jaxeval._factorization import ItemFactors
+from jaxeval._runner import as_key, run_replicates
+
+__all__ = [
+    "DEFAULT_BUDGET_FRACTIONS",
+    "IdentificationReport",
+    "SyntheticSpec",
+    "simulate_identification",
+]
+
+#: The budget grid of SPEC 6.1, as fractions of ``K * n`` LLM calls.
+DEFAULT_BUDGET_FRACTIONS = (
+    0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30, 0.50, 0.75, 1.0,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class SyntheticSpec:
+    """Synthetic low-rank logistic truth, drawn afresh for every replicate.
+
+    ``V ~ N(0, 1/rank)``, ``c ~ N(difficulty_mean, difficulty_scale^2)``,
+    ``u_i ~ N(0, model_scale^2)``, ``S_ij ~ Bernoulli(sigmoid(u_i . v_j + c_j))``; rows are
+    regenerated on demand, so memory does not grow with ``n_items``. PULSE's predictions
+    use the true item factors (corrupt them with ``corruption=`` to test validity).
+
+    Example:
+      >>> SyntheticSpec(n_items=500).rank
+      4
+    """
+
+    n_items: int
+    rank: int = 4
+    model_scale: float = 1.0
+    difficulty_scale: float = 1.5
+    difficulty_mean: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class IdentificationReport:
+    """Results of :func:`simulate_identification` (numpy arrays; ``C`` checkpoints,
+    ``Q`` interval kinds, ``R`` replicates).
+
+    Attributes:
+      budgets: int64 ``[C]`` checkpoint budgets in LLM calls.
+      budget_fractions: ``[C]`` budgets as fractions of ``K * n``.
+      accuracy: ``[C]`` share of replicates whose recommended arm is a true best arm.
+      accuracy_se: ``[C]`` binomial standard error of ``accuracy``.
+      calls_used: ``[C]`` mean LLM calls actually spent at each checkpoint.
+      cs_kinds: the ``Q`` interval kinds, in order.
+      coverage_family: ``[Q]`` share of replicates where all K intervals hold at every
+        checkpoint at once (the anytime, simultaneous claim).
+      coverage_family_at: ``[Q, C]`` family-wise coverage at each checkpoint.
+      coverage_arm: ``[Q]`` share of (replicate, arm) pairs whose interval holds at every
+        checkpoint.
+      width: ``[Q, C]`` mean interval width.
+      naive_coverage_family: ``[C]`` family-wise coverage of intervals of the same widths
+        centred on the naive pooled estimate (NaN without predictions): the naive
+        baseline's claim, expected to fail under biased predictions.
+      status_counts: int64 ``[C, 5]`` replicates per status code at each checkpoint.
+      correct: bool ``[R, C]`` per replicate.
+      recommended: int32 ``[R, C]`` recommended arm.
+      theta: float32 ``[R, K]`` true accuracies.
+      instance: int32 ``[R]`` instance index (``-1`` for synthetic truth).
+      instances: int64 ``[I, K]`` the candidate rows of each instance (models of the pool).
+      pool_models: names of the pool's models (empty for synthetic truth).
+      settings: every setting needed to reproduce the run (seed, versions, chunking).
+    """
+
+    budgets: np.ndarray
+    budget_fractions: np.ndarray
+    accuracy: np.ndarray
+    accuracy_se: np.ndarray
+    calls_used: np.ndarray
+    cs_kinds: tuple[str, ...]
+    coverage_family: np.ndarray
+    coverage_family_at: np.ndarray
+    coverage_arm: np.ndarray
+    width: np.ndarray
+    naive_coverage_family: np.ndarray
+    status_counts: np.ndarray
+    correct: np.ndarray
+    recommended: np.ndarray
+    theta: np.ndarray
+    instance: np.ndarray
+    instances: np.ndarray
+    pool_models: np.ndarray
+    settings: dict
+
+    @property
+    def total_calls(self) -> int:
+        """``K * n``: the calls that evaluate every candidate on every item."""
+        return int(self.settings["K"]) * int(self.settings["n_items"])
+
+    def calls_to(self, accuracy: float = 0.95, *, fraction: bool = False) -> float:
+        """LLM calls needed to reach ``accuracy``, interpolated linearly (SPEC 6.1).
+
+        The first checkpoint whose accuracy reaches the target is found; the answer is
+        interpolated between it and the previous checkpoint. ``inf`` if never reached.
+
+        Args:
+          accuracy: target identification accuracy in (0, 1].
+          fraction: return a fraction of ``K * n`` instead of a number of calls.
+
+        Example:
+          >>> # report.calls_to(0.95, fraction=True) -> e.g. 0.17 (17% of K*n)
+        """
+        b = self.budgets.astype(float)
+        acc = self.accuracy.astype(float)
+        hit = np.flatnonzero(acc >= accuracy)
+        if hit.size == 0:
+            out = math.inf
+        else:
+            i = int(hit[0])
+            if i == 0:
+                out = float(b[0])
+            else:
+                a0, a1 = acc[i - 1], acc[i]
+                out = float(b[i - 1] + (accuracy - a0) / (a1 - a0) * (b[i] - b[i - 1]))
+        return out / self.total_calls if fraction else out
+
+    def summary(self) -> str:
+        """A plain-text table: accuracy, calls used and coverage per checkpoint."""
+        s = self.settings
+        lines = [
+            f"identification: policy={s['policy']} data={s['data']} K={s['K']} "
+            f"n={s['n_items']} b={s['batch_size']} alpha={s['alpha']} R={s['n_replicates']} "
+            f"seed={s['seed']}",
+            f"calls to 95%: {self.calls_to(0.95, fraction=True):.2%} of K*n; "
+            f"to 90%: {self.calls_to(0.90, fraction=True):.2%}",
+            "family-wise coverage (all arms, all checkpoints): "
+            + ", ".join(f"{k}={c:.4f}" for k, c in zip(self.cs_kinds, self.coverage_family)),
+            f"{'budget':>9} {'frac':>7} {'accuracy':>9} {'calls':>9} "
+            + " ".join(f"{'w_' + k:>10}" for k in self.cs_kinds),
+        ]
+        for c, b in enumerate(self.budgets):
+            lines.append(
+                f"{b:>9d} {self.budget_fractions[c]:>7.3f} {self.accuracy[c]:>9.4f} "
+                f"{self.calls_used[c]:>9.1f} "
+                + " ".join(f"{self.width[q, c]:>10.4f}" for q in range(len(self.cs_kinds)))
+            )
+        return "\n".join(lines)
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, np.ndarray):
+                out[f.name] = v
+        out["cs_kinds"] = np.array(self.cs_kinds)
+        return out
+
+    def to_npz(self, path: str) -> None:
+        """Save every array and the settings (as JSON text under ``settings``)."""
+        arrays = self._arrays()
+        arrays["settings"] = np.array(json.dumps(self.settings, default=str))
+        np.savez_compressed(path, **arrays)
+
+    def to_json(self, path: str | None = None) -> str:
+        """The summary figures (not the per-replicate arrays) as JSON; written if ``path``."""
+        doc = {
+            "settings": self.settings,
+            "budgets": self.budgets.tolist(),
+            "budget_fractions": self.budget_fractions.tolist(),
+            "accuracy": self.accuracy.tolist(),
+            "accuracy_se": self.accuracy_se.tolist(),
+            "calls_used": self.calls_used.tolist(),
+            "calls_to_95": self.calls_to(0.95),
+            "calls_to_90": self.calls_to(0.90),
+            "cs_kinds": list(self.cs_kinds),
+            "coverage_family": self.coverage_family.tolist(),
+            "coverage_family_at": self.coverage_family_at.tolist(),
+            "coverage_arm": self.coverage_arm.tolist(),
+            "width": self.width.tolist(),
+            "naive_coverage_family": self.naive_coverage_family.tolist(),
+            "status_counts": self.status_counts.tolist(),
+        }
+        text = json.dumps(doc, default=lambda x: None if x is None else str(x), indent=1)
+        text = text.replace("Infinity", '"inf"')
+        if path is not None:
+            with open(path, "w") as fh:
+                fh.write(text)
+        return text
+
+
+# ----------------------------------------------------------------- kernel cache
+@functools.lru_cache(maxsize=64)
+def _replicate_fn(config: idn.Config, treedef):
+    """One function object per (config, operand structure): the runner's compile cache
+    hits for new seeds, α or exploration settings (they are operands)."""
+
+    def fn(key, *leaves):
+        data, params = jax.tree.unflatten(treedef, leaves)
+        return idn.run_identification(key, data, params, config)
+
+    return fn
+
+
+def _check_unit(name, value, lo=0.0, hi=1.0):
+    v = float(value)
+    if not (lo < v < hi) or not math.isfinite(v):
+        raise ValueError(f"{name} must lie strictly between {lo} and {hi}, got {value!r}")
+    return v
+
+
+def _check_int(name, value, lo, hi=None):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    if value < lo or (hi is not None and value > hi):
+        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ValueError(f"{name} must be {rng}, got {value}")
+    return int(value)
+
+
+def _canonical_budgets(budgets, fractions, total):
+    if budgets is not None and fractions is not None:
+        raise ValueError("give either budgets or budget_fractions, not both")
+    if budgets is None:
+        fr = DEFAULT_BUDGET_FRACTIONS if fractions is None else tuple(fractions)
+        if any(not (0 < f <= 1) for f in fr):
+            raise ValueError(f"budget_fractions must lie in (0, 1], got {fr}")
+        budgets = [max(1, int(round(f * total))) for f in fr]
+    arr = np.asarray(budgets)
+    if arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"budgets must be a non-empty 1-D sequence of integers, got {budgets!r}")
+    if arr.min() < 1 or arr.max() > total:
+        raise ValueError(
+            f"budgets must lie in [1, K*n] = [1, {total}] LLM calls, got min {arr.min()} "
+            f"and max {arr.max()}"
+        )
+    return tuple(int(b) for b in np.unique(arr))
+
+
+def simulate_identification(
+    data: ScoreMatrix | SyntheticSpec,
+    policy: str = "pulse",
+    *,
+    K: int = 10,
+    budgets: Sequence[int] | None = None,
+    budget_fractions: Sequence[float] | None = None,
+    alpha: float = 0.05,
+    n_replicates: int = 200,
+    seed: int = 0,
+    batch_size: int = 1,
+    n_train: int | None = None,
+    n_instances: int = 10,
+    cs_kinds: Sequence[str] = ("eb", "hoeffding"),
+    stop_kind: str = "eb",
+    mode: str = "budget",
+    eps: float = 0.0,
+    a: float = 1.0,
+    scale: float = 1.0,
+    rank: int = 8,
+    rho: float | None = None,
+    lam0: float = 1.0,
+    shrink: float = 10.0,
+    num_newton: int = 2,
+    refit: bool = True,
+    use_predictions: bool | None = None,
+    synchronized: bool | None = None,
+    horizon: int | None = None,
+    corruption: str = "none",
+    bias: float = 0.3,
+    factors: Any = None,
+    fit_steps: int = 500,
+    chunk_size: int | None = None,
+    devices: Sequence[Any] | None = None,
+    progress: bool = False,
+) -> IdentificationReport:
+    """Monte Carlo study of best-model identification with anytime-valid intervals.
+
+    Real data: duplicate rows are removed, the models are split at random (``seed``) into
+    ``n_train`` training models (the offline factorization is fitted on them when the
+    policy uses predictions) and a candidate pool; ``n_instances`` instances of ``K``
+    candidates are drawn from the pool; each replicate plays one instance (chosen from
+    its key) with its own item orders. Synthetic truth draws a fresh matrix per replicate.
+
+    Args:
+      data: a :class:`~jaxeval.ScoreMatrix` (candidate rows must be fully observed) or a
+        :class:`SyntheticSpec`.
+      policy: ``"uniform"``, ``"ucbe"``, ``"naive"``, ``"pulse"``, ``"pulse_ucb"`` or
+        ``"sysrs"``.
+      K: candidates per instance (>= 2).
+      budgets: checkpoint budgets in LLM calls (sorted, within ``[1, K*n]``); default the
+        SPEC 6.1 grid of ``budget_fractions``.
+      budget_fractions: checkpoint budgets as fractions of ``K*n``.
+      alpha: family-wise error level in (0, 1) (each arm gets ``alpha / K``).
+      n_replicates: Monte Carlo replicates.
+      seed: base seed; replicate ``i`` uses ``fold_in(key(seed), i)``.
+      batch_size: items per pull, ``1 <= b <= n``.
+      n_train: training models (default: half of the deduplicated models).
+      n_instances: instances drawn from the pool.
+      cs_kinds: interval kinds (``"eb"``, ``"hoeffding"``, ``"betting"``).
+      stop_kind: kind used by PULSE's radius and the fixed-confidence stop.
+      mode: ``"budget"`` (checkpoints) or ``"confidence"`` (stop when confident; the
+        largest budget caps the calls).
+      eps: ε of the ε-good stopping rule.
+      a: UCB-E / naive / pulse_ucb exploration constant.
+      scale: PULSE exploration scale.
+      rank: rank of the offline factorization.
+      rho: prior strength of the online refit (default: the fit's ``rho_u``, else 1).
+      lam0, shrink: λ prior and its pseudo-count.
+      num_newton: Newton steps per refit.
+      refit: refit the pulled arm's factor after each batch.
+      use_predictions: force the DR estimator on/off (default: on for prediction policies).
+      synchronized: one item order for all arms (default: only for SySRs).
+      horizon: SySRs' planning horizon in calls (default the largest budget).
+      corruption: ``"none"``, ``"biased"``, ``"random"``, ``"adversarial"`` predictions.
+      bias: size of the ``"biased"`` corruption.
+      factors: a fitted :class:`~jaxeval.LowRankLogistic` (or ``ItemFactors``) to use
+        instead of fitting one on the training models.
+      fit_steps: Adam steps of the offline fit.
+      chunk_size: replicates per compiled chunk (bounds memory).
+      devices: devices of the replicate mesh (default all).
+      progress: print one line per chunk.
+
+    Returns:
+      An :class:`IdentificationReport`.
+
+    Raises:
+      ValueError / TypeError: bad input, named in the message.
+
+    Example:
+      >>> import jaxeval
+      >>> rep = jaxeval.simulate_identification(
+      ...     jaxeval.SyntheticSpec(n_items=40), "ucbe", K=3, n_replicates=8,
+      ...     budget_fractions=(0.1, 0.5, 1.0))
+      >>> rep.accuracy[-1]
+      1.0
+    """
+    if policy not in _policies.POLICIES:
+        raise ValueError(f"policy must be one of {_policies.POLICIES}, got {policy!r}")
+    K = _check_int("K", K, 2)
+    alpha = _check_unit("alpha", alpha)
+    n_replicates = _check_int("n_replicates", n_replicates, 1)
+    _check_int("seed", seed, 0)
+    cs_kinds = tuple(cs_kinds)
+    key = as_key(seed)
+    needs_pred = (
+        policy in _policies.PREDICTION_POLICIES if use_predictions is None else use_predictions
+    )
+    notes: dict[str, Any] = {}
+
+    if isinstance(data, SyntheticSpec):
+        n = _check_int("data.n_items", data.n_items, 2)
+        truth = "synthetic"
+        r = _check_int("data.rank", data.rank, 1)
+        pdata = None
+        instances = np.zeros((0, K), np.int64)
+        pool_models = np.array([], dtype=str)
+        data_name = f"synthetic(n={n}, rank={r})"
+        fit_rho = 1.0
+    elif isinstance(data, ScoreMatrix):
+        truth = "real"
+        sm = data.drop_duplicates()
+        m, n = sm.shape
+        if n_train is None:
+            n_train = m // 2
+        n_train = _check_int("n_train", n_train, 0, m - 2)
+        if n_train > 0:
+            train, pool = sm.split([n_train], seed=seed)
+        else:
+            train, pool = None, sm
+        if K > pool.n_models:
+            raise ValueError(
+                f"K must be at most the candidate pool size: K={K}, but the pool has "
+                f"{pool.n_models} models ({m} after removing duplicates, {n_train} for training)"
+            )
+        if not pool.mask.all():
+            bad = int((~pool.mask).any(axis=1).sum())
+            raise ValueError(
+                f"data: the simulation needs the full truth of every candidate, but {bad} pool "
+                f"models have missing cells ({int((~pool.mask).sum())} cells); drop them or "
+                "fill them before simulating"
+            )
+        rng = np.random.default_rng([seed, K])
+        n_instances = _check_int("n_instances", n_instances, 1)
+        instances = np.stack(
+            [rng.choice(pool.n_models, K, replace=False) for _ in range(n_instances)]
+        )
+        pool_models = np.asarray(pool.models)
+        data_name = str(sm.source)
+        r = 1
+        fit_rho = 1.0
+        item_factors = ItemFactors(
+            np.zeros((n, 1), np.float32), np.zeros((n,), np.float32), np.zeros((1,), np.float32)
+        )
+        if needs_pred:
+            if factors is None:
+                if train is None:
+                    raise ValueError("n_train must be >= 1 when the policy uses predictions")
+                from jaxeval._factorization_api import fit_factorization
+
+                lr = fit_factorization(train, rank=rank, rho=1.0, seed=seed, num_steps=fit_steps)
+                factors = lr
+                notes["factorization"] = repr(lr)
+            if isinstance(factors, ItemFactors):
+                item_factors = ItemFactors(*(np.asarray(x, np.float32) for x in factors))
+            else:
+                item_factors = ItemFactors(
+                    np.asarray(factors.V, np.float32),
+                    np.asarray(factors.c, np.float32),
+                    np.asarray(factors.u_mean, np.float32),
+                )
+                fit_rho = float(getattr(factors, "rho_u", 1.0))
+            if item_factors.V.shape[0] != n:
+                raise ValueError(
+                    f"factors: item factors cover {item_factors.V.shape[0]} items, data has {n}"
+                )
+            r = int(item_factors.V.shape[1])
+        pdata = idn.ProblemData(
+            pool=np.asarray(pool.scores, np.float32),
+            instances=instances.astype(np.int32),
+            item_factors=item_factors,
+        )
+    else:
+        raise TypeError(
+            f"data must be a ScoreMatrix or a SyntheticSpec, got {type(data).__name__}"
+        )
+
+    batch_size = _check_int("batch_size", batch_size, 1, n)
+    total = K * n
+    budget_tuple = _canonical_budgets(budgets, budget_fractions, total)
+    config = idn.Config(
+        policy=policy,
+        num_arms=K,
+        num_items=n,
+        budgets=budget_tuple,
+        batch_size=batch_size,
+        mode=mode,
+        cs_kinds=cs_kinds,
+        stop_kind=stop_kind,
+        use_predictions=use_predictions,
+        refit=bool(refit),
+        num_newton=int(num_newton),
+        synchronized=synchronized,
+        horizon=horizon,
+        truth=truth,
+        rank=r,
+        corruption=corruption,
+    )
+    if pdata is None:
+        pdata = idn.dummy_data(config)
+        pdata = jax.tree.map(np.asarray, pdata)
+    if rho is None:
+        rho = fit_rho
+    if isinstance(data, SyntheticSpec):
+        syn = dict(
+            scale_u=data.model_scale, scale_c=data.difficulty_scale, mean_c=data.difficulty_mean
+        )
+    else:
+        syn = {}
+    params = idn.Params.make(
+        alpha=alpha, a=a, scale=scale, rho=rho, lam0=lam0, shrink=shrink, eps=eps, bias=bias,
+        **syn,
+    )
+    params = jax.tree.map(np.asarray, params)
+    leaves, treedef = jax.tree.flatten((pdata, params))
+    fn = _replicate_fn(config, treedef)
+    out = run_replicates(
+        fn,
+        key,
+        n_replicates,
+        chunk_size=chunk_size,
+        devices=devices,
+        operands=leaves,
+        progress=progress,
+    )
+    settings = dict(
+        policy=policy, data=data_name, K=K, n_items=n, budgets=list(budget_tuple),
+        alpha=alpha, n_replicates=n_replicates, seed=seed, batch_size=batch_size,
+        n_train=n_train if truth == "real" else None, n_instances=len(instances),
+        cs_kinds=list(cs_kinds), stop_kind=stop_kind, mode=mode, eps=eps, a=a, scale=scale,
+        rank=r, rho=float(rho), lam0=lam0, shrink=shrink, num_newton=num_newton, refit=refit,
+        use_predictions=bool(needs_pred), synchronized=config.sync, horizon=horizon,
+        corruption=corruption, bias=bias, chunk_size=chunk_size,
+        n_devices=len(devices) if devices is not None else jax.device_count(),
+        jax_version=jax.__version__, numpy_version=np.__version__,
+        jaxeval_version=_version(), **notes,
+    )
+    return _summarise(out, config, settings, instances, pool_models, needs_pred)
+
+
+def _version() -> str:
+    try:
+        from jaxeval import __version__
+
+        return __version__
+    except ImportError:  # pragma: no cover
+        return "unknown"
+
+
+def _summarise(out, config, settings, instances, pool_models, has_pred) -> IdentificationReport:
+    cp = out.checkpoints
+    theta = np.asarray(out.theta)  # [R, K]
+    R = theta.shape[0]
+    best = theta >= theta.max(axis=1, keepdims=True)
+    rec = np.asarray(cp.recommended)  # [R, C]
+    correct = np.take_along_axis(best, rec, axis=1)  # [R, C]
+    acc = correct.mean(axis=0)
+    th = theta[:, None, None, :]
+    lower, upper = np.asarray(cp.lower), np.asarray(cp.upper)  # [R, C, Q, K]
+    covered = (lower <= th) & (th <= upper)
+    fam_at = covered.all(axis=-1)  # [R, C, Q]
+    coverage_family = fam_at.all(axis=1).mean(axis=0)  # [Q]
+    coverage_family_at = fam_at.mean(axis=0).T  # [Q, C]
+    coverage_arm = covered.all(axis=1).mean(axis=(0, 2))  # [Q]
+    width = (upper - lower).mean(axis=(0, 3)).T  # [Q, C]
+    if has_pred:
+        q = config.cs_kinds.index(config.stop_kind)
+        shift = np.asarray(cp.naive) - np.asarray(cp.estimate)  # [R, C, K]
+        nl = lower[:, :, q, :] + shift
+        nu = upper[:, :, q, :] + shift
+        tk = theta[:, None, :]
+        naive_cov = ((nl <= tk) & (tk <= nu)).all(axis=-1).mean(axis=0)
+    else:
+        naive_cov = np.full(len(config.budgets) if config.mode == "budget" else 1, np.nan)
+    status = np.asarray(cp.status)
+    counts = np.stack([(status == s).sum(axis=0) for s in range(5)], axis=-1)
+    budgets = np.asarray(config.budgets if config.mode == "budget" else config.budgets[-1:])
+    total = config.num_arms * config.num_items
+    return IdentificationReport(
+        budgets=budgets.astype(np.int64),
+        budget_fractions=budgets / total,
+        accuracy=acc,
+        accuracy_se=np.sqrt(acc * (1 - acc) / R),
+        calls_used=np.asarray(cp.calls).mean(axis=0),
+        cs_kinds=tuple(config.cs_kinds),
+        coverage_family=coverage_family,
+        coverage_family_at=coverage_family_at,
+        coverage_arm=coverage_arm,
+        width=width,
+        naive_coverage_family=naive_cov,
+        status_counts=counts.astype(np.int64),
+        correct=correct,
+        recommended=rec.astype(np.int32),
+        theta=theta.astype(np.float32),
+        instance=np.asarray(out.instance).astype(np.int32),
+        instances=np.asarray(instances, np.int64),
+        pool_models=pool_models,
+        settings=settings,
+    )
