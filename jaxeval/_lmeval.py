@@ -178,8 +178,8 @@ def _read_run(
     return used, values, hashes
 
 
-def _runs_in(folder: Path, task: Any, runs: str) -> dict[str, Path]:
-    """{task: file} for the samples files of one model folder."""
+def _runs_in(folder: Path, task: Any, runs: str, dropped: list[str]) -> dict[str, Path]:
+    """{task: file} for the samples files of one model folder (older runs -> dropped)."""
     files = sorted(folder.glob("samples_*.jsonl"))
     by_task: dict[str, list[tuple[str, Path]]] = {}
     for f in files:
@@ -201,6 +201,7 @@ def _runs_in(folder: Path, task: Any, runs: str) -> dict[str, Path]:
                 "pass runs='latest' to keep the newest"
             )
         out[t] = max(lst, key=lambda x: (x[0], x[1].name))[1]
+        dropped.extend(str(p) for _, p in lst if p != out[t])
     return out
 
 
@@ -255,6 +256,7 @@ def load_lm_eval(
     if missing not in ("mask", "error"):
         raise ValueError(f"load_lm_eval: missing must be 'mask' or 'error', got {missing!r}")
     # model name -> {task: file}
+    dropped: list[str] = []
     if path.is_file():
         t, _ = _task_of(path)
         if task is not None and t not in ([task] if isinstance(task, str) else task):
@@ -262,7 +264,7 @@ def load_lm_eval(
         layout = {model or path.parent.name or "model_0": {t: path}}
     elif path.is_dir():
         if any(path.glob("samples_*.jsonl")):
-            layout = {model or path.name: _runs_in(path, task, runs)}
+            layout = {model or path.name: _runs_in(path, task, runs, dropped)}
         else:
             subs = sorted(
                 d for d in path.iterdir() if d.is_dir() and any(d.glob("samples_*.jsonl"))
@@ -272,7 +274,7 @@ def load_lm_eval(
                     f"{path}: no samples_*.jsonl files here or in its subfolders "
                     "(run lm-evaluation-harness with --log_samples)"
                 )
-            layout = {d.name: _runs_in(d, task, runs) for d in subs}
+            layout = {d.name: _runs_in(d, task, runs, dropped) for d in subs}
     else:
         raise FileNotFoundError(f"load_lm_eval: {str(path)!r} does not exist")
     notes: dict[str, Any] = {"format": "lm-evaluation-harness samples", "conversions": []}
@@ -331,8 +333,11 @@ def load_lm_eval(
         )
     if flags.get("bool"):
         notes["conversions"].append("true/false metric values read as 1/0")
-    if runs == "latest":
+    if dropped:
         notes["runs"] = "latest timestamp kept per (model, task)"
+        notes["conversions"].append(
+            f"{len(dropped)} older run(s) of the same task ignored (runs='latest'): {dropped}"
+        )
     notes.update(metric=metrics_used, tasks=tasks, files=files)
     if filter is not None:
         notes["filter"] = filter

@@ -30,7 +30,10 @@ __all__ = [
 
 
 def mae_pp(
-    pred: jax.Array, true: jax.Array, axis: int | tuple[int, ...] | None = None
+    pred: jax.Array,
+    true: jax.Array,
+    axis: int | tuple[int, ...] | None = None,
+    where: jax.Array | None = None,
 ) -> jax.Array:
     """Mean absolute error in percentage points: ``100 * mean(|pred - true|)``.
 
@@ -39,6 +42,8 @@ def mae_pp(
       true: true accuracies, broadcastable against ``pred``.
       axis: axes to average over; ``None`` (default) averages over all elements
         and returns a scalar. Use ``axis=-1`` to keep leading batch axes.
+      where: optional bool mask (broadcastable): only True elements count (for
+        padded batches); an all-False slice gives NaN.
 
     Returns:
       float32 array: the MAE in percentage points.
@@ -51,7 +56,7 @@ def mae_pp(
     """
     pred = jnp.asarray(pred, dtype=jnp.float32)
     true = jnp.asarray(true, dtype=jnp.float32)
-    return 100.0 * jnp.mean(jnp.abs(pred - true), axis=axis)
+    return 100.0 * jnp.mean(jnp.abs(pred - true), axis=axis, where=where)
 
 
 def _pair_signs(a: jax.Array) -> jax.Array:
@@ -59,7 +64,7 @@ def _pair_signs(a: jax.Array) -> jax.Array:
     return jnp.sign(a[..., :, None] - a[..., None, :]).astype(jnp.int32)
 
 
-def kendall_tau_b(x: jax.Array, y: jax.Array) -> jax.Array:
+def kendall_tau_b(x: jax.Array, y: jax.Array, where: jax.Array | None = None) -> jax.Array:
     """Kendall's rank correlation tau-b over the last axis, with ties.
 
     ``tau_b = (P - Q) / sqrt((n0 - n1) (n0 - n2))`` where ``P``/``Q`` count the
@@ -72,6 +77,9 @@ def kendall_tau_b(x: jax.Array, y: jax.Array) -> jax.Array:
     Args:
       x: ``[..., n]`` scores (e.g. predicted accuracies).
       y: ``[..., n]`` scores (e.g. true accuracies); same shape as ``x``.
+      where: optional bool ``[..., n]``: only pairs of True elements count, so
+        ``kendall_tau_b(x, y, where=w)`` equals ``kendall_tau_b(x[w], y[w])``
+        with a fixed shape (padded batches, variable group sizes).
 
     Returns:
       float32 ``[...]``: tau-b per leading index.
@@ -84,11 +92,13 @@ def kendall_tau_b(x: jax.Array, y: jax.Array) -> jax.Array:
     """
     x = jnp.asarray(x, dtype=jnp.float32)
     y = jnp.asarray(y, dtype=jnp.float32)
-    bad = jnp.any(jnp.isnan(x) | jnp.isnan(y), axis=-1)
+    w = jnp.ones(x.shape, bool) if where is None else jnp.broadcast_to(where, x.shape)
+    bad = jnp.any((jnp.isnan(x) | jnp.isnan(y)) & w, axis=-1)
     x = jnp.where(jnp.isnan(x), 0.0, x)
     y = jnp.where(jnp.isnan(y), 0.0, y)
-    sx = _pair_signs(x)
-    sy = _pair_signs(y)
+    pair = (w[..., :, None] & w[..., None, :]).astype(jnp.int32)
+    sx = _pair_signs(x) * pair
+    sy = _pair_signs(y) * pair
     # Sums over ordered pairs count every unordered pair twice; the factor cancels.
     num = jnp.sum(sx * sy, axis=(-2, -1))
     nx = jnp.sum(jnp.abs(sx), axis=(-2, -1))  # 2 * (n0 - n1)

@@ -207,6 +207,8 @@ def test_lm_eval_several_tasks_and_runs(tmp_path):
     latest = jaxeval.load(tmp_path, task="piqa", runs="latest")
     assert latest.scores.tolist() == [[1, 1], [1, 1]]
     assert "latest" in latest.metadata["runs"]
+    assert any("1 older run(s)" in c and f"samples_piqa_{TS}" in c
+               for c in latest.metadata["conversions"])
 
 
 def test_lm_eval_filters_need_choosing(tmp_path):

@@ -113,3 +113,17 @@ def test_docstring_examples_run():
 
     res = doctest.testmod(_metrics, optionflags=doctest.ELLIPSIS)
     assert res.failed == 0 and res.attempted >= 6
+
+
+def test_where_masks_equal_the_subset():
+    rng = np.random.default_rng(8)
+    x = rng.integers(0, 5, (6, 40)).astype(np.float32)
+    y = (x + rng.integers(0, 3, (6, 40))).astype(np.float32)
+    w = rng.random((6, 40)) < 0.6
+    x_pad = np.where(w, x, np.nan)  # NaN in masked-out slots must not leak
+    got = jax.jit(metrics.kendall_tau_b)(x_pad, y, w)
+    want = [stats.kendalltau(a[m], b[m]).statistic for a, b, m in zip(x, y, w)]
+    np.testing.assert_allclose(got, want, atol=2e-6)
+    mae = jax.jit(metrics.mae_pp, static_argnames="axis")(x / 5, y / 8, axis=-1, where=w)
+    want = [100 * np.abs(a[m] / 5 - b[m] / 8).mean() for a, b, m in zip(x, y, w)]
+    np.testing.assert_allclose(mae, want, rtol=1e-5)
