@@ -74,7 +74,8 @@ class SyntheticTruth(NamedTuple):
       V: float32 ``[n, r]`` item loadings.
       c: float32 ``[n]`` item biases.
       best: int32 index of the best row (the adjusted one when a gap was asked for).
-      gap: float32 realised gap between the best two accuracies.
+      gap: float32 realised gap between the best two accuracies (among the
+        candidate rows, see ``n_candidates``).
       status: int32 ``OK`` (0) or ``GAP_CLIPPED`` (1: the requested gap was not
         reachable, the best row was set to accuracy 1).
     """
@@ -106,16 +107,18 @@ def _as_key(key_or_seed: Any) -> jax.Array:
     )
 
 
-def _top_two(acc: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _top_two(acc: jax.Array, first: int) -> tuple[jax.Array, jax.Array]:
+    """Best row and second-best value among rows ``first ..`` (the candidates)."""
+    rows = jnp.arange(acc.shape[0])
+    acc = jnp.where(rows >= first, acc.astype(jnp.float32), -jnp.inf)
     best = jnp.argmax(acc).astype(jnp.int32)
-    others = jnp.where(jnp.arange(acc.shape[0]) == best, -jnp.inf, acc.astype(jnp.float32))
-    return best, jnp.max(others)
+    return best, jnp.max(jnp.where(rows == best, -jnp.inf, acc))
 
 
-def _adjust_binary(key, scores, probs, gap):
+def _adjust_binary(key, scores, probs, gap, first):
     m, n = scores.shape
     counts = jnp.sum(scores, axis=1).astype(jnp.int32)
-    best, second = _top_two(counts)
+    best, second = _top_two(counts, first)
     second = second.astype(jnp.int32)
     want = second + jnp.round(gap * n).astype(jnp.int32)
     target = jnp.minimum(want, n)
@@ -135,10 +138,10 @@ def _adjust_binary(key, scores, probs, gap):
     return scores, best, gap_real, status
 
 
-def _adjust_graded(scores, gap):
+def _adjust_graded(scores, gap, first):
     m, n = scores.shape
     acc = jnp.mean(scores, axis=1)
-    best, second = _top_two(acc)
+    best, second = _top_two(acc, first)
     want = second + gap
     target = jnp.minimum(want, 1.0)
     status = jnp.where(want > 1.0, GAP_CLIPPED, OK).astype(jnp.int32)
@@ -151,13 +154,16 @@ def _adjust_graded(scores, gap):
     new_row = jnp.where(target >= 1.0, 1.0, new_row)
     scores = scores.at[best].set(jnp.clip(new_row, 0.0, 1.0))
     acc = jnp.mean(scores, axis=1)
-    _, second_new = _top_two(acc)
+    _, second_new = _top_two(acc, first)
     return scores, best, acc[best] - second_new, status
 
 
-@partial(jax.jit, static_argnames=("n_models", "n_items", "rank", "graded", "beta"))
+@partial(
+    jax.jit, static_argnames=("n_models", "n_items", "rank", "graded", "beta", "n_candidates")
+)
 def _synthetic(key, gap, model_scale, item_scale, difficulty_mean, difficulty_scale,
-               concentration, *, n_models, n_items, rank, graded, beta):
+               concentration, *, n_models, n_items, rank, graded, beta, n_candidates):
+    first = n_models - n_candidates
     f32 = jnp.float32
     U = model_scale * jax.random.normal(jax.random.fold_in(key, _U), (n_models, rank), f32)
     z = jax.random.normal(jax.random.fold_in(key, _V), (n_items, rank), f32)
@@ -177,13 +183,13 @@ def _synthetic(key, gap, model_scale, item_scale, difficulty_mean, difficulty_sc
         scores = probs
     if gap is None:
         acc = jnp.mean(scores, axis=1)
-        best, second = _top_two(acc)
+        best, second = _top_two(acc, first)
         gap_real, status = acc[best] - second, jnp.asarray(OK, jnp.int32)
     elif graded:
-        scores, best, gap_real, status = _adjust_graded(scores, gap)
+        scores, best, gap_real, status = _adjust_graded(scores, gap, first)
     else:
         scores, best, gap_real, status = _adjust_binary(
-            jax.random.fold_in(key, _ADJUST), scores, probs, gap
+            jax.random.fold_in(key, _ADJUST), scores, probs, gap, first
         )
     if graded:
         acc = jnp.mean(scores, axis=1)
@@ -211,6 +217,7 @@ def synthetic_matrix(
     difficulty_mean: float | jax.Array = 0.0,
     difficulty_scale: float | jax.Array = 1.5,
     concentration: float | jax.Array | None = None,
+    n_candidates: int | None = None,
 ) -> SyntheticTruth:
     """Draw a score matrix and its truth from a low-rank logistic model (pure JAX).
 
@@ -233,6 +240,9 @@ def synthetic_matrix(
       difficulty_scale: spread of item biases.
       concentration: graded only: Beta concentration ``kappa`` of each score
         around its probability; None returns the probabilities themselves.
+      n_candidates: the gap rule (and ``best``, ``gap``) applies among the last
+        ``n_candidates`` rows only, the first ``n_models - n_candidates`` being
+        training models left as drawn (default: all rows are candidates).
 
     Returns:
       A :class:`SyntheticTruth` of JAX arrays.
@@ -259,6 +269,12 @@ def synthetic_matrix(
         raise ValueError(
             f"synthetic_matrix: 'concentration' must be > 0, got {concentration!r}"
         )
+    n_candidates = n_models if n_candidates is None else n_candidates
+    if not isinstance(n_candidates, (int, np.integer)) or not 2 <= n_candidates <= n_models:
+        raise ValueError(
+            f"synthetic_matrix: 'n_candidates' must be an int in [2, n_models={n_models}], "
+            f"got {n_candidates!r}"
+        )
     beta = bool(graded) and concentration is not None
     f = lambda x: jnp.asarray(x, jnp.float32)
     return _synthetic(
@@ -274,6 +290,7 @@ def synthetic_matrix(
         rank=rank,
         graded=bool(graded),
         beta=beta,
+        n_candidates=int(n_candidates),
     )
 
 
@@ -295,8 +312,9 @@ def synthetic_score_matrix(
     Args:
       seed: int seed.
       n_models, n_items, rank, gap, graded: as in :func:`synthetic_matrix`.
-      **scales: keyword scales of :func:`synthetic_matrix` (``model_scale``,
-        ``item_scale``, ``difficulty_mean``, ``difficulty_scale``, ``concentration``).
+      **scales: keyword arguments of :func:`synthetic_matrix` (``model_scale``,
+        ``item_scale``, ``difficulty_mean``, ``difficulty_scale``, ``concentration``,
+        ``n_candidates``).
 
     Returns:
       A complete ScoreMatrix whose ``accuracy()`` is the true accuracy.
@@ -310,7 +328,8 @@ def synthetic_score_matrix(
     """
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise ValueError(f"synthetic_score_matrix: 'seed' must be an int, got {seed!r}")
-    allowed = {"model_scale", "item_scale", "difficulty_mean", "difficulty_scale", "concentration"}
+    allowed = {"model_scale", "item_scale", "difficulty_mean", "difficulty_scale", "concentration",
+               "n_candidates"}
     unknown = sorted(set(scales) - allowed)
     if unknown:
         raise TypeError(
@@ -320,7 +339,8 @@ def synthetic_score_matrix(
     t = jax.device_get(synthetic_matrix(seed, n_models, n_items, rank, gap, graded, **scales))
     params = dict(seed=int(seed), n_models=n_models, n_items=n_items, rank=rank, gap=gap,
                   graded=graded)
-    params.update({k: (None if v is None else float(v)) for k, v in scales.items()})
+    params.update({k: (v if v is None or k == "n_candidates" else float(v))
+                   for k, v in scales.items()})
     truth = dict(
         params=params,
         gap=float(t.gap),

@@ -70,6 +70,21 @@ def test_binary_adjustment_flips_the_minimal_number_of_cells_in_one_row():
         np.testing.assert_array_equal(raw.probabilities, adj.probabilities)
 
 
+def test_gap_among_candidate_rows_leaves_training_rows_as_drawn():
+    k = 6
+    raw = synthetic_matrix(3, M, N, R, model_scale=2.0)
+    adj = synthetic_matrix(3, M, N, R, gap=0.05, model_scale=2.0, n_candidates=k)
+    np.testing.assert_array_equal(raw.scores[: M - k], adj.scores[: M - k])
+    counts = np.asarray(adj.scores).sum(1).astype(int)
+    top, second = _top_two(counts[M - k :])
+    assert top - second == 10 and int(adj.best) >= M - k
+    assert counts[int(adj.best)] == top
+    # Training rows may beat the candidates: they are not part of the gap.
+    assert float(adj.gap) == pytest.approx(0.05, abs=1e-6)
+    with pytest.raises(ValueError, match=r"'n_candidates' must be an int in \[2, n_models=30\]"):
+        synthetic_matrix(3, M, N, R, n_candidates=1)
+
+
 def test_unreachable_gap_is_clipped_with_status():
     t = synthetic_matrix(1, M, N, R, gap=0.9, difficulty_mean=3.0)
     assert int(t.status) == GAP_CLIPPED
