@@ -1,0 +1,199 @@
+"""The identification loop (jaxeval._identification, jaxeval._policies)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxeval import _identification as idn
+from jaxeval import _policies, _runner, _simulate
+from jaxeval import _sampling as smp
+from jaxeval._factorization import ItemFactors
+
+N = 8
+POOL = (np.random.default_rng(7).random((6, N)) < 0.5).astype(np.float32)
+POOL[0, :3] = 1.0  # distinct row means for row 0..2
+POOL[1, :] = 0.0
+POOL[1, :5] = 1.0
+
+
+def _data(pred=None):
+    if pred is None:
+        f = ItemFactors(jnp.zeros((N, 1)), jnp.zeros(N), jnp.zeros(1))
+    else:
+        logit = np.log(pred / (1 - pred)).astype(np.float32)
+        f = ItemFactors(jnp.zeros((N, 1)), jnp.asarray(logit), jnp.zeros(1))
+    return idn.ProblemData(jnp.asarray(POOL), jnp.asarray([[0, 1, 2]], jnp.int32), f)
+
+
+def _run(cfg, data, params=None, seed=5):
+    params = idn.Params.make() if params is None else params
+    f = jax.jit(idn.run_identification, static_argnums=3)
+    out = f(jax.random.key(seed), data, params, cfg)
+    return jax.tree.map(np.asarray, out)
+
+
+def _orders(seed, K=3, synchronized=False):
+    ok = jax.random.fold_in(jax.random.key(seed), idn._PURPOSE_ORDER)
+    return [np.asarray(smp.arm_order(ok, a, N, synchronized)) for a in range(K)]
+
+
+def test_uniform_hand_values_and_exactness():
+    cfg = idn.Config("uniform", 3, N, budgets=(3, 6, 12, 24), cs_kinds=("eb", "hoeffding"))
+    out = _run(cfg, _data())
+    cp = out.checkpoints
+    theta = POOL[:3].mean(1)
+    np.testing.assert_allclose(out.theta, theta, rtol=1e-6)
+    assert int(out.instance) == 0
+    assert cp.calls.tolist() == [3, 6, 12, 24]
+    np.testing.assert_array_equal(cp.pulls, [[1] * 3, [2] * 3, [4] * 3, [8] * 3])
+    orders = _orders(5)
+    for c in range(3):
+        for arm in range(3):
+            k = cp.pulls[c, arm]
+            want = POOL[arm, orders[arm][:k]].mean()
+            np.testing.assert_allclose(cp.estimate[c, arm], want, rtol=1e-6)
+    # fully evaluated arms are exact: width 0 at the true mean, for every kind
+    np.testing.assert_array_equal(cp.lower[-1], np.broadcast_to(theta, (2, 3)).astype(np.float32))
+    np.testing.assert_array_equal(cp.upper[-1], cp.lower[-1])
+    assert cp.status.tolist() == [0, 0, 0, idn.STATUS_EXHAUSTED]
+    assert int(cp.recommended[-1]) == int(np.argmax(theta))
+    # intervals are nested over time and hold here
+    assert np.all(np.diff(cp.upper - cp.lower, axis=0) <= 1e-7)
+    assert np.all((cp.lower <= theta + 1e-7) & (theta - 1e-7 <= cp.upper))
+
+
+def test_pulse_difference_and_naive_estimates_hand_checked():
+    pred = np.linspace(0.2, 0.8, N).astype(np.float32)
+    cfg = idn.Config("pulse", 3, N, budgets=(2, 7, 13), refit=False, cs_kinds=("eb",))
+    params = idn.Params.make(shrink=1e9, lam0=1.0)
+    out = _run(cfg, _data(pred), params)
+    cp = out.checkpoints
+    orders = _orders(5)
+    assert cp.calls.tolist() == [2, 7, 13]
+    assert np.all(cp.pulls.sum(-1) == cp.calls)
+    for c in range(3):
+        for arm in range(3):
+            k = int(cp.pulls[c, arm])
+            seen = np.zeros(N, bool)
+            seen[orders[arm][:k]] = True
+            s = POOL[arm]
+            if k == 0:
+                want = pred.mean()
+            else:
+                want = pred.mean() + (s[seen] - pred[seen]).mean()  # λ = 1
+            naive = (s[seen].sum() + pred[~seen].sum()) / N
+            np.testing.assert_allclose(cp.estimate[c, arm], want, rtol=1e-5, atol=1e-6)
+            if k > 0:
+                np.testing.assert_allclose(cp.naive[c, arm], naive, rtol=1e-5, atol=1e-6)
+                np.testing.assert_allclose(cp.lam[c, arm], 1.0, atol=1e-6)
+
+
+def test_sysrs_schedule_synchronized_and_budget_respecting():
+    K, T = 3, 20
+    cfg = idn.Config("sysrs", K, N, budgets=(5, T), cs_kinds=("eb",))
+    out = _run(cfg, _data())
+    cp = out.checkpoints
+    sched = _policies.sr_phase_lengths(K, T, N)
+    final = cp.pulls[-1]
+    rejected = np.sort(final)[: K - 1]
+    np.testing.assert_array_equal(rejected, sched)
+    assert cp.calls[-1] <= T
+    survivor = int(np.argmax(final))
+    assert int(cp.recommended[-1]) == survivor
+    # synchronized: every arm's seen set is a prefix of one shared order, so the
+    # estimates are means over the same first items
+    order = _orders(5, synchronized=True)[0]
+    for arm in range(K):
+        k = int(final[arm])
+        np.testing.assert_allclose(cp.estimate[-1, arm], POOL[arm, order[:k]].mean(), rtol=1e-6)
+
+
+def _tiny_pulse_config():
+    return idn.Config(
+        "pulse", 3, 10, budgets=(3, 6, 15, 30), cs_kinds=("eb", "hoeffding"),
+        truth="synthetic", rank=2, corruption="biased",
+    )
+
+
+def _operands(cfg, **kw):
+    data = jax.tree.map(np.asarray, idn.dummy_data(cfg))
+    params = jax.tree.map(np.asarray, idn.Params.make(**kw))
+    leaves, treedef = jax.tree.flatten((data, params))
+    return _simulate._replicate_fn(cfg, treedef), leaves
+
+
+def test_vmapped_equals_chunked_equals_sharded_bit_for_bit():
+    cfg = _tiny_pulse_config()
+    fn, ops = _operands(cfg)
+    sharded = _runner.run_replicates(fn, 3, 16, chunk_size=8, operands=ops, progress=False)
+    one = _runner.run_replicates(
+        fn, 3, 16, chunk_size=16, devices=jax.devices()[:1], operands=ops, progress=False
+    )
+    tail = _runner.run_replicates(fn, 3, 8, start=8, chunk_size=8, operands=ops, progress=False)
+    for a, b in zip(jax.tree.leaves(sharded), jax.tree.leaves(one)):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(jax.tree.leaves(sharded), jax.tree.leaves(tail)):
+        np.testing.assert_array_equal(a[8:], b)
+    # and the per-replicate semantics hold in every lane
+    cp = sharded.checkpoints
+    assert np.all(cp.pulls.sum(-1) == cp.calls)
+    assert np.all(cp.calls == np.array(cfg.budgets))
+    assert np.all(cp.pulls <= cfg.num_items)
+
+
+def test_no_retrace_for_new_seed_alpha_scale():
+    cfg = _tiny_pulse_config()
+    spec = _simulate.SyntheticSpec(n_items=10, rank=2)
+    kw = dict(K=3, budgets=cfg.budgets, n_replicates=8, chunk_size=8, corruption="biased",
+              cs_kinds=cfg.cs_kinds)
+    _simulate.simulate_identification(spec, "pulse", seed=0, **kw)
+    before = len(_runner._PLAN_CACHE)
+    fns = list(_runner._PLAN_CACHE.values())
+    sizes = [f._cache_size() for f in fns]
+    r2 = _simulate.simulate_identification(
+        spec, "pulse", seed=9, alpha=0.2, scale=3.0, a=0.3, lam0=0.5, rho=2.0, **kw
+    )
+    assert len(_runner._PLAN_CACHE) == before
+    assert [f._cache_size() for f in fns] == sizes
+    assert r2.settings["alpha"] == 0.2
+
+
+def test_coverage_smoke_biased_predictions():
+    # DR intervals stay valid with biased predictions (fixed seed, binomial tolerance)
+    cfg = _tiny_pulse_config()
+    fn, ops = _operands(cfg, alpha=0.2, bias=0.4)
+    out = _runner.run_replicates(fn, 11, 400, chunk_size=8, operands=ops, progress=False)
+    th = out.theta[:, None, None, :]
+    cov = ((out.checkpoints.lower <= th) & (th <= out.checkpoints.upper)).all(axis=(1, 3))
+    fam = cov.mean(0)
+    tol = 3 * np.sqrt(0.2 * 0.8 / 400)
+    assert np.all(fam >= 0.8 - tol), fam
+
+
+def test_fixed_confidence_stops_and_is_right():
+    spec = _simulate.SyntheticSpec(n_items=200, rank=2, model_scale=3.0)
+    rep = _simulate.simulate_identification(
+        spec, "ucbe", K=3, budgets=(600,), mode="confidence", n_replicates=64, alpha=0.1,
+        cs_kinds=("eb",), seed=1,
+    )
+    confident = rep.status_counts[0, idn.STATUS_CONFIDENT]
+    assert confident >= 40  # well-separated arms: most runs stop early
+    assert rep.calls_used[0] < 600
+    # a confident stop is a claim at level alpha: errors are rare
+    assert rep.accuracy[0] >= 0.9
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", _policies.POLICIES)
+def test_every_policy_semantics(policy):
+    cfg = idn.Config(policy, 3, N, budgets=(4, 9, 24), cs_kinds=("eb",), use_predictions=True)
+    pred = np.full(N, 0.5, np.float32)
+    out = _run(cfg, _data(pred))
+    cp = out.checkpoints
+    assert np.all(cp.pulls.sum(-1) == cp.calls)
+    assert np.all(cp.pulls <= N)
+    theta = POOL[:3].mean(1)
+    assert np.all((cp.lower <= theta + 1e-6) & (theta - 1e-6 <= cp.upper))
+    if policy != "sysrs":
+        assert cp.calls[-1] == 24 and np.all(cp.upper[-1] == cp.lower[-1])
