@@ -1,0 +1,456 @@
+"""Numpy surface: ``fit_anchors`` -> :class:`AnchorPredictor` (predict, save, load).
+
+The only place in :mod:`jaxeval.anchors` that moves data to the host and raises
+exceptions; the kernels in the private modules report through values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxeval._data import ScoreMatrix
+from jaxeval.anchors._intervals import conformal_quantile, dr_estimate, sample_non_anchors
+from jaxeval.anchors._irt import fit_item_factors, irt_item_predictions
+from jaxeval.anchors._methods import (
+    AUTO_CANDIDATES,
+    METHODS,
+    Fitted,
+    Settings,
+    SplitData,
+    apply_map,
+    fit_method,
+)
+
+__all__ = ["AnchorPredictor", "fit_anchors"]
+
+_FORMAT = "jaxeval.anchors/1"
+
+
+def _key(seed: Any) -> jax.Array:
+    if isinstance(seed, (int, np.integer)):
+        return jax.random.key(int(seed))
+    return seed
+
+
+def _min_models(method: str) -> int:
+    return 4 if method in ("random_mean", "anchor_points") else 8
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class AnchorPredictor:
+    """Predicts a model's benchmark accuracy from its scores on ``k`` anchor items.
+
+    Build one with :func:`fit_anchors`. Run only :attr:`anchor_items` through your
+    evaluation harness, then call :meth:`predict` with the scores in that order.
+
+    Attributes:
+      items: all item names of the benchmark the predictor was fitted on.
+      anchor_index: int ``[k]`` positions of the anchors in ``items``.
+      method: the method used (for ``"auto"``, the one chosen on validation models).
+      kind: the map kind (see :mod:`jaxeval.anchors._methods`).
+      params: the map's parameters (numpy arrays).
+      radius: half-width of the split-conformal interval (from validation models).
+      alpha: error level of the interval.
+      external_target: the target was an external full-benchmark score.
+      validation_mae_pp: validation MAE of the chosen method (percentage points).
+      info: provenance (seed, candidates' validation errors, settings).
+      item_model: the factorization's item parameters (for :meth:`predict_unbiased`),
+        fitted on training models; None for an external target.
+    """
+
+    items: np.ndarray
+    anchor_index: np.ndarray
+    method: str
+    kind: str
+    params: dict
+    radius: float
+    alpha: float
+    external_target: bool
+    validation_mae_pp: float
+    info: dict
+    item_model: dict | None = None
+
+    @property
+    def anchor_items(self) -> np.ndarray:
+        """Names of the anchor items, in the order :meth:`predict` expects."""
+        return self.items[self.anchor_index]
+
+    @property
+    def k(self) -> int:
+        return int(self.anchor_index.size)
+
+    def _fitted(self) -> Fitted:
+        params = jax.tree.map(jnp.asarray, self.params)
+        return Fitted(jnp.asarray(self.anchor_index, jnp.int32), self.kind, params)
+
+    def _check_scores(self, anchor_scores: Any, what: str = "anchor_scores") -> np.ndarray:
+        x = np.asarray(anchor_scores, dtype=np.float64)
+        single = x.ndim == 1
+        x2 = x[None, :] if single else x
+        if x2.ndim != 2 or x2.shape[1] != self.k:
+            raise ValueError(
+                f"{what}: expected {self.k} scores per model (one per anchor item, in the "
+                f"order of .anchor_items), got shape {x.shape}"
+            )
+        if not np.all(np.isfinite(x2)):
+            bad = np.argwhere(~np.isfinite(x2))[0]
+            raise ValueError(
+                f"{what}: holds NaN/inf (first at {tuple(int(b) for b in bad)}); every anchor "
+                "item must be scored"
+            )
+        if x2.min() < 0 or x2.max() > 1:
+            raise ValueError(f"{what}: scores must lie in [0, 1], got {x2.min()}..{x2.max()}")
+        return x2.astype(np.float32)
+
+    def predict(self, anchor_scores: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Estimated accuracy with its ``1 - alpha`` split-conformal interval.
+
+        Args:
+          anchor_scores: ``[k]`` or ``[models, k]`` scores on :attr:`anchor_items`.
+
+        Returns:
+          ``(estimate, lower, upper)`` numpy arrays (scalars for a single model),
+          clipped to [0, 1].
+
+        Example:
+          >>> import jaxeval
+          >>> sm = jaxeval.load("oll2_musr")
+          >>> pred = jaxeval.fit_anchors(sm, 20, method="random_ridge", seed=0)
+          >>> est, lo, hi = pred.predict(sm.take(items=pred.anchor_items).scores[0])
+          >>> bool(lo <= est <= hi)
+          True
+        """
+        x = self._check_scores(anchor_scores)
+        est = np.asarray(_apply_jit(self._fitted(), jnp.asarray(x)), dtype=np.float64)
+        est = np.clip(est, 0.0, 1.0)
+        lo = np.clip(est - self.radius, 0.0, 1.0)
+        hi = np.clip(est + self.radius, 0.0, 1.0)
+        if np.ndim(anchor_scores) == 1:
+            return est[0], lo[0], hi[0]
+        return est, lo, hi
+
+    def extra_items(self, m: int, seed: int = 0) -> np.ndarray:
+        """``m`` random non-anchor item names for :meth:`predict_unbiased`."""
+        n = self.items.size
+        if not 1 <= m <= n - self.k:
+            raise ValueError(f"m: expected 1..{n - self.k} extra items, got {m}")
+        idx = sample_non_anchors(jax.random.key(seed), jnp.asarray(self.anchor_index), n, m)
+        return self.items[np.asarray(idx)]
+
+    def predict_unbiased(
+        self, anchor_scores: Any, extra_items: Any, extra_scores: Any, alpha: float | None = None
+    ) -> tuple[float, float, float]:
+        """Unbiased estimate of the row mean from the anchors plus random extra items.
+
+        The extra items must be drawn uniformly without replacement from the
+        non-anchors (use :meth:`extra_items`); the interval is then valid in finite
+        samples whatever the quality of the per-item predictions (see
+        :func:`jaxeval.anchors.dr_estimate`). Needs a predictor whose map has item
+        predictions (``kind`` ``"irt"`` or ``"blend"``, e.g. ``method="auto"``), and
+        estimates the mean over this matrix's items (not an external target).
+
+        Returns:
+          ``(estimate, lower, upper)`` for one model.
+        """
+        if self.item_model is None:
+            raise ValueError(
+                "predict_unbiased: this predictor was fitted on an external target (a "
+                "full-benchmark score); the unbiased estimate is for the row mean of the "
+                "matrix's items only"
+            )
+        x = self._check_scores(anchor_scores)
+        if x.shape[0] != 1:
+            raise ValueError("predict_unbiased: one model at a time (anchor_scores of shape [k])")
+        lookup = {s: i for i, s in enumerate(self.items.tolist())}
+        names = np.asarray(extra_items).astype(str).ravel()
+        unknown = [s for s in names.tolist() if s not in lookup]
+        if unknown:
+            raise ValueError(f"extra_items: unknown item names {unknown[:5]}")
+        idx = np.array([lookup[s] for s in names.tolist()], dtype=np.int32)
+        if np.isin(idx, self.anchor_index).any() or np.unique(idx).size != idx.size:
+            raise ValueError("extra_items: must be distinct non-anchor items")
+        ys = np.asarray(extra_scores, dtype=np.float64).ravel()
+        if ys.shape != idx.shape or not np.all(np.isfinite(ys)) or ys.min() < 0 or ys.max() > 1:
+            raise ValueError(
+                f"extra_scores: expected {idx.size} finite scores in [0, 1], got shape {ys.shape}"
+            )
+        a = self.alpha if alpha is None else float(alpha)
+        f = self._fitted()
+        im = jax.tree.map(jnp.asarray, self.item_model)
+        preds = irt_item_predictions(im["F"], f.anchors, jnp.asarray(x), im["rho"])[0]
+        est, lo, hi = dr_estimate(
+            preds, f.anchors, jnp.asarray(x[0]), jnp.asarray(idx), jnp.asarray(ys, jnp.float32), a
+        )
+        return float(est), float(lo), float(hi)
+
+    # ------------------------------------------------------------- persistence
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the predictor to a ``.npz`` file (no pickle)."""
+        leaves, treedef = jax.tree.flatten(self.params)
+        meta = {
+            "format": _FORMAT,
+            "method": self.method,
+            "kind": self.kind,
+            "radius": self.radius,
+            "alpha": self.alpha,
+            "external_target": self.external_target,
+            "validation_mae_pp": self.validation_mae_pp,
+            "info": self.info,
+            "param_keys": _param_paths(self.params),
+        }
+        arrays = {f"leaf_{i}": np.asarray(v) for i, v in enumerate(leaves)}
+        if self.item_model is not None:
+            F = self.item_model["F"]
+            arrays.update(
+                item_V=np.asarray(F.V),
+                item_c=np.asarray(F.c),
+                item_u_mean=np.asarray(F.u_mean),
+                item_rho=np.asarray(self.item_model["rho"]),
+            )
+        np.savez(
+            path,
+            meta=np.array(json.dumps(meta)),
+            items=self.items.astype(str),
+            anchor_index=self.anchor_index,
+            **arrays,
+        )
+        del treedef
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, items: Any = None) -> AnchorPredictor:
+        """Read a predictor written by :meth:`save`.
+
+        Args:
+          path: the ``.npz`` file.
+          items: optional item names (or a :class:`ScoreMatrix`) of the benchmark it
+            will be used with; refused when they differ from the saved ones.
+        """
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            if meta.get("format") != _FORMAT:
+                raise ValueError(f"{path}: not a saved AnchorPredictor ({meta.get('format')!r})")
+            saved_items = z["items"].astype(str)
+            anchor_index = z["anchor_index"].astype(np.int32)
+            leaves = [z[f"leaf_{i}"] for i in range(len(meta["param_keys"]))]
+            item_model = None
+            if "item_V" in z.files:
+                from jaxeval._factorization import ItemFactors
+
+                F = ItemFactors(z["item_V"], z["item_c"], z["item_u_mean"])
+                item_model = {"F": F, "rho": z["item_rho"]}
+        if items is not None:
+            names = items.items if isinstance(items, ScoreMatrix) else np.asarray(items).astype(str)
+            if names.shape != saved_items.shape or not np.array_equal(names, saved_items):
+                diff = np.setdiff1d(saved_items, names)[:3].tolist()
+                raise ValueError(
+                    f"items: the predictor in {path} was fitted on {saved_items.size} items "
+                    f"that differ from the {names.size} given (e.g. missing {diff}); "
+                    "refit it for this benchmark"
+                )
+        params = _rebuild(meta["kind"], meta["param_keys"], leaves)
+        return cls(
+            items=saved_items,
+            anchor_index=anchor_index,
+            method=meta["method"],
+            kind=meta["kind"],
+            params=params,
+            radius=float(meta["radius"]),
+            alpha=float(meta["alpha"]),
+            external_target=bool(meta["external_target"]),
+            validation_mae_pp=float(meta["validation_mae_pp"]),
+            info=meta["info"],
+            item_model=item_model,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"AnchorPredictor(k={self.k}, method={self.method!r}, kind={self.kind!r}, "
+            f"interval=+-{self.radius:.4f} at {1 - self.alpha:.0%}, "
+            f"validation MAE {self.validation_mae_pp:.2f} pp)"
+        )
+
+
+def _param_paths(params: dict) -> list[str]:
+    return [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
+
+
+def _rebuild(kind: str, keys: list[str], leaves: list[np.ndarray]) -> dict:
+    k = 1
+    tmpl = _TEMPLATES[kind](k)
+    flat, treedef = jax.tree_util.tree_flatten_with_path(tmpl)
+    got = [jax.tree_util.keystr(p) for p, _ in flat]
+    if got != keys:
+        raise ValueError(f"saved parameters {keys} do not match map kind {kind!r}")
+    return jax.tree.unflatten(jax.tree.structure(tmpl), [np.asarray(v) for v in leaves])
+
+
+def _templates():
+    from jaxeval._factorization import ItemFactors
+    from jaxeval.anchors._mlp import init_mlp
+    from jaxeval.anchors._ridge import LinearMap
+
+    z = np.zeros(1, np.float32)
+    lin = LinearMap(z, z[0])
+    F = ItemFactors(z, z, z)
+    return {
+        "weighted_mean": lambda k: {"w": z},
+        "linear": lambda k: {"lin": lin, "lam": z[0]},
+        "mlp": lambda k: {"mlp": init_mlp(jax.random.key(0), k)[0], "best_step": z[0]},
+        "irt": lambda k: {"F": F, "rho": z[0], "lam": z[0], "w": z, "cal": z},
+        "blend": lambda k: {"F": F, "rho": z[0], "cal": z, "lin": lin, "beta": z[0]},
+    }
+
+
+class _LazyTemplates(dict):
+    def __missing__(self, key):
+        self.update(_templates())
+        return dict.__getitem__(self, key)
+
+
+_TEMPLATES = _LazyTemplates()
+
+
+@jax.jit
+def _apply_jit(fitted: Fitted, x: jax.Array) -> jax.Array:
+    return apply_map(fitted, x)
+
+
+def _as_host(tree):
+    return jax.tree.map(lambda a: np.asarray(a), tree)
+
+
+def _fit_many(key, d: SplitData, k: int, methods: tuple, st: Settings, with_factors: bool):
+    cache: dict = {}
+    out = []
+    for name in methods:
+        f = fit_method(key, d, k, name, st, cache)
+        out.append((f, apply_map(f, d.s_val[:, f.anchors])))
+    factors = None
+    if with_factors:
+        factors = cache["F"] if "F" in cache else fit_item_factors(
+            jax.random.fold_in(key, 5), d.s_tr, st.irt
+        )
+    return out, factors
+
+
+_fit_jit = jax.jit(_fit_many, static_argnums=(2, 3, 4, 5))
+
+
+def fit_anchors(
+    train: ScoreMatrix,
+    k: int,
+    method: str = "auto",
+    seed: int | jax.Array = 0,
+    validation: ScoreMatrix | None = None,
+    *,
+    alpha: float = 0.1,
+    settings: Settings | None = None,
+) -> AnchorPredictor:
+    """Choose ``k`` anchor items on training models and fit a predictor of accuracy.
+
+    Args:
+      train: complete score matrix of the training models (rows = models). The
+        target is ``train.true_score()`` (an external full-benchmark score when the
+        matrix has one, else the row mean).
+      k: number of anchor items (``1 <= k < n_items``).
+      method: ``"auto"`` (default; chooses among :data:`AUTO_CANDIDATES` on
+        validation models) or one of :data:`METHODS` (``"sparseeval"`` is the
+        faithful SparseEval protocol).
+      seed: int seed or PRNG key.
+      validation: models for the choices made on validation (ridge strength,
+        method, MLP checkpoint) and for the conformal interval; by default a seeded
+        20% of ``train`` is held out for this.
+      alpha: error level of the interval (0.1 -> 90% intervals).
+      settings: step counts and other static settings (:class:`Settings`).
+
+    Returns:
+      An :class:`AnchorPredictor`.
+
+    Example:
+      >>> import jaxeval
+      >>> sm = jaxeval.load("oll2_ifeval_promptstrict").drop_duplicates()
+      >>> pred = jaxeval.fit_anchors(sm, 20, method="kmeans_ridge", seed=0)
+      >>> pred.anchor_items.shape
+      (20,)
+    """
+    if not isinstance(train, ScoreMatrix):
+        raise TypeError(f"train: expected a ScoreMatrix, got {type(train).__name__}")
+    if method != "auto" and method not in METHODS:
+        raise ValueError(f"method: expected 'auto' or one of {METHODS}, got {method!r}")
+    n = train.n_items
+    if not isinstance(k, (int, np.integer)) or not 1 <= k < n:
+        raise ValueError(
+            f"k: expected an integer in 1..{n - 1} (fewer than the {n} items), got {k!r}"
+        )
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha: expected a level in (0, 1), got {alpha!r}")
+    train.require_complete("fit_anchors")
+    st = settings or Settings(external=train.target is not None)
+    if validation is None:
+        n_val = max(int(round(0.2 * train.n_models)), 1)
+        if train.n_models - n_val < 1:
+            raise ValueError(f"train: {train.n_models} models are too few to hold out validation")
+        split_seed = int(seed) if isinstance(seed, (int, np.integer)) else 0
+        validation, train = train.split([n_val], seed=split_seed)
+    else:
+        validation.require_complete("fit_anchors (validation)")
+        if not np.array_equal(validation.items, train.items):
+            raise ValueError("validation: item names must equal those of train, in the same order")
+    need = _min_models(method)
+    for what, sm in (("train", train), ("validation", validation)):
+        if sm.n_models < need:
+            raise ValueError(
+                f"{what}: method {method!r} needs at least {need} models, got {sm.n_models}"
+            )
+        y = sm.true_score()
+        if not np.all(np.isfinite(y)):
+            raise ValueError(f"{what}: target is missing for {int((~np.isfinite(y)).sum())} models")
+    d = SplitData(
+        jnp.asarray(train.scores),
+        jnp.asarray(train.true_score()),
+        jnp.asarray(validation.scores),
+        jnp.asarray(validation.true_score()),
+    )
+    key = _key(seed)
+    y_val = np.asarray(d.y_val, np.float64)
+    cands = AUTO_CANDIDATES if method == "auto" else (method,)
+    with_factors = train.target is None
+    fits, factors = _fit_jit(key, d, int(k), tuple(cands), st, with_factors)
+    results = {}
+    for name, (f, vp) in zip(cands, fits):
+        vp = np.clip(np.asarray(vp, np.float64), 0, 1)
+        results[name] = (f, vp, float(np.mean((vp - y_val) ** 2)))
+    best = min(results, key=lambda s: results[s][2])
+    f, vp, _ = results[best]
+    radius = float(conformal_quantile(jnp.asarray(vp - y_val), alpha))
+    info = {
+        "seed": int(seed) if isinstance(seed, (int, np.integer)) else None,
+        "requested_method": method,
+        "validation_mse": {s: r[2] for s, r in results.items()},
+        "n_train": train.n_models,
+        "n_validation": validation.n_models,
+        "settings": repr(st),
+        "jax_version": jax.__version__,
+    }
+    return AnchorPredictor(
+        items=np.asarray(train.items),
+        anchor_index=np.asarray(f.anchors, np.int32),
+        method=best,
+        kind=f.kind,
+        params=_as_host(f.params),
+        radius=radius,
+        alpha=float(alpha),
+        external_target=train.target is not None,
+        validation_mae_pp=float(100 * np.mean(np.abs(vp - y_val))),
+        info=info,
+        item_model=None
+        if factors is None
+        else _as_host({"F": factors, "rho": jnp.asarray(st.irt.rho_online, jnp.float32)}),
+    )

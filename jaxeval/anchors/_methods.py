@@ -1,0 +1,356 @@
+"""Anchor methods = an anchor selector + a map, as pure kernels over one split.
+
+A method sees training scores/targets (anchor choice, map fitting) and validation
+scores/targets (choices the reference rules make on validation models: the
+initialisation, ridge strength, blend weights, MLP checkpoints). Test models never
+enter a fit. Every kernel takes a PRNG key first and returns fixed-shape arrays, so
+a whole split is vmapped over seeds.
+
+Maps (``kind`` -> ``params`` pytree, see :func:`apply_map`):
+
+- ``"weighted_mean"``: ``x @ w`` (uniform weights = plain mean; cluster-size
+  weights = Anchor Points).
+- ``"linear"``: ``x @ w + b`` (ridge or least squares).
+- ``"mlp"``: the SparseEval MLP.
+- ``"irt"``: ``cal_a * (lam * x @ w + (1 - lam) * pIRT) + cal_b`` (p-IRT: ``lam = 0``).
+- ``"blend"``: ``beta * ridge + (1 - beta) * calibrated p-IRT``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from jaxeval.anchors._irt import IRTConfig, fit_item_factors, pirt_estimate
+from jaxeval.anchors._mlp import init_mlp, mlp_apply, train_mlp
+from jaxeval.anchors._ridge import (
+    apply_linear,
+    fit_ridge,
+    fit_ridge_validated,
+    greedy_ridge_anchors,
+)
+from jaxeval.anchors._select import kmeans_anchors, random_anchors, refine_anchors
+
+__all__ = [
+    "Settings",
+    "SplitData",
+    "Fitted",
+    "apply_map",
+    "fit_method",
+    "METHODS",
+    "AUTO_CANDIDATES",
+]
+
+# purposes for fold_in
+_K_RANDOM, _K_KMEANS, _K_MLP, _K_REFINE, _K_IRT, _K_FINAL = range(1, 7)
+
+#: Blend / gp-IRT weights tried on validation models.
+_WEIGHT_GRID = tuple(i / 10 for i in range(11))
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Static settings of the anchor methods (hashable; shapes and step counts).
+
+    Attributes:
+      proxy_steps: Adam steps of each AIS/CIS proxy MLP (reference 2000).
+      final_steps: Adam steps of the final MLP (reference 20000).
+      init_steps: steps of the MLPs that choose between k-means and random anchors.
+      eval_every: checkpoint spacing on validation models.
+      num_swaps: AIS/CIS refinement steps R (reference 10).
+      guard: keep a swap only when the proxy's validation MSE does not rise.
+      kmeans_iters: Lloyd iterations.
+      ridge_swaps: AIS/CIS swaps when the proxy is the ridge map.
+      greedy_lams: relative ridge strengths tried by greedy selection.
+      irt: factorization settings.
+      external: the target is an external full-benchmark score (calibrate IRT).
+    """
+
+    proxy_steps: int = 2000
+    final_steps: int = 20000
+    init_steps: int = 2000
+    eval_every: int = 100
+    num_swaps: int = 10
+    guard: bool = False
+    kmeans_iters: int = 50
+    ridge_swaps: int = 30
+    greedy_lams: tuple = (1e-3, 1e-2, 1e-1)
+    irt: IRTConfig = IRTConfig()
+    external: bool = False
+
+
+class SplitData(NamedTuple):
+    """One split's arrays: training and validation scores ``[m, n]`` and targets ``[m]``."""
+
+    s_tr: jax.Array
+    y_tr: jax.Array
+    s_val: jax.Array
+    y_val: jax.Array
+
+
+class Fitted(eqx.Module):
+    """A fitted method: its anchors, its map kind (static) and the map's parameters."""
+
+    anchors: jax.Array
+    kind: str = eqx.field(static=True)
+    params: dict = eqx.field(default_factory=dict)
+
+
+def apply_map(fitted: Fitted, x: jax.Array) -> jax.Array:
+    """Predicted accuracy ``[m]`` from anchor scores ``x [m, k]`` (anchor order)."""
+    p = fitted.params
+    kind = fitted.kind
+    if kind == "weighted_mean":
+        return x @ p["w"]
+    if kind == "linear":
+        return apply_linear(p["lin"], x)
+    if kind == "mlp":
+        static = init_mlp(jax.random.key(0), x.shape[1])[1]
+        return mlp_apply(p["mlp"], static, x)
+    if kind in ("irt", "blend"):
+        pirt = pirt_estimate(p["F"], fitted.anchors, x, p["rho"])
+        if kind == "irt":
+            est = p["lam"] * (x @ p["w"]) + (1 - p["lam"]) * pirt
+            return p["cal"][0] * est + p["cal"][1]
+        cal = p["cal"][0] * pirt + p["cal"][1]
+        return p["beta"] * apply_linear(p["lin"], x) + (1 - p["beta"]) * cal
+    raise ValueError(f"unknown map kind {kind!r}")
+
+
+# ----------------------------------------------------------------- map fitting
+def _mse(a, b):
+    return jnp.mean((a - b) ** 2)
+
+
+def _fit_ridge_map(anchors, d: SplitData) -> Fitted:
+    lin, lam, _ = fit_ridge_validated(d.s_tr[:, anchors], d.y_tr, d.s_val[:, anchors], d.y_val)
+    return Fitted(anchors, "linear", {"lin": lin, "lam": lam})
+
+
+def _fit_mlp_map(key, anchors, d: SplitData, st: Settings) -> Fitted:
+    fit, _ = train_mlp(
+        key,
+        d.s_tr[:, anchors],
+        d.y_tr,
+        d.s_val[:, anchors],
+        d.y_val,
+        num_steps=st.final_steps,
+        eval_every=st.eval_every,
+    )
+    return Fitted(anchors, "mlp", {"mlp": fit.params, "best_step": fit.best_step})
+
+
+def _calibration(est, y, external: bool):
+    if not external:
+        return jnp.array([1.0, 0.0], est.dtype)
+    lin = fit_ridge(est[:, None], y, 1e-6)
+    return jnp.stack([lin.w[0], lin.b])
+
+
+def _fit_irt_map(F, anchors, w, d: SplitData, st: Settings, gp: bool) -> Fitted:
+    rho = jnp.asarray(st.irt.rho_online, d.s_tr.dtype)
+    x_tr, x_val = d.s_tr[:, anchors], d.s_val[:, anchors]
+    p_tr = pirt_estimate(F, anchors, x_tr, rho)
+    p_val = pirt_estimate(F, anchors, x_val, rho)
+    lams = jnp.asarray(_WEIGHT_GRID if gp else (0.0,), d.s_tr.dtype)
+
+    def for_lam(lam):
+        cal = _calibration(lam * (x_tr @ w) + (1 - lam) * p_tr, d.y_tr, st.external)
+        pred = cal[0] * (lam * (x_val @ w) + (1 - lam) * p_val) + cal[1]
+        return _mse(pred, d.y_val), cal
+
+    errs, cals = jax.vmap(for_lam)(lams)
+    i = jnp.argmin(errs)
+    return Fitted(anchors, "irt", {"F": F, "rho": rho, "lam": lams[i], "w": w, "cal": cals[i]})
+
+
+def _fit_blend_map(F, anchors, d: SplitData, st: Settings) -> Fitted:
+    rho = jnp.asarray(st.irt.rho_online, d.s_tr.dtype)
+    ridge = _fit_ridge_map(anchors, d)
+    x_tr, x_val = d.s_tr[:, anchors], d.s_val[:, anchors]
+    p_tr = pirt_estimate(F, anchors, x_tr, rho)
+    cal = _calibration(p_tr, d.y_tr, st.external)
+    c_val = cal[0] * pirt_estimate(F, anchors, x_val, rho) + cal[1]
+    r_val = apply_linear(ridge.params["lin"], x_val)
+    betas = jnp.asarray(_WEIGHT_GRID, d.s_tr.dtype)
+    errs = jax.vmap(lambda b: _mse(b * r_val + (1 - b) * c_val, d.y_val))(betas)
+    beta = betas[jnp.argmin(errs)]
+    params = {"F": F, "rho": rho, "cal": cal, "lin": ridge.params["lin"], "beta": beta}
+    return Fitted(anchors, "blend", params)
+
+
+# ------------------------------------------------------------------ selectors
+def _uniform(k, dtype):
+    return jnp.full((k,), 1.0 / k, dtype)
+
+
+def _val_mse(f: Fitted, d: SplitData):
+    return _mse(apply_map(f, d.s_val[:, f.anchors]), d.y_val)
+
+
+def _ridge_proxy(key, x, y):
+    lin = fit_ridge(x, y, 1e-2)
+    return lambda v: apply_linear(lin, v)
+
+
+def _sparseeval_anchors(key, d: SplitData, k: int, st: Settings):
+    """SparseEval anchors: k-means or random start (chosen on validation) + AIS/CIS."""
+    n = d.s_tr.shape[1]
+    a_km, _ = kmeans_anchors(jax.random.fold_in(key, _K_KMEANS), d.s_tr, k, st.kmeans_iters)
+    a_rd = random_anchors(jax.random.fold_in(key, _K_RANDOM), n, k)
+
+    def init_val(a, i):
+        fit, _ = train_mlp(
+            jax.random.fold_in(jax.random.fold_in(key, _K_MLP), i),
+            d.s_tr[:, a], d.y_tr, d.s_val[:, a], d.y_val,
+            num_steps=st.init_steps, eval_every=st.eval_every,
+        )
+        return fit.best_val
+
+    use_km = init_val(a_km, 0) <= init_val(a_rd, 1)
+    a0 = jnp.where(use_km, a_km, a_rd)
+
+    def fit_proxy(pkey, x, y):
+        fit, static = train_mlp(
+            pkey, x, y, x[:1], y[:1],
+            num_steps=st.proxy_steps, eval_every=st.eval_every, use_validation=False,
+        )
+        return lambda v: mlp_apply(fit.params, static, v[None, :])[0]
+
+    anchors, trace = refine_anchors(
+        jax.random.fold_in(key, _K_REFINE), a0, d.s_tr, d.y_tr, d.s_val, d.y_val,
+        fit_proxy, num_swaps=st.num_swaps, guard=st.guard,
+    )
+    return anchors, use_km, trace
+
+
+def _greedy(d: SplitData, k: int, st: Settings):
+    """Greedy leave-one-out ridge anchors; the ridge strength of the search on validation."""
+    lams = jnp.asarray(st.greedy_lams, d.s_tr.dtype)
+    cands = jax.vmap(lambda lam: greedy_ridge_anchors(d.s_tr, d.y_tr, k, lam))(lams)
+    errs = jax.vmap(lambda a: _val_mse(_fit_ridge_map(a, d), d))(cands)
+    return cands[jnp.argmin(errs)]
+
+
+def _aiscis_ridge(key, a0, d: SplitData, st: Settings):
+    anchors, _ = refine_anchors(
+        key, a0, d.s_tr, d.y_tr, d.s_val, d.y_val, _ridge_proxy,
+        num_swaps=st.ridge_swaps, guard=True,
+    )
+    return anchors
+
+
+#: Every method name understood by :func:`fit_method`.
+METHODS = (
+    "random_mean",
+    "anchor_points",
+    "random_linear",
+    "random_ridge",
+    "kmeans_ridge",
+    "random_mlp",
+    "sparseeval",
+    "sparseeval_ridge",
+    "pirt",
+    "gpirt",
+    "greedy_ridge",
+    "aiscis_ridge",
+    "kmeans_blend",
+    "greedy_blend",
+)
+
+#: Candidates of ``method="auto"`` (chosen by validation MSE).
+AUTO_CANDIDATES = (
+    "kmeans_ridge",
+    "greedy_ridge",
+    "aiscis_ridge",
+    "kmeans_blend",
+    "greedy_blend",
+)
+
+
+class _Shared(NamedTuple):
+    a_rand: jax.Array
+    a_km: jax.Array
+    w_km: jax.Array
+
+
+def _shared(key, d: SplitData, k: int, st: Settings) -> _Shared:
+    n = d.s_tr.shape[1]
+    a_rand = random_anchors(jax.random.fold_in(key, _K_RANDOM), n, k)
+    a_km, w_km = kmeans_anchors(jax.random.fold_in(key, _K_KMEANS), d.s_tr, k, st.kmeans_iters)
+    return _Shared(a_rand, a_km, w_km)
+
+
+def fit_method(
+    key: jax.Array, d: SplitData, k: int, method: str, st: Settings, cache: dict | None = None
+) -> Fitted:
+    """Fit one method on one split (pure, jittable; ``k``, ``method``, ``st`` static).
+
+    ``cache`` (a dict, filled inside one trace) shares the expensive pieces between
+    methods fitted in the same kernel: the random and k-means anchors, the item
+    factors, the SparseEval and greedy anchors.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> s = jax.random.bernoulli(jax.random.key(0), 0.5, (40, 30)).astype(jnp.float32)
+      >>> d = SplitData(s[:30], s[:30].mean(1), s[30:], s[30:].mean(1))
+      >>> f = fit_method(jax.random.key(1), d, 5, "random_ridge", Settings())
+      >>> apply_map(f, s[30:, f.anchors]).shape
+      (10,)
+    """
+    c = {} if cache is None else cache
+    dt = d.s_tr.dtype
+    if "shared" not in c:
+        c["shared"] = _shared(key, d, k, st)
+    sh = c["shared"]
+
+    def factors():
+        if "F" not in c:
+            c["F"] = fit_item_factors(jax.random.fold_in(key, _K_IRT), d.s_tr, st.irt)
+        return c["F"]
+
+    def greedy():
+        if "greedy" not in c:
+            c["greedy"] = _greedy(d, k, st)
+        return c["greedy"]
+
+    def sparseeval():
+        if "se" not in c:
+            c["se"] = _sparseeval_anchors(key, d, k, st)[0]
+        return c["se"]
+
+    if method == "random_mean":
+        return Fitted(sh.a_rand, "weighted_mean", {"w": _uniform(k, dt)})
+    if method == "anchor_points":
+        return Fitted(sh.a_km, "weighted_mean", {"w": sh.w_km})
+    if method == "random_linear":
+        lin = fit_ridge(d.s_tr[:, sh.a_rand], d.y_tr, 1e-6)
+        return Fitted(sh.a_rand, "linear", {"lin": lin, "lam": jnp.asarray(1e-6, dt)})
+    if method == "random_ridge":
+        return _fit_ridge_map(sh.a_rand, d)
+    if method == "kmeans_ridge":
+        return _fit_ridge_map(sh.a_km, d)
+    if method == "random_mlp":
+        return _fit_mlp_map(jax.random.fold_in(key, _K_FINAL), sh.a_rand, d, st)
+    if method == "sparseeval":
+        return _fit_mlp_map(jax.random.fold_in(key, _K_FINAL), sparseeval(), d, st)
+    if method == "sparseeval_ridge":
+        return _fit_ridge_map(sparseeval(), d)
+    if method == "pirt":
+        return _fit_irt_map(factors(), sh.a_km, sh.w_km, d, st, gp=False)
+    if method == "gpirt":
+        return _fit_irt_map(factors(), sh.a_km, sh.w_km, d, st, gp=True)
+    if method == "greedy_ridge":
+        return _fit_ridge_map(greedy(), d)
+    if method == "aiscis_ridge":
+        a = _aiscis_ridge(jax.random.fold_in(key, _K_REFINE), sh.a_km, d, st)
+        return _fit_ridge_map(a, d)
+    if method == "kmeans_blend":
+        return _fit_blend_map(factors(), sh.a_km, d, st)
+    if method == "greedy_blend":
+        return _fit_blend_map(factors(), greedy(), d, st)
+    raise ValueError(f"method must be one of {METHODS + ('auto',)}, got {method!r}")

@@ -1,0 +1,245 @@
+"""The anchor evaluation protocol of SPEC section 6.2, as code.
+
+For repetition ``r`` the deduplicated matrix is split with seed ``42 + r``
+(:meth:`ScoreMatrix.protocol_split`: test = first ``h`` permuted models,
+validation = next ``h``, train = the rest); every method is fitted on train (and
+validation where its rules say so) and scored on test: MAE in percentage points
+and Kendall's tau-b against ``true_score()`` (the external full-benchmark score
+when the file has one). All splits of a dataset have the same shapes, so the
+seeds are stacked and the whole comparison is one jitted kernel vmapped over seeds.
+
+``"auto"`` is scored exactly as a user would get it: per seed, the candidate of
+:data:`AUTO_CANDIDATES` with the lowest validation MSE. Each method's 90% interval
+is split-conformal on validation models; coverage and width are measured on test
+models. For row-mean targets the unbiased estimate (anchors of ``"auto"`` plus
+``m`` random non-anchor items, DR-corrected with the factorization's predictions)
+is also scored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxeval._data import ScoreMatrix
+from jaxeval._metrics import kendall_tau_b, mae_pp
+from jaxeval.anchors._intervals import conformal_quantile, dr_estimate, sample_non_anchors
+from jaxeval.anchors._irt import fit_item_factors, irt_item_predictions
+from jaxeval.anchors._methods import (
+    AUTO_CANDIDATES,
+    METHODS,
+    Settings,
+    SplitData,
+    apply_map,
+    fit_method,
+)
+
+__all__ = ["ProtocolResult", "evaluate_protocol", "protocol_kernel"]
+
+_K_DR = 101
+
+
+def protocol_kernel(
+    key: jax.Array,
+    d: SplitData,
+    s_te: jax.Array,
+    k: int,
+    methods: tuple,
+    st: Settings,
+    dr_items: int,
+    alpha: float | jax.Array,
+):
+    """One split: validation and test predictions and anchors of every method.
+
+    Returns a dict of arrays: ``val`` ``[M, h_val]``, ``test`` ``[M, h]``, ``anchors``
+    ``[M, k]``, and with ``dr_items > 0`` the unbiased estimate ``dr`` ``[3, h]``
+    (estimate, lower, upper) on the anchors of the best auto candidate.
+    """
+    cache: dict = {}
+    vals, tests, ancs = [], [], []
+    for name in methods:
+        f = fit_method(key, d, k, name, st, cache)
+        vals.append(apply_map(f, d.s_val[:, f.anchors]))
+        tests.append(apply_map(f, s_te[:, f.anchors]))
+        ancs.append(f.anchors)
+    out = {"val": jnp.stack(vals), "test": jnp.stack(tests), "anchors": jnp.stack(ancs)}
+    if dr_items > 0:
+        auto = [methods.index(m) for m in AUTO_CANDIDATES if m in methods]
+        mse = jnp.mean((out["val"][jnp.array(auto)] - d.y_val) ** 2, axis=1)
+        anchors = out["anchors"][jnp.array(auto)][jnp.argmin(mse)]
+        F = cache["F"] if "F" in cache else fit_item_factors(
+            jax.random.fold_in(key, 5), d.s_tr, st.irt
+        )
+        preds = irt_item_predictions(F, anchors, s_te[:, anchors], st.irt.rho_online)
+        n = s_te.shape[1]
+        kdr = jax.random.fold_in(key, _K_DR)
+
+        def one(i, p, s):
+            samp = sample_non_anchors(jax.random.fold_in(kdr, i), anchors, n, dr_items)
+            return dr_estimate(p, anchors, s[anchors], samp, s[samp], alpha)
+
+        est, lo, hi = jax.vmap(one)(jnp.arange(s_te.shape[0]), preds, s_te)
+        out["dr"] = jnp.stack([est, lo, hi])
+    return out
+
+
+_kernel_jit = jax.jit(
+    jax.vmap(protocol_kernel, in_axes=(0, 0, 0, None, None, None, None, None)),
+    static_argnums=(3, 4, 5, 6),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProtocolResult:
+    """Per-seed results of :func:`evaluate_protocol` (numpy).
+
+    Attributes:
+      methods: method names (``"auto"`` last when requested).
+      seeds: the split seeds.
+      mae_pp, tau_b: ``[methods, seeds]`` test MAE (pp) and Kendall tau-b.
+      coverage, width: ``[methods, seeds]`` test coverage and mean width of the
+        split-conformal ``1 - alpha`` intervals.
+      anchors: ``[methods, seeds, k]`` anchor indices.
+      dr: optional dict with the unbiased estimate's ``mae_pp``, ``coverage`` and
+        ``width`` per seed.
+      info: dataset, k, settings, seconds.
+    """
+
+    methods: tuple
+    seeds: tuple
+    mae_pp: np.ndarray
+    tau_b: np.ndarray
+    coverage: np.ndarray
+    width: np.ndarray
+    anchors: np.ndarray
+    dr: dict | None
+    info: dict
+
+    def summary(self) -> str:
+        """One line per method: MAE and tau-b mean +- sd, coverage, width."""
+        lines = [f"{self.info.get('dataset', '')} k={self.info.get('k')} seeds={len(self.seeds)}"]
+        for i, m in enumerate(self.methods):
+            lines.append(
+                f"  {m:18s} MAE {self.mae_pp[i].mean():6.2f} +- {self.mae_pp[i].std():5.2f}  "
+                f"tau {self.tau_b[i].mean():5.3f} +- {self.tau_b[i].std():5.3f}  "
+                f"cov {self.coverage[i].mean():5.3f}  width {100 * self.width[i].mean():5.2f} pp"
+            )
+        if self.dr:
+            lines.append(
+                f"  {'unbiased (DR)':18s} MAE {self.dr['mae_pp'].mean():6.2f}  "
+                f"cov {self.dr['coverage'].mean():5.3f}  "
+                f"width {100 * self.dr['width'].mean():5.2f} pp"
+            )
+        return "\n".join(lines)
+
+
+def evaluate_protocol(
+    sm: ScoreMatrix,
+    k: int,
+    methods: Sequence[str] = ("random_ridge", "kmeans_ridge", "auto"),
+    seeds: Sequence[int] = (42, 43, 44, 45, 46),
+    settings: Settings | None = None,
+    alpha: float = 0.1,
+    dr_items: int = 0,
+    dedup: bool = True,
+) -> ProtocolResult:
+    """Run the SPEC 6.2 protocol for several methods over seeded splits.
+
+    Args:
+      sm: the complete score matrix (all models).
+      k: number of anchors.
+      methods: names from :data:`METHODS`, plus ``"auto"``.
+      seeds: split seeds (the protocol uses ``42 + r``).
+      settings: static settings (``external`` is set from ``sm.target``).
+      alpha: interval level.
+      dr_items: extra random items of the unbiased estimate (0 = skip; mean targets only).
+      dedup: drop duplicate rows first (the protocol does).
+
+    Returns:
+      A :class:`ProtocolResult`.
+    """
+    import time
+
+    bad = [m for m in methods if m != "auto" and m not in METHODS]
+    if bad:
+        raise ValueError(f"methods: unknown {bad}; expected names from {METHODS} or 'auto'")
+    sm = sm.drop_duplicates() if dedup else sm
+    sm.require_complete("evaluate_protocol")
+    if not 1 <= k < sm.n_items:
+        raise ValueError(f"k: expected 1..{sm.n_items - 1}, got {k}")
+    external = sm.target is not None
+    st = dataclasses.replace(settings or Settings(), external=external)
+    fit_names = [m for m in methods if m != "auto"]
+    if "auto" in methods:
+        fit_names += [m for m in AUTO_CANDIDATES if m not in fit_names]
+    splits = [sm.protocol_split(int(s)) for s in seeds]
+    stack = lambda f: jnp.asarray(np.stack([f(sp) for sp in splits]))
+    d = SplitData(
+        stack(lambda sp: sp.train.scores),
+        stack(lambda sp: sp.train.true_score()),
+        stack(lambda sp: sp.validation.scores),
+        stack(lambda sp: sp.validation.true_score()),
+    )
+    s_te = stack(lambda sp: sp.test.scores)
+    y_te = np.stack([sp.test.true_score() for sp in splits]).astype(np.float64)
+    keys = jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
+    dr_m = 0 if external else int(dr_items)
+    t0 = time.perf_counter()
+    out = _kernel_jit(keys, d, s_te, int(k), tuple(fit_names), st, dr_m, alpha)
+    out = jax.tree.map(np.asarray, out)
+    secs = time.perf_counter() - t0
+    val = np.clip(out["val"].astype(np.float64), 0, 1)  # [S, M, hv]
+    test = np.clip(out["test"].astype(np.float64), 0, 1)
+    anchors = out["anchors"]
+    y_val = np.asarray(d.y_val, np.float64)
+    names = list(fit_names)
+    if "auto" in methods:
+        idx = [names.index(m) for m in AUTO_CANDIDATES]
+        mse = ((val[:, idx] - y_val[:, None]) ** 2).mean(-1)  # [S, C]
+        pick = np.array(idx)[mse.argmin(1)]
+        S = len(seeds)
+        val = np.concatenate([val, val[np.arange(S), pick][:, None]], 1)
+        test = np.concatenate([test, test[np.arange(S), pick][:, None]], 1)
+        anchors = np.concatenate([anchors, anchors[np.arange(S), pick][:, None]], 1)
+        names.append("auto")
+    keep = [names.index(m) for m in methods]
+    val, test, anchors = val[:, keep], test[:, keep], anchors[:, keep]
+    mae = np.asarray(mae_pp(jnp.asarray(test), jnp.asarray(y_te[:, None]), axis=-1)).T
+    tau = np.asarray(
+        jax.vmap(jax.vmap(kendall_tau_b, (0, None)))(jnp.asarray(test), jnp.asarray(y_te))
+    ).T
+    rad = np.array(
+        [[float(conformal_quantile(jnp.asarray(v - yv), alpha)) for v in vs] for vs, yv in
+         zip(val, y_val)]
+    ).T  # [M, S]
+    lo = np.clip(test - rad.T[:, :, None], 0, 1)
+    hi = np.clip(test + rad.T[:, :, None], 0, 1)
+    cov = ((lo <= y_te[:, None]) & (y_te[:, None] <= hi)).mean(-1).T
+    width = (hi - lo).mean(-1).T
+    dr = None
+    if dr_m > 0:
+        est, dlo, dhi = out["dr"][:, 0], out["dr"][:, 1], out["dr"][:, 2]
+        dr = {
+            "mae_pp": 100 * np.abs(est - y_te).mean(-1),
+            "coverage": ((dlo <= y_te) & (y_te <= dhi)).mean(-1),
+            "width": (dhi - dlo).mean(-1),
+            "m": dr_m,
+        }
+    info = {
+        "dataset": sm.source,
+        "k": int(k),
+        "n_models": sm.n_models,
+        "n_items": sm.n_items,
+        "external_target": external,
+        "settings": repr(st),
+        "seconds": secs,
+        "alpha": alpha,
+    }
+    return ProtocolResult(
+        tuple(methods), tuple(int(s) for s in seeds), mae, tau, cov, width,
+        np.transpose(anchors, (1, 0, 2)), dr, info,
+    )

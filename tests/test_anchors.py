@@ -1,0 +1,241 @@
+"""Tests of jaxeval.anchors: selectors, AIS/CIS, maps, intervals, the numpy surface."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxeval
+from jaxeval.anchors import (
+    AnchorPredictor,
+    Settings,
+    SplitData,
+    ais_scores,
+    apply_map,
+    cis_scores,
+    conformal_quantile,
+    dr_estimate,
+    fit_anchors,
+    fit_method,
+    fit_ridge,
+    greedy_ridge_anchors,
+    kmeans_anchors,
+    refine_anchors,
+    sample_non_anchors,
+    train_mlp,
+)
+from jaxeval.anchors._mlp import init_mlp, mlp_apply
+from jaxeval.anchors._select import swap_step
+
+FAST = Settings(proxy_steps=60, final_steps=200, init_steps=60, eval_every=20, num_swaps=3,
+                kmeans_iters=10, ridge_swaps=5)
+
+
+def _planted(seed=0, m=300, n=60, informative=(3, 11, 19, 27, 35)):
+    """Low-rank-ish binary matrix whose target is a known function of a few items."""
+    rng = np.random.default_rng(seed)
+    ability = rng.normal(size=(m, 1))
+    s = (rng.random((m, n)) < 1 / (1 + np.exp(-(ability + rng.normal(size=(1, n)))))).astype(
+        np.float32
+    )
+    w = np.linspace(0.4, 0.2, len(informative)) * (0.8 / 1.5)
+    y = (s[:, list(informative)] @ w + 0.1).astype(np.float32)
+    return s, y, informative
+
+
+# ------------------------------------------------------------------- AIS / CIS
+def test_ais_cis_by_hand():
+    # f(v) = 2 v0 - v1 + 0.5 ; x rows (1,0),(0,1),(1,1); y = 0 -> residuals 2.5, -0.5, 1.5
+    f = lambda v: v @ jnp.array([2.0, -1.0]) + 0.5
+    x = jnp.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    y = jnp.zeros(3)
+    # dl/dx = 2 e w -> |.| per row: (10, 5), (2, 1), (6, 3); mean (6, 3)
+    np.testing.assert_allclose(ais_scores(f, x, y), [6.0, 3.0], rtol=1e-6)
+    s = jnp.array([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    e = jnp.array([2.5, -0.5, 1.5])
+    # (s - 0.5)^T e: col0 = 1.25 + .25 + .75 ; col1 = -1.25 - .25 + .75 ; col2 = 1.25 - .25 - .75
+    np.testing.assert_allclose(cis_scores(s, e), [2.25, 0.75, 0.25], rtol=1e-6)
+    new, pos, j = swap_step(jnp.array([0, 1]), jnp.array([6.0, 3.0]),
+                            jnp.array([2.25, 0.75, 0.25]), jnp.zeros(3, bool))
+    assert int(pos) == 1 and int(j) == 2 and new.tolist() == [0, 2]
+
+
+def test_ais_matches_finite_differences_of_mlp():
+    k = 4
+    params, static = init_mlp(jax.random.key(0), k)
+    x = jax.random.uniform(jax.random.key(1), (6, k))
+    y = jax.random.uniform(jax.random.key(2), (6,))
+    f = jax.jit(lambda v: mlp_apply(params, static, v[None, :])[0])
+    ais = np.asarray(jax.jit(lambda x, y: ais_scores(f, x, y))(x, y))
+    eps = 1e-2
+    fd = np.zeros((6, k))
+    for i in range(6):
+        for a in range(k):
+            xp = x.at[i, a].add(eps)
+            xm = x.at[i, a].add(-eps)
+            fd[i, a] = ((f(xp[i]) - y[i]) ** 2 - (f(xm[i]) - y[i]) ** 2) / (2 * eps)
+    np.testing.assert_allclose(ais, np.abs(fd).mean(0), rtol=2e-2, atol=1e-6)
+
+
+# ------------------------------------------------------------------ selectors
+def test_kmeans_anchors_distinct_and_weights():
+    s, _, _ = _planted()
+    km = jax.jit(kmeans_anchors, static_argnums=(2, 3))
+    a, w = km(jax.random.key(0), jnp.asarray(s), 12, 10)
+    assert np.unique(np.asarray(a)).size == 12
+    np.testing.assert_allclose(float(w.sum()), 1.0, rtol=1e-6)
+    # duplicated columns land in one cluster: the anchor set never holds both copies
+    s2 = np.concatenate([s, s[:, :5]], axis=1)
+    a2, _ = km(jax.random.key(0), jnp.asarray(s2), 12, 10)
+    a2 = np.asarray(a2)
+    assert not any((j in a2) and (60 + j in a2) for j in range(5))
+
+
+def test_greedy_recovers_planted_items():
+    s, y, informative = _planted()
+    got = np.asarray(greedy_ridge_anchors(jnp.asarray(s), jnp.asarray(y), 5, 1e-4))
+    assert sorted(got.tolist()) == sorted(informative)
+
+
+def test_ridge_refinement_moves_toward_planted_items():
+    s, y, informative = _planted()
+    s, y = jnp.asarray(s), jnp.asarray(y)
+    start = jnp.array([0, 1, 2, 3, 4], jnp.int32)  # holds one informative item
+    proxy = lambda key, x, t: (lambda lin: (lambda v: v @ lin.w + lin.b))(fit_ridge(x, t, 1e-3))
+    anchors, trace = refine_anchors(jax.random.key(0), start, s[:200], y[:200], s[200:], y[200:],
+                                    proxy, num_swaps=8, guard=True)
+    hits = len(set(np.asarray(anchors).tolist()) & set(informative))
+    assert hits == 5
+    assert np.asarray(trace.val_mse)[-1] < np.asarray(trace.val_mse)[0]
+
+
+# ------------------------------------------------------------------------ MLP
+def test_train_mlp_learns_and_keeps_best_checkpoint():
+    s, y, inf = _planted()
+    x = jnp.asarray(s[:, list(inf)])
+    y = jnp.asarray(y)
+    fit, static = train_mlp(jax.random.key(0), x[:200], y[:200], x[200:], y[200:],
+                            num_steps=300, eval_every=50, learning_rate=1e-2)
+    pred = mlp_apply(fit.params, static, x[200:])
+    val = float(jnp.mean((pred - y[200:]) ** 2))
+    np.testing.assert_allclose(val, float(fit.best_val), rtol=1e-4)
+    assert val < 0.25 * float(jnp.var(y[200:]))
+    assert int(fit.best_step) % 50 == 0 and int(fit.best_step) > 0
+
+
+@pytest.mark.parametrize(
+    "methods",
+    [("random_ridge", "kmeans_ridge", "anchor_points"),
+     pytest.param(("random_mlp",), marks=pytest.mark.slow)],
+)
+def test_vmapped_seeds_equal_looped_seeds(methods):
+    s, y, _ = _planted()
+    d = SplitData(*(jnp.asarray(a) for a in (s[:200], y[:200], s[200:], y[200:])))
+    keys = jax.random.split(jax.random.key(3), 3)
+
+    def run(key):
+        out = []
+        for m in methods:
+            f = fit_method(key, d, 6, m, FAST)
+            out.append(apply_map(f, d.s_val[:, f.anchors]))
+        return jnp.stack(out)
+
+    vm = np.asarray(jax.jit(jax.vmap(run))(keys))
+    lp = np.stack([np.asarray(jax.jit(run)(k)) for k in keys])
+    np.testing.assert_allclose(vm, lp, rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------ intervals
+def test_conformal_coverage_binomial():
+    rng = np.random.default_rng(0)
+    reps, n_cal, alpha = 400, 50, 0.1
+    res = rng.standard_t(3, size=(reps, n_cal + 1))
+    q = np.array([float(conformal_quantile(jnp.asarray(r[:-1]), alpha)) for r in res])
+    cov = np.mean(np.abs(res[:, -1]) <= q)
+    # exact marginal coverage is ceil(51 * 0.9) / 51 = 0.9216; binomial 3 sd
+    assert cov >= 0.9216 - 3 * np.sqrt(0.92 * 0.08 / reps)
+
+
+def test_dr_estimate_unbiased_and_covers():
+    rng = np.random.default_rng(1)
+    n, k, m = 400, 20, 60
+    s = (rng.random(n) < 0.6).astype(np.float32)
+    preds = jnp.asarray(np.clip(s * 0.5 + 0.4 + rng.normal(0, 0.1, n), 0, 1), jnp.float32)
+    preds = preds.at[:].add(0.1)  # biased predictions: the estimate must stay unbiased
+    preds = jnp.clip(preds, 0, 1)
+    anchors = jnp.arange(k)
+    truth = s.mean()
+
+    def one(key):
+        samp = sample_non_anchors(key, anchors, n, m)
+        return dr_estimate(preds, anchors, jnp.asarray(s)[anchors], samp, jnp.asarray(s)[samp],
+                           0.1)
+
+    est, lo, hi = jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(0), 2000))
+    est, lo, hi = map(np.asarray, (est, lo, hi))
+    assert abs(est.mean() - truth) < 4 * est.std() / np.sqrt(2000)
+    assert np.mean((lo <= truth) & (truth <= hi)) >= 0.9
+    naive = (np.asarray(preds)[k:].sum() + s[:k].sum()) / n
+    assert abs(naive - truth) > 0.05  # the predictions alone are biased
+
+
+# --------------------------------------------------------------- numpy surface
+@pytest.fixture(scope="module")
+def small_sm():
+    s, y, _ = _planted(m=160, n=40)
+    return jaxeval.ScoreMatrix(s, items=[f"q{j}" for j in range(40)])
+
+
+def test_fit_predict_save_load_roundtrip(small_sm, tmp_path):
+    pred = fit_anchors(small_sm, 6, method="kmeans_blend", seed=0, settings=FAST)
+    assert pred.anchor_items.shape == (6,)
+    x = small_sm.take(items=pred.anchor_items).scores
+    est, lo, hi = pred.predict(x)
+    assert np.all(lo <= est) and np.all(est <= hi)
+    pred.save(tmp_path / "p.npz")
+    back = AnchorPredictor.load(tmp_path / "p.npz", items=small_sm)
+    np.testing.assert_array_equal(back.anchor_items, pred.anchor_items)
+    np.testing.assert_allclose(back.predict(x)[0], est, rtol=1e-6)
+    names = pred.extra_items(10, seed=2)
+    a = pred.predict_unbiased(x[0], names, small_sm.take(items=names).scores[0])
+    b = back.predict_unbiased(x[0], names, small_sm.take(items=names).scores[0])
+    assert a == b
+    other = jaxeval.ScoreMatrix(small_sm.scores, items=[f"z{j}" for j in range(40)])
+    with pytest.raises(ValueError, match="items"):
+        AnchorPredictor.load(tmp_path / "p.npz", items=other)
+
+
+def test_bad_input_errors(small_sm):
+    with pytest.raises(ValueError, match="k: expected"):
+        fit_anchors(small_sm, 40, method="random_ridge")
+    with pytest.raises(ValueError, match="needs at least"):
+        fit_anchors(small_sm.take(models=np.arange(6)), 3, method="random_ridge")
+    pred = fit_anchors(small_sm, 5, method="random_ridge", seed=1)
+    with pytest.raises(ValueError, match="expected 5 scores"):
+        pred.predict(np.zeros(4))
+    with pytest.raises(ValueError, match="NaN"):
+        pred.predict(np.array([0, 1, np.nan, 1, 0]))
+    with pytest.raises(ValueError, match="method"):
+        fit_anchors(small_sm, 5, method="nope")
+
+
+def test_leakage_guard_test_rows_do_not_matter():
+    """Perturbing test models changes neither the anchors nor the predictor."""
+    from jaxeval.anchors._protocol import evaluate_protocol
+
+    s, y, _ = _planted(m=150, n=40)
+    sm = jaxeval.ScoreMatrix(s)
+    sp = sm.protocol_split(42)
+    test_rows = np.isin(sm.models, sp.test.models)
+    s2 = s.copy()
+    s2[test_rows] = 1.0 - s2[test_rows]
+    sm2 = jaxeval.ScoreMatrix(s2)
+    methods = ("kmeans_ridge", "greedy_ridge", "auto")
+    r1 = evaluate_protocol(sm, 5, methods, seeds=(42,), settings=FAST, dedup=False)
+    r2 = evaluate_protocol(sm2, 5, methods, seeds=(42,), settings=FAST, dedup=False)
+    np.testing.assert_array_equal(r1.anchors, r2.anchors)
+    a = fit_anchors(sp.train, 5, "greedy_ridge", 0, sp.validation)
+    b = fit_anchors(sm2.protocol_split(42).train, 5, "greedy_ridge", 0,
+                    sm2.protocol_split(42).validation)
+    np.testing.assert_array_equal(a.anchor_index, b.anchor_index)
+    np.testing.assert_allclose(a.params["lin"].w, b.params["lin"].w)
