@@ -14,6 +14,7 @@ from jaxeval._data import ScoreMatrix, Split
 from jaxeval._factorization_api import LowRankLogistic, fit_factorization
 from jaxeval._io import load
 from jaxeval._synthetic import SyntheticTruth, synthetic_matrix, synthetic_score_matrix
+from jaxeval.anchors import AnchorPredictor, fit_anchors
 
 __version__ = "0.1.0"
 
@@ -28,5 +29,7 @@ __all__ = [
     "synthetic_score_matrix",
     "LowRankLogistic",
     "fit_factorization",
+    "AnchorPredictor",
+    "fit_anchors",
     "__version__",
 ]
