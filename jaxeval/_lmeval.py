@@ -258,6 +258,12 @@ def load_lm_eval(
     # model name -> {task: file}
     dropped: list[str] = []
     if path.is_file():
+        if not path.name.endswith(".jsonl"):
+            raise ValueError(
+                f"{path}: not a samples_*.jsonl file; lm-evaluation-harness results_*.json "
+                "files hold aggregates only. Run with --log_samples and pass the samples file "
+                "or the output folder"
+            )
         t, _ = _task_of(path)
         if task is not None and t not in ([task] if isinstance(task, str) else task):
             raise ValueError(f"{path}: file holds task {t!r}, not {task!r}")

@@ -283,6 +283,11 @@ def test_lm_eval_unaligned_doc_hashes_refused(tmp_path):
             jaxeval.load, tmp_path)
 
 
+def test_lm_eval_results_json_refused(tmp_path):
+    p = _write(tmp_path / f"results_{TS}.json", json.dumps({"results": {"arc_easy": {}}}))
+    _raises([re.escape(str(p)), "not a samples_\\*.jsonl file", "--log_samples"], jaxeval.load, p)
+
+
 def test_lm_eval_empty_directory_refused(tmp_path):
     (tmp_path / "sub").mkdir()
     _raises([re.escape(str(tmp_path)), r"no samples_\*.jsonl files", "--log_samples"],

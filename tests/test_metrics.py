@@ -127,3 +127,13 @@ def test_where_masks_equal_the_subset():
     mae = jax.jit(metrics.mae_pp, static_argnames="axis")(x / 5, y / 8, axis=-1, where=w)
     want = [100 * np.abs(a[m] / 5 - b[m] / 8).mean() for a, b, m in zip(x, y, w)]
     np.testing.assert_allclose(mae, want, rtol=1e-5)
+
+
+def test_new_atol_or_data_does_not_recompile():
+    f = jax.jit(metrics.identification_accuracy)
+    true = jnp.array([[0.5, 0.7, 0.69]])
+    assert float(f(jnp.array([2]), true, 0.0)) == 0.0
+    size = f._cache_size()  # jit caches are shared per function: compare, not count
+    assert float(f(jnp.array([2]), true, 0.02)) == 1.0
+    assert float(f(jnp.array([0]), true * 0.5, 0.3)) == 1.0
+    assert f._cache_size() == size
