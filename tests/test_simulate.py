@@ -1,0 +1,129 @@
+"""simulate_identification: input checks, the report, real data (jaxeval._simulate)."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+import jaxeval
+from jaxeval import _simulate
+from jaxeval._simulate import IdentificationReport, SyntheticSpec, simulate_identification
+
+
+def _small_matrix(m=12, n=20, seed=0):
+    s = (np.random.default_rng(seed).random((m, n)) < np.linspace(0.2, 0.8, m)[:, None])
+    return jaxeval.ScoreMatrix(s.astype(np.float32))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(K=20), "K must be at most the candidate pool size"),
+        (dict(K=1), "K must be"),
+        (dict(budgets=[10, 200]), r"budgets must lie in \[1, K\*n\] = \[1, 60\]"),
+        (dict(budgets=[0, 10]), "budgets must lie"),
+        (dict(alpha=1.0), "alpha must lie strictly between 0"),
+        (dict(alpha=0.0), "alpha must lie strictly between 0"),
+        (dict(batch_size=21), r"batch_size must be in \[1, 20\], got 21"),
+        (dict(policy="thompson"), "policy must be one of"),
+        (dict(n_train=11), r"n_train must be in \[0, 10\]"),
+        (dict(budget_fractions=[0.0, 0.5]), "budget_fractions must lie in"),
+    ],
+)
+def test_refusals(kwargs, match):
+    kw = dict(K=3, n_replicates=4)
+    kw.update(kwargs)
+    policy = kw.pop("policy", "ucbe")
+    with pytest.raises((ValueError, TypeError), match=match):
+        simulate_identification(_small_matrix(), policy, **kw)
+
+
+def test_refuses_missing_cells_in_candidates():
+    sm = _small_matrix()
+    mask = np.ones(sm.shape, bool)
+    mask[:, 3] = False
+    sm = jaxeval.ScoreMatrix(sm.scores, mask=mask)
+    with pytest.raises(ValueError, match="needs the full truth of every candidate"):
+        simulate_identification(sm, "ucbe", K=3, n_replicates=4)
+
+
+def test_refuses_bad_data_type():
+    with pytest.raises(TypeError, match="data must be a ScoreMatrix or a SyntheticSpec"):
+        simulate_identification(np.zeros((3, 3)), "ucbe", K=2)
+
+
+def _report(acc, budgets=(10, 20, 40, 80), K=2, n=40):
+    acc = np.asarray(acc, float)
+    C = len(budgets)
+    z = np.zeros
+    return IdentificationReport(
+        budgets=np.asarray(budgets), budget_fractions=np.asarray(budgets) / (K * n),
+        accuracy=acc, accuracy_se=z(C), calls_used=np.asarray(budgets, float),
+        cs_kinds=("eb",), coverage_family=np.ones(1), coverage_family_at=np.ones((1, C)),
+        coverage_arm=np.ones(1), width=z((1, C)), naive_coverage_family=np.full(C, np.nan),
+        status_counts=z((C, 5), np.int64), correct=z((1, C), bool), recommended=z((1, C), int),
+        theta=z((1, K)), instance=z(1, int), instances=z((1, K), int),
+        pool_models=np.array([]), settings=dict(K=K, n_items=n),
+    )
+
+
+def test_calls_to_linear_interpolation():
+    rep = _report([0.5, 0.9, 0.97, 1.0])
+    # between 20 (0.90) and 40 (0.97): 20 + (0.95 - 0.90) / 0.07 * 20
+    assert rep.calls_to(0.95) == pytest.approx(20 + 0.05 / 0.07 * 20)
+    assert rep.calls_to(0.95, fraction=True) == pytest.approx((20 + 0.05 / 0.07 * 20) / 80)
+    assert rep.calls_to(0.9) == pytest.approx(20.0)
+    assert rep.calls_to(0.4) == 10.0
+    assert _report([0.5, 0.6, 0.7, 0.8]).calls_to(0.95) == float("inf")
+
+
+def test_synthetic_run_report_and_files(tmp_path):
+    rep = simulate_identification(
+        SyntheticSpec(n_items=30, rank=2), "ucbe", K=3, n_replicates=16, seed=2,
+        budget_fractions=(0.1, 0.5, 1.0), cs_kinds=("eb",),
+    )
+    assert rep.budgets.tolist() == [9, 45, 90]
+    assert rep.accuracy[-1] == 1.0  # every arm fully evaluated
+    assert rep.coverage_family[0] == 1.0
+    assert rep.width[0, -1] == 0.0
+    assert rep.status_counts[-1, 2] == 16
+    np.testing.assert_allclose(rep.calls_used, [9, 45, 90])
+    assert rep.settings["seed"] == 2 and rep.settings["jax_version"]
+    assert "calls to 95%" in rep.summary()
+    doc = json.loads(rep.to_json(str(tmp_path / "r.json")))
+    assert doc["accuracy"][-1] == 1.0
+    rep.to_npz(str(tmp_path / "r.npz"))
+    z = np.load(tmp_path / "r.npz")
+    np.testing.assert_array_equal(z["correct"], rep.correct)
+    assert json.loads(str(z["settings"]))["policy"] == "ucbe"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rep.accuracy = None
+
+
+def test_same_instances_and_orders_for_every_policy():
+    sm = _small_matrix(m=16, n=20)
+    kw = dict(K=3, n_replicates=8, seed=4, budget_fractions=(0.2, 1.0), cs_kinds=("eb",))
+    a = simulate_identification(sm, "uniform", **kw)
+    b = simulate_identification(sm, "ucbe", **kw)
+    np.testing.assert_array_equal(a.instances, b.instances)
+    np.testing.assert_array_equal(a.instance, b.instance)
+    np.testing.assert_array_equal(a.theta, b.theta)
+    assert a.accuracy[-1] == b.accuracy[-1] == 1.0
+
+
+def test_real_data_pulse_smoke():
+    sm = jaxeval.load("oll2_ifeval")
+    rep = simulate_identification(
+        sm, "pulse", K=5, n_replicates=8, budget_fractions=(0.02, 0.1), cs_kinds=("eb",),
+        rank=2, fit_steps=100, chunk_size=8,
+    )
+    assert rep.settings["use_predictions"] and "factorization" in rep.settings
+    assert rep.coverage_family[0] == 1.0
+    assert np.all(np.isfinite(rep.width))
+    assert rep.instances.shape == (10, 5)
+
+
+def test_default_budget_grid_is_spec_grid():
+    assert _simulate.DEFAULT_BUDGET_FRACTIONS[0] == 0.005
+    assert len(_simulate.DEFAULT_BUDGET_FRACTIONS) == 13
