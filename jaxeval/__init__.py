@@ -7,12 +7,15 @@ Public API (everything else lives in private ``_module`` files):
 - metrics: :mod:`jaxeval.metrics` (MAE pp, Kendall tau-b, identification, coverage)
 - factorization: :func:`fit_factorization` -> :class:`LowRankLogistic` (kernels in
   ``jaxeval._factorization``)
+- identification: :func:`simulate_identification` -> :class:`IdentificationReport`
+  (kernels in ``jaxeval._identification``; truth :class:`SyntheticSpec` or a ScoreMatrix)
 """
 
 from jaxeval import datasets, metrics
 from jaxeval._data import ScoreMatrix, Split
 from jaxeval._factorization_api import LowRankLogistic, fit_factorization
 from jaxeval._io import load
+from jaxeval._simulate import IdentificationReport, SyntheticSpec, simulate_identification
 from jaxeval._synthetic import SyntheticTruth, synthetic_matrix, synthetic_score_matrix
 from jaxeval.anchors import AnchorPredictor, fit_anchors
 
@@ -31,5 +34,8 @@ __all__ = [
     "fit_factorization",
     "AnchorPredictor",
     "fit_anchors",
+    "simulate_identification",
+    "IdentificationReport",
+    "SyntheticSpec",
     "__version__",
 ]
