@@ -84,6 +84,16 @@ def load_npz(
             v = data[k]
             notes[k] = v.tolist() if v.ndim else str(v)
     models, items = data.get("models"), data.get("items")
+    if duplicate_names == "error":
+        for what, names in (("models", models), ("items", items)):
+            if names is not None and np.ndim(names) == 1:
+                uniq, counts = np.unique(np.asarray(names).astype(str), return_counts=True)
+                if np.any(counts > 1):
+                    raise ValueError(
+                        f"{src}: field '{what}' has duplicate names, e.g. "
+                        f"{uniq[counts > 1][:3].tolist()}; pass duplicate_names='rename' to "
+                        "suffix repeats with '#2', '#3', ..."
+                    )
     if duplicate_names == "rename":
         if models is not None:
             models = rename_duplicates(models, "models", notes)

@@ -340,6 +340,17 @@ def test_npz_refusals(tmp_path):
     _raises([r"junk.npz: not a readable .npz file"], jaxeval.load, tmp_path / "junk.npz")
 
 
+def test_every_shared_npz_loads(shared_data):
+    files = sorted(shared_data.glob("*.npz"))
+    assert len(files) >= 13
+    for f in files:
+        sm = jaxeval.load(f, duplicate_names="rename")
+        assert sm.scores.dtype == np.float32 and sm.n_models >= 100
+    oll = shared_data / "benchpred_oll2_musr.npz"
+    _raises([re.escape(str(oll)), "field 'models' has duplicate names",
+             "duplicate_names='rename'"], jaxeval.load, oll)
+
+
 def test_npz_full_score_pct_becomes_target(shared_data):
     sm = jaxeval.load(shared_data / "metabench_oll1_arc_selected.npz", duplicate_names="rename")
     assert sm.target is not None and sm.target.shape == (sm.n_models,)
