@@ -149,7 +149,7 @@ class ReplicatePlan:
       chunk_size: replicates per chunk (memory is proportional to it).
       devices: the devices of the replicate mesh (default: ``jax.devices()``, i.e.
         every device of every process).
-      operands: arrays passed to every replicate (replicated on every device);
+      operands: pytrees of arrays passed to every replicate (replicated on every device);
         passing data here instead of closing over it keeps it out of the program.
       lanes: replicates vmapped together per device step. Results are
         bit-identical for a fixed ``lanes`` whatever the chunk size, device count
@@ -184,9 +184,12 @@ class ReplicatePlan:
         )
         self._rep = NamedSharding(self.mesh, P())
         self._split = NamedSharding(self.mesh, P(AXIS))
-        ops = tuple(np.asarray(o) if not isinstance(o, jax.Array) else o for o in operands)
-        self._operand_avals = tuple(jax.ShapeDtypeStruct(o.shape, o.dtype) for o in ops)
-        self.operands = tuple(self._global(o, self._rep) for o in ops)
+        leaves, treedef = jax.tree.flatten(tuple(operands))
+        leaves = [x if isinstance(x, jax.Array) else np.asarray(x) for x in leaves]
+        avals = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves]
+        self._operand_avals = jax.tree.unflatten(treedef, avals)
+        self._operand_sig = (treedef, tuple((a.shape, str(a.dtype)) for a in avals))
+        self.operands = jax.tree.unflatten(treedef, [self._global(x, self._rep) for x in leaves])
         self.multiprocess = any(d.process_index != jax.process_index() for d in devs)
         self._fn = self._compiled()
         key_aval = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)
@@ -197,7 +200,7 @@ class ReplicatePlan:
     # ------------------------------------------------------------------ compile
     def _compiled(self) -> Callable:
         ids = tuple(d.id for d in self.devices)
-        cache_key = (self.replicate_fn, self.per_device, self.lanes, ids, self._operand_avals)
+        cache_key = (self.replicate_fn, self.per_device, self.lanes, ids, self._operand_sig)
         try:
             hit = _PLAN_CACHE.get(cache_key)
         except TypeError:  # unhashable replicate_fn
@@ -356,7 +359,7 @@ def run_replicates(
         once. Rounded up to a multiple of ``lanes`` times the device count.
       start: index of the first replicate (for resumed or split studies).
       devices: devices of the replicate mesh; default ``jax.devices()``.
-      operands: arrays handed to every replicate, replicated on each device.
+      operands: pytrees of arrays handed to every replicate, replicated on each device.
       lanes: replicates vmapped together per device step (see above).
       progress: print one line per chunk to stderr (replicates/s and ETA).
 

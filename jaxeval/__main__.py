@@ -1,0 +1,7 @@
+"""``python -m jaxeval``: the command line (see ``jaxeval --help``)."""
+
+import sys
+
+from jaxeval._cli import main
+
+sys.exit(main())

@@ -1,0 +1,359 @@
+"""The ``jaxeval`` command line (also ``python -m jaxeval``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["main"]
+
+DESCRIPTION = """\
+jaxeval: cheap, statistically valid LLM evaluation in JAX.
+
+Run Monte Carlo studies of best-model identification (PULSE, UCB-E, naive
+pooling, SySRs, ...) and of accuracy-from-anchor-items (SparseEval and
+baselines), chunk by chunk, resumable after any interruption, across every
+local device, and across hosts.
+"""
+
+EPILOG = """\
+examples:
+  jaxeval datasets                         list the bundled Open LLM Leaderboard v2 data
+  jaxeval main --out jaxeval-out           the default study: report and plots in jaxeval-out/
+  jaxeval example identification > s.json a study definition to edit
+  jaxeval run s.json --out runs/s          run it (Ctrl-C or kill -9 at any time ...)
+  jaxeval resume runs/s                    ... and continue where it stopped
+  jaxeval summary runs/s                   print the summary table (and write summary.json)
+  jaxeval plot runs/s                      write the figures to runs/s/plots/
+
+a cluster array job (independent jobs over replicate ranges, then one merge):
+  jaxeval run s.json --range 0:5000     --out runs/part0
+  jaxeval run s.json --range 5000:10000 --out runs/part1
+  jaxeval merge runs/part0 runs/part1 --out runs/s && jaxeval plot runs/s
+
+one program over several hosts (jax.distributed; the folder on a shared disk):
+  jaxeval run s.json --out /shared/s --coordinator host0:1234 --num-processes 2 --process-id 0
+  jaxeval run s.json --out /shared/s --coordinator host0:1234 --num-processes 2 --process-id 1
+
+repeated jobs compile faster with the persistent compilation cache:
+  jaxeval --compilation-cache ~/.cache/jaxeval-xla run s.json --out runs/s
+  (or set JAXEVAL_COMPILATION_CACHE=~/.cache/jaxeval-xla)
+
+Results depend only on the study definition: replicate i always uses
+fold_in(key(seed), i), so chunk size, device count, process count and resume
+points never change a number.
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(
+        prog="jaxeval", description=DESCRIPTION, epilog=EPILOG, formatter_class=fmt
+    )
+    p.add_argument(
+        "--compilation-cache",
+        metavar="DIR",
+        default=os.environ.get("JAXEVAL_COMPILATION_CACHE"),
+        help="persistent XLA compilation cache folder (default: $JAXEVAL_COMPILATION_CACHE; "
+        "off when unset)",
+    )
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    def add(name: str, help: str, example: str) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name, help=help, description=help, epilog=f"example:\n  {example}", formatter_class=fmt
+        )
+
+    r = add("run", "run a study definition (JSON) into a folder", "jaxeval run s.json --out runs/s")
+    r.add_argument("config", help="study definition (JSON); see `jaxeval example`")
+    r.add_argument("--out", required=True, help="output folder (new, empty, or this study's)")
+    r.add_argument("--range", metavar="LO:HI", help="only replicates LO..HI-1 (an array job)")
+    r.add_argument("--quiet", action="store_true", help="no progress lines")
+    r.add_argument("--no-report", action="store_true", help="skip summary.json and plots")
+    r.add_argument("--coordinator", metavar="HOST:PORT", help="jax.distributed coordinator")
+    r.add_argument("--num-processes", type=int, help="jax.distributed process count")
+    r.add_argument("--process-id", type=int, help="this process's id (0 writes the files)")
+
+    s = add("resume", "continue an interrupted study", "jaxeval resume runs/s")
+    s.add_argument("dir", help="the study folder")
+    s.add_argument("--quiet", action="store_true", help="no progress lines")
+    s.add_argument("--no-report", action="store_true", help="skip summary.json and plots")
+
+    m = add(
+        "merge",
+        "join folders of one study computed over disjoint replicate ranges",
+        "jaxeval merge runs/part0 runs/part1 --out runs/s",
+    )
+    m.add_argument("dirs", nargs="+", help="the study folders")
+    m.add_argument("--out", required=True, help="a new folder for the merged study")
+
+    sm = add("summary", "print a finished study's summary", "jaxeval summary runs/s")
+    sm.add_argument("dir", help="the study folder")
+    sm.add_argument("--json", action="store_true", help="print the JSON summary")
+
+    pl = add("plot", "draw a finished study's figures", "jaxeval plot runs/s")
+    pl.add_argument("dir", help="the study folder")
+    pl.add_argument("--out", help="folder for the PNGs (default DIR/plots)")
+
+    st = add("status", "how far a study has got", "jaxeval status runs/s")
+    st.add_argument("dir", help="the study folder")
+
+    mj = add(
+        "main",
+        "the default study on the bundled data, with report and plots",
+        "jaxeval main --out jaxeval-out",
+    )
+    mj.add_argument("--out", default="jaxeval-out", help="output folder (default jaxeval-out)")
+    mj.add_argument("--quick", action="store_true", help="fewer replicates and seeds")
+    mj.add_argument("--quiet", action="store_true", help="no progress lines")
+
+    d = add("datasets", "list the bundled datasets with a summary", "jaxeval datasets")
+    d.add_argument("--json", action="store_true", help="print JSON")
+
+    e = add(
+        "example",
+        "print an example study definition to edit",
+        "jaxeval example identification > s.json",
+    )
+    e.add_argument("kind", choices=("identification", "anchors", "replicates"))
+    return p
+
+
+def _setup_jax(args: argparse.Namespace) -> None:
+    """Global JAX settings the user asked for on the command line (never on import)."""
+    import jax
+
+    if args.compilation_cache:
+        path = Path(args.compilation_cache).expanduser()
+        path.mkdir(parents=True, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", str(path))
+    coord = getattr(args, "coordinator", None)
+    if coord is not None:
+        if args.num_processes is None or args.process_id is None:
+            raise SystemExit("jaxeval run: --coordinator needs --num-processes and --process-id")
+        if os.environ.get("JAX_PLATFORMS", "").startswith("cpu") or not _has_accelerator():
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(
+            coordinator_address=coord, num_processes=args.num_processes, process_id=args.process_id
+        )
+
+
+def _has_accelerator() -> bool:
+    import importlib.util
+
+    return any(
+        importlib.util.find_spec(m) for m in ("jax_cuda12_plugin", "libtpu", "jax_rocm60_plugin")
+    )
+
+
+def _parse_range(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        lo, hi = (int(v) for v in text.split(":"))
+    except ValueError:
+        raise SystemExit(f"jaxeval run: --range must be LO:HI (integers), got {text!r}") from None
+    return lo, hi
+
+
+def _report(folder: Path, *, plots: bool = True, quiet: bool = False) -> dict | None:
+    import jax
+
+    from jaxeval._report import format_summary, plot_study, summarize, write_summary
+    from jaxeval._study import load_results, study_status
+
+    if jax.process_index() != 0:
+        return None
+    if not study_status(folder)["complete"]:
+        print(
+            f"{folder}: study incomplete (a replicate range, or interrupted); "
+            "merge or resume it for a report",
+            file=sys.stderr,
+        )
+        return None
+    study, results = load_results(folder)
+    summary = summarize(study, results)
+    write_summary(summary, folder)
+    if not quiet:
+        print(format_summary(summary))
+    if plots:
+        try:
+            paths = plot_study(summary, folder / "plots")
+        except ImportError as e:
+            print(f"(no plots: {e})", file=sys.stderr)
+        else:
+            if not quiet and paths:
+                print(f"plots: {', '.join(str(p) for p in paths)}")
+    return summary
+
+
+def _cmd_datasets(args: argparse.Namespace) -> int:
+    from jaxeval import datasets
+
+    rows = []
+    for name in datasets.names():
+        sm = datasets.load(name)
+        dd = sm.drop_duplicates()
+        acc = dd.accuracy()
+        order = np.argsort(-acc)
+        rows.append(
+            {
+                "name": name,
+                "models": sm.n_models,
+                "unique_models": dd.n_models,
+                "items": sm.n_items,
+                "accuracy_min": float(acc.min()),
+                "accuracy_median": float(np.median(acc)),
+                "accuracy_max": float(acc.max()),
+                "top_models": [[str(dd.models[i]), float(acc[i])] for i in order[:3]],
+                "top2_gap": float(acc[order[0]] - acc[order[1]]),
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print("Bundled datasets (Open LLM Leaderboard v2, MIT licence; duplicates removed for stats)")
+    print(f"  {'name':<20}{'models':>8}{'items':>7}   accuracy min / median / max   top-2 gap")
+    for r in rows:
+        print(
+            f"  {r['name']:<20}{r['unique_models']:>8}{r['items']:>7}   "
+            f"{r['accuracy_min']:.3f} / {r['accuracy_median']:.3f} / {r['accuracy_max']:.3f}"
+            f"         {r['top2_gap']:.4f}"
+        )
+        for m, a in r["top_models"]:
+            print(f"      {a:.3f}  {m}")
+    return 0
+
+
+def _example(kind: str) -> dict:
+    from jaxeval._study import AnchorStudy, IdentificationStudy
+
+    if kind == "identification":
+        return IdentificationStudy(name="ifeval-k10").to_dict()
+    if kind == "anchors":
+        return AnchorStudy(name="musr-anchors").to_dict()
+    return {
+        "kind": "replicates",
+        "name": "my-monte-carlo",
+        "target": "mypackage.mymodule:replicate_fn",
+        "n_replicates": 10000,
+        "seed": 0,
+        "chunk_size": 1024,
+        "lanes": 32,
+    }
+
+
+def _cmd_main(args: argparse.Namespace) -> int:
+    from jaxeval._report import format_summary, plot_calls_bars
+    from jaxeval._study import default_study, run_study
+
+    out = Path(args.out)
+    ident, anchors = default_study(quick=args.quick)
+    print(f"jaxeval main: writing to {out.resolve()}", flush=True)
+    _cmd_datasets(argparse.Namespace(json=False))
+    summaries = []
+    for sub, study in (("identification", ident), ("anchors", anchors)):
+        folder = out / sub
+        print(f"\n== {study.name}: {study.kind} study -> {folder}", flush=True)
+        run_study(study, folder, progress=not args.quiet)
+        s = _report(folder, quiet=True)
+        if s is not None:
+            summaries.append(s)
+            print(format_summary(s))
+    ids = [s for s in summaries if s["kind"] == "identification"]
+    if ids:
+        try:
+            plot_calls_bars(ids, out / "calls_to_95.png")
+        except ImportError:
+            pass
+    pngs = sorted(str(p.relative_to(out)) for p in out.rglob("*.png"))
+    print(f"\nDone. Report in {out.resolve()}:")
+    print("  summaries: identification/summary.json, anchors/summary.json")
+    if pngs:
+        print("  plots: " + ", ".join(pngs))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``jaxeval`` command."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        import jaxeval
+
+        print(jaxeval.__version__)
+        return 0
+    if args.command is None:
+        parser.print_help()
+        return 0
+    if args.command == "example":
+        print(json.dumps(_example(args.kind), indent=1))
+        return 0
+    _setup_jax(args)
+    from jaxeval._study import (
+        StudyConfigError,
+        StudyFolderError,
+        load_study,
+        merge_studies,
+        resume_study,
+        run_study,
+        study_status,
+    )
+
+    try:
+        if args.command == "datasets":
+            return _cmd_datasets(args)
+        if args.command == "main":
+            return _cmd_main(args)
+        if args.command == "run":
+            study = load_study(args.config)
+            folder = run_study(
+                study, args.out, replicate_range=_parse_range(args.range), progress=not args.quiet
+            )
+            if not args.no_report:
+                _report(folder)
+            return 0
+        if args.command == "resume":
+            folder = resume_study(args.dir, progress=not args.quiet)
+            if not args.no_report:
+                _report(folder)
+            return 0
+        if args.command == "merge":
+            folder = merge_studies(args.dirs, args.out)
+            st = study_status(folder)
+            print(
+                f"merged {len(args.dirs)} folders into {folder}: {st['done']} units"
+                + (" (complete)" if st["complete"] else " (incomplete)")
+            )
+            return 0
+        if args.command == "status":
+            print(json.dumps(study_status(args.dir), indent=1))
+            return 0
+        if args.command == "summary":
+            from jaxeval._report import format_summary, summarize, write_summary
+            from jaxeval._study import load_results
+
+            study, results = load_results(args.dir)
+            s = summarize(study, results)
+            write_summary(s, args.dir)
+            print(json.dumps(s, indent=1) if args.json else format_summary(s))
+            return 0
+        if args.command == "plot":
+            from jaxeval._report import plot_study, summarize
+            from jaxeval._study import load_results
+
+            study, results = load_results(args.dir)
+            paths = plot_study(summarize(study, results), args.out or Path(args.dir) / "plots")
+            print("\n".join(str(p) for p in paths))
+            return 0
+    except (StudyConfigError, StudyFolderError, FileNotFoundError) as e:
+        print(f"jaxeval {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    parser.error(f"unknown command {args.command!r}")  # pragma: no cover
+    return 2

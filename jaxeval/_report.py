@@ -1,0 +1,520 @@
+"""Reports of finished studies: a JSON summary, a text table, and plots.
+
+:func:`summarize` turns a study's arrays into a JSON-ready summary:
+
+- identification: per policy and checkpoint budget, the identification accuracy
+  (share of replicates whose recommendation is a true best arm, ties count) with
+  a Wilson 95% interval, LLM calls to reach 95% (linear interpolation, SPEC 6.1),
+  family-wise coverage of the intervals (all K arms at that checkpoint, and at
+  every checkpoint at once) and per-arm coverage for each confidence-sequence
+  kind, mean interval width, the naive pooled estimate's error, and the status
+  counts;
+- anchors: per method and k, test MAE (pp), Kendall τ-b, interval coverage and
+  width, mean ± sd over repetitions.
+
+:func:`plot_study` draws the figures with matplotlib (the optional ``plots``
+extra) on the Agg backend, so it works on machines without a display.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "calls_to_target",
+    "format_summary",
+    "plot_calls_bars",
+    "plot_study",
+    "summarize",
+    "wilson_interval",
+]
+
+TARGET_ACCURACY = 0.95
+
+
+def wilson_interval(successes: np.ndarray, n: int, z: float = 1.959964) -> tuple:
+    """Wilson score interval of a binomial proportion (elementwise).
+
+    Example:
+      >>> lo, hi = wilson_interval(np.array([95]), 100)
+      >>> round(float(lo[0]), 3), round(float(hi[0]), 3)
+      (0.888, 0.978)
+    """
+    k = np.asarray(successes, np.float64)
+    p = k / n
+    den = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / den
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return centre - half, centre + half
+
+
+def binomial_band(p: float, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Where an empirical frequency of a true probability ``p`` over ``n`` trials falls
+    with ~95% probability (normal approximation)."""
+    half = z * math.sqrt(p * (1 - p) / n)
+    return max(0.0, p - half), min(1.0, p + half)
+
+
+def calls_to_target(
+    calls: Sequence[float], accuracy: Sequence[float], target: float = TARGET_ACCURACY
+) -> float | None:
+    """LLM calls at which the accuracy curve first reaches ``target`` (linear interpolation).
+
+    Returns ``None`` when the curve never reaches it.
+
+    Example:
+      >>> calls_to_target([10, 20, 40], [0.5, 0.9, 1.0])
+      30.0
+    """
+    c = np.asarray(calls, np.float64)
+    a = np.asarray(accuracy, np.float64)
+    hit = np.flatnonzero(a >= target)
+    if hit.size == 0:
+        return None
+    j = int(hit[0])
+    if j == 0:
+        return float(c[0])
+    c0, c1, a0, a1 = c[j - 1], c[j], a[j - 1], a[j]
+    return float(c0 + (target - a0) * (c1 - c0) / (a1 - a0))
+
+
+def _round(x: Any, nd: int = 5) -> Any:
+    if isinstance(x, dict):
+        return {k: _round(v, nd) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_round(v, nd) for v in x]
+    if isinstance(x, (float, np.floating)):
+        return None if not math.isfinite(float(x)) else round(float(x), nd)
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.ndarray):
+        return _round(x.tolist(), nd)
+    return x
+
+
+# ===================================================== identification
+def _identification_summary(study: Any, results: Mapping[str, Mapping[str, np.ndarray]]) -> dict:
+    from jaxeval._study import study_budgets
+
+    info, _ = study_budgets(study)
+    policies = {}
+    gaps = []
+    for spec in study.policies:
+        r = results[spec.name]
+        theta = r["theta"].astype(np.float64)  # [R, K]
+        rec = r["checkpoints.recommended"]  # [R, C]
+        calls = r["checkpoints.calls"]  # [R, C]
+        R, C = rec.shape
+        best = theta.max(axis=1, keepdims=True)
+        chosen = np.take_along_axis(theta, rec.astype(np.int64), axis=1)  # [R, C]
+        correct = chosen >= best - 1e-7
+        k_ok = correct.sum(axis=0)
+        acc = k_ok / R
+        lo, hi = wilson_interval(k_ok, R)
+        budgets = info["budgets"]
+        kn = info["calls_full"]
+        c95 = calls_to_target(budgets, acc)
+        entry: dict[str, Any] = {
+            "policy": spec.policy,
+            "settings": dict(spec.settings),
+            "replicates": R,
+            "budgets": budgets,
+            "calls_mean": calls.mean(axis=0),
+            "accuracy": acc,
+            "accuracy_ci95": [lo, hi],
+            "calls_to_95": c95,
+            "calls_to_95_fraction": None if c95 is None else c95 / kn,
+        }
+        lower = r["checkpoints.lower"].astype(np.float64)  # [R, C, Q, K]
+        upper = r["checkpoints.upper"].astype(np.float64)
+        th = theta[:, None, None, :]
+        hold = (lower <= th + 1e-6) & (th - 1e-6 <= upper)
+        entry["coverage"] = {}
+        for q, kind in enumerate(study.cs_kinds):
+            hq = hold[:, :, q, :]  # [R, C, K]
+            entry["coverage"][kind] = {
+                "family_wise": hq.all(axis=2).mean(axis=0),
+                "family_wise_all_checkpoints": float(hq.all(axis=(1, 2)).mean()),
+                "per_arm": hq.mean(axis=(0, 2)),
+                "mean_width": (upper[:, :, q, :] - lower[:, :, q, :]).mean(axis=(0, 2)),
+            }
+        naive = r["checkpoints.naive"].astype(np.float64)  # [R, C, K]
+        est = r["checkpoints.estimate"].astype(np.float64)
+        entry["estimate_mae"] = np.abs(est - theta[:, None, :]).mean(axis=(0, 2))
+        entry["naive_mae"] = np.abs(naive - theta[:, None, :]).mean(axis=(0, 2))
+        entry["naive_bias"] = (naive - theta[:, None, :]).mean(axis=(0, 2))
+        status = r["checkpoints.status"][:, -1]
+        entry["final_status_counts"] = {
+            str(int(s)): int(c) for s, c in zip(*np.unique(status, return_counts=True))
+        }
+        policies[spec.name] = entry
+        top = -np.sort(-theta, axis=1)
+        gaps.append(top[:, 0] - top[:, 1])
+    info["median_top2_gap"] = float(np.median(np.concatenate(gaps)))
+    return {
+        "kind": "identification",
+        "name": study.name,
+        "dataset": study.data.describe(),
+        "num_arms": study.num_arms,
+        "alpha": study.alpha,
+        "nominal_coverage": 1.0 - study.alpha,
+        "replicates": study.n_replicates,
+        "budget_fractions": list(study.budgets),
+        "problem": info,
+        "policies": policies,
+    }
+
+
+# ============================================================ anchors
+def _anchor_summary(study: Any, results: Mapping[str, Mapping[str, np.ndarray]]) -> dict:
+    methods = {}
+    for m in study.methods:
+        r = results[m]
+        entry: dict[str, Any] = {"k": list(study.k)}
+        for f in ("mae_pp", "tau", "coverage", "width", "seconds"):
+            v = r[f]  # [seeds, len(k)]
+            entry[f] = v.mean(axis=0)
+            entry[f + "_sd"] = v.std(axis=0, ddof=1) if v.shape[0] > 1 else np.zeros(v.shape[1])
+        methods[m] = entry
+    return {
+        "kind": "anchors",
+        "name": study.name,
+        "dataset": study.data.describe(),
+        "seeds": study.n_seeds,
+        "first_seed": study.first_seed,
+        "alpha": study.alpha,
+        "nominal_coverage": 1.0 - study.alpha,
+        "k": list(study.k),
+        "methods": methods,
+    }
+
+
+def _replicate_summary(study: Any, results: Mapping[str, Mapping[str, np.ndarray]]) -> dict:
+    r = results["replicates"]
+    fields = {}
+    for k, v in r.items():
+        if np.issubdtype(v.dtype, np.number) and v.size:
+            x = v.reshape(v.shape[0], -1).astype(np.float64)
+            fields[k] = {
+                "shape": list(v.shape),
+                "mean": x.mean(axis=0)[:8],
+                "sd": x.std(axis=0)[:8],
+            }
+    return {
+        "kind": "replicates",
+        "name": study.name,
+        "replicates": study.n_replicates,
+        "fields": fields,
+    }
+
+
+def summarize(study: Any, results: Mapping[str, Mapping[str, np.ndarray]]) -> dict:
+    """A JSON-ready summary of a finished study (see the module docstring).
+
+    Args:
+      study: the study definition.
+      results: ``{task: {field: array}}`` as returned by
+        :func:`jaxeval._study.load_results`.
+    """
+    import jax
+
+    import jaxeval
+
+    if study.kind == "identification":
+        s = _identification_summary(study, results)
+    elif study.kind == "anchors":
+        s = _anchor_summary(study, results)
+    else:
+        s = _replicate_summary(study, results)
+    s["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    s["versions"] = {"jax": jax.__version__, "jaxeval": jaxeval.__version__}
+    s["definition"] = study.to_dict()
+    return _round(s)
+
+
+def write_summary(summary: Mapping[str, Any], out: str | Path) -> Path:
+    """Write ``summary.json`` in folder ``out``."""
+    p = Path(out) / "summary.json"
+    p.write_text(json.dumps(summary, indent=1) + "\n")
+    return p
+
+
+def _fmt_pct(x: Any, nd: int = 1) -> str:
+    return "  -  " if x is None else f"{100 * x:.{nd}f}%"
+
+
+def format_summary(summary: Mapping[str, Any]) -> str:
+    """A plain-text table of a summary, for the terminal."""
+    lines = []
+    if summary["kind"] == "identification":
+        prob = summary["problem"]
+        lines.append(
+            f"Identification study {summary['name']!r} on {summary['dataset']}: "
+            f"K={summary['num_arms']}, n={prob.get('items')}, {summary['replicates']} replicates, "
+            f"alpha={summary['alpha']}"
+        )
+        if "training_models" in prob:
+            lines.append(
+                f"  {prob['training_models']} training models, {prob['pool_models']} candidates, "
+                f"{prob['instances']} instances; median top-2 gap {prob['median_top2_gap']:.3f}"
+            )
+        else:
+            lines.append(f"  median top-2 gap {prob['median_top2_gap']:.3f}")
+        fr = summary["budget_fractions"]
+        pick = sorted({0, len(fr) // 4, len(fr) // 2, (3 * len(fr)) // 4, len(fr) - 1})
+        head = "  policy        calls to 95%  " + "".join(
+            f"acc@{100 * fr[j]:g}%".rjust(11) for j in pick
+        )
+        kinds = list(next(iter(summary["policies"].values()))["coverage"])
+        head += "".join(f"  cover({k})" for k in kinds)
+        lines.append(head)
+        for name, e in summary["policies"].items():
+            row = f"  {name:<13} {_fmt_pct(e['calls_to_95_fraction']):>12}  "
+            row += "".join(f"{100 * e['accuracy'][j]:10.1f}%" for j in pick)
+            for k in kinds:
+                row += f"  {100 * e['coverage'][k]['family_wise_all_checkpoints']:>8.1f}%"
+                row += " " * max(0, len(k) - 6)
+            lines.append(row)
+        lines.append(
+            "  (calls as a share of K*n; accuracy = P(recommended arm is a true best); "
+            f"coverage = all K intervals hold at every checkpoint, nominal "
+            f"{100 * summary['nominal_coverage']:.0f}%)"
+        )
+    elif summary["kind"] == "anchors":
+        lines.append(
+            f"Anchor study {summary['name']!r} on {summary['dataset']}: "
+            f"{summary['seeds']} seeds (first {summary['first_seed']}), test MAE (pp) / tau-b"
+        )
+        lines.append("  method            " + "".join(f"k={k}".rjust(15) for k in summary["k"]))
+        for name, e in summary["methods"].items():
+            row = f"  {name:<17} "
+            row += "".join(f"{m:6.2f} / {t:4.2f}".rjust(15) for m, t in zip(e["mae_pp"], e["tau"]))
+            lines.append(row)
+    else:
+        lines.append(f"Replicate study {summary['name']!r}: {summary['replicates']} replicates")
+        for k, v in summary["fields"].items():
+            lines.append(f"  {k}: shape {v['shape']}, mean {v['mean']}")
+    return "\n".join(lines)
+
+
+# ============================================================== plots
+def _plt():
+    try:
+        import matplotlib
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("plots need matplotlib: pip install 'jaxeval[plots]'") from e
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update(
+        {
+            "figure.dpi": 110,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "font.size": 10,
+            "legend.frameon": False,
+        }
+    )
+    return plt
+
+
+_COLORS = {
+    "pulse": "#d62728",
+    "pulse_ucb": "#ff7f0e",
+    "ucbe": "#1f77b4",
+    "naive": "#9467bd",
+    "sysrs": "#2ca02c",
+    "uniform": "#7f7f7f",
+}
+_NAMES = {
+    "pulse": "PULSE",
+    "pulse_ucb": "PULSE-UCB",
+    "ucbe": "UCB-E",
+    "naive": "naive pooling",
+    "sysrs": "SySRs",
+    "uniform": "uniform",
+}
+
+
+def _style(name: str, entry: Mapping[str, Any], i: int) -> dict:
+    pol = entry.get("policy", name)
+    color = _COLORS.get(pol) or f"C{i % 10}"
+    label = _NAMES.get(name, name)
+    return {"color": color, "label": label}
+
+
+def _identification_plots(s: Mapping[str, Any], out: Path) -> list[Path]:
+    plt = _plt()
+    paths = []
+    fr = np.asarray(s["budget_fractions"]) * 100
+    title = f"{s['dataset']}, K={s['num_arms']}, {s['replicates']} replicates"
+
+    # 1. accuracy vs calls
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for i, (name, e) in enumerate(s["policies"].items()):
+        st = _style(name, e, i)
+        acc = np.asarray(e["accuracy"])
+        lo, hi = (np.asarray(v) for v in e["accuracy_ci95"])
+        c95 = e["calls_to_95_fraction"]
+        lab = st["label"] + (f"  ({100 * c95:.1f}%)" if c95 is not None else "  (>100%)")
+        ax.plot(fr, acc, "o-", ms=3.5, lw=1.8, color=st["color"], label=lab)
+        ax.fill_between(fr, lo, hi, color=st["color"], alpha=0.12, lw=0)
+    ax.axhline(TARGET_ACCURACY, color="k", ls="--", lw=1)
+    ax.text(fr[0], TARGET_ACCURACY + 0.01, "95%", va="bottom", fontsize=9)
+    ax.set_xscale("log")
+    ax.set_xlabel("LLM calls (% of K·n, log scale)")
+    ax.set_ylabel("P(recommended model is the best)")
+    lowest = float(np.nanmin([min(e["accuracy"]) for e in s["policies"].values()]))
+    ax.set_ylim(min(0.5, lowest) - 0.03, 1.01)
+    ax.set_xticks([0.5, 1, 2, 5, 10, 20, 50, 100])
+    ax.set_xticklabels(["0.5", "1", "2", "5", "10", "20", "50", "100"])
+    ax.set_title(f"Best-model identification — {title}", fontsize=10)
+    ax.legend(title="policy (calls to 95%)", fontsize=9, title_fontsize=9, loc="lower right")
+    fig.tight_layout()
+    paths.append(out / "identification_accuracy.png")
+    fig.savefig(paths[-1])
+    plt.close(fig)
+
+    # 2. coverage vs budget (family-wise, all K arms at that checkpoint)
+    kinds = list(next(iter(s["policies"].values()))["coverage"])
+    nominal = s["nominal_coverage"]
+    band = binomial_band(nominal, s["replicates"])
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 3.8), squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        ax.axhspan(*band, color="0.85", lw=0, label="binomial 95% band")
+        ax.axhline(nominal, color="k", ls="--", lw=1, label=f"nominal {100 * nominal:.0f}%")
+        for i, (name, e) in enumerate(s["policies"].items()):
+            st = _style(name, e, i)
+            cov = np.asarray(e["coverage"][kind]["family_wise"])
+            ax.plot(fr, cov, "o-", ms=3, lw=1.5, color=st["color"], label=st["label"])
+        ax.set_xscale("log")
+        ax.set_ylim(min(band[0] - 0.05, 0.85), 1.005)
+        ax.set_xlabel("LLM calls (% of K·n)")
+        ax.set_ylabel("family-wise coverage")
+        ax.set_title(f"{kind} confidence sequences", fontsize=10)
+    axes[0][0].legend(fontsize=8, loc="lower left")
+    fig.suptitle(f"Coverage of all K intervals — {title}", fontsize=10)
+    fig.tight_layout()
+    paths.append(out / "identification_coverage.png")
+    fig.savefig(paths[-1])
+    plt.close(fig)
+
+    # 3. widths
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 3.8), squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        for i, (name, e) in enumerate(s["policies"].items()):
+            st = _style(name, e, i)
+            w = np.asarray(e["coverage"][kind]["mean_width"])
+            ax.plot(fr, w, "o-", ms=3, lw=1.5, color=st["color"], label=st["label"])
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("LLM calls (% of K·n)")
+        ax.set_ylabel("mean interval width (accuracy)")
+        ax.set_title(f"{kind} confidence sequences", fontsize=10)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"Interval widths — {title}", fontsize=10)
+    fig.tight_layout()
+    paths.append(out / "identification_widths.png")
+    fig.savefig(paths[-1])
+    plt.close(fig)
+
+    paths.append(plot_calls_bars([s], out / "identification_calls_to_95.png"))
+    return paths
+
+
+def plot_calls_bars(summaries: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
+    """Bars of LLM calls to 95% accuracy (share of K·n), one group per dataset and K."""
+    plt = _plt()
+    groups = [f"{s['dataset']}\nK={s['num_arms']}" for s in summaries]
+    names: list[str] = []
+    for s in summaries:
+        names += [n for n in s["policies"] if n not in names]
+    width = 0.8 / max(len(names), 1)
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.6 * len(groups) * max(1, len(names) / 3)), 3.8))
+    for i, name in enumerate(names):
+        xs, ys, missing = [], [], []
+        st = None
+        for g, s in enumerate(summaries):
+            e = s["policies"].get(name)
+            if e is None:
+                continue
+            st = _style(name, e, i)
+            x = g + (i - (len(names) - 1) / 2) * width
+            v = e["calls_to_95_fraction"]
+            if v is None:
+                missing.append(x)
+            else:
+                xs.append(x)
+                ys.append(100 * v)
+        if st is None:
+            continue
+        bars = ax.bar(xs, ys, width * 0.92, color=st["color"], label=st["label"])
+        for b, y in zip(bars, ys):
+            ax.text(
+                b.get_x() + b.get_width() / 2, y, f"{y:.1f}", ha="center", va="bottom", fontsize=8
+            )
+        for x in missing:
+            ax.text(x, 1, "not\nreached", ha="center", va="bottom", fontsize=7, color=st["color"])
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(groups)
+    ax.set_ylabel("LLM calls to 95% accuracy (% of K·n)")
+    ax.set_title("Cost of finding the best model (lower is better)", fontsize=10)
+    ax.legend(fontsize=8, ncols=min(len(names), 4))
+    ax.grid(axis="x", visible=False)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _anchor_plots(s: Mapping[str, Any], out: Path) -> list[Path]:
+    plt = _plt()
+    ks = np.asarray(s["k"])
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for i, (name, e) in enumerate(s["methods"].items()):
+        col = f"C{i % 10}"
+        for ax, f in zip(axes, ("mae_pp", "tau")):
+            m, sd = np.asarray(e[f]), np.asarray(e[f + "_sd"])
+            ax.errorbar(ks, m, yerr=sd, fmt="o-", ms=4, lw=1.6, capsize=3, color=col, label=name)
+    axes[0].set_ylabel("test MAE (percentage points)")
+    axes[0].set_ylim(bottom=0)
+    axes[1].set_ylabel("Kendall τ-b (predicted vs true)")
+    for ax in axes:
+        ax.set_xlabel("anchor items k")
+        ax.set_xticks(ks)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(
+        f"Accuracy from k anchor items — {s['dataset']}, mean ± sd over {s['seeds']} splits",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    p = out / "anchors_mae_tau.png"
+    fig.savefig(p)
+    plt.close(fig)
+    return [p]
+
+
+def plot_study(summary: Mapping[str, Any], out: str | Path) -> list[Path]:
+    """Draw a study's figures (PNG) into folder ``out``; returns their paths.
+
+    Identification: accuracy vs LLM calls with the 95% line, family-wise coverage
+    vs budget with the nominal level and a binomial band, interval widths, and
+    calls-to-95% bars. Anchors: MAE and τ-b vs k.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if summary["kind"] == "identification":
+        return _identification_plots(summary, out)
+    if summary["kind"] == "anchors":
+        return _anchor_plots(summary, out)
+    return []

@@ -1,0 +1,1464 @@
+"""Monte Carlo studies on disk: definitions, a resumable runner, merging.
+
+A *study* is a small, frozen, JSON-serialisable definition
+(:class:`IdentificationStudy` or :class:`AnchorStudy`). Running it splits the work
+into *tasks* (one per policy, or one per anchor method) of numbered *units*
+(replicates, or seeds), computes them chunk by chunk and writes each finished
+chunk to disk atomically, so that a study killed at any moment (even
+``kill -9``) resumes where it stopped and ends with exactly the numbers of an
+uninterrupted run.
+
+The output folder::
+
+    OUT/study.json           the definition (canonical JSON)
+    OUT/manifest.json        format, hashes, replicate range, and every chunk
+                             file with its SHA-256 (rewritten atomically)
+    OUT/chunks/TASK/LO-HI.npz  one file per finished chunk (units LO..HI-1)
+    OUT/summary.json, OUT/plots/*.png   reports (:mod:`jaxeval._report`)
+
+Safety rules: a folder holding another study's results is never overwritten; a
+chunk whose checksum does not match is recomputed, never merged; independent
+jobs over replicate ranges (``replicate_range=(lo, hi)``) write separate folders
+that :func:`merge_studies` joins after checking that they are the same study and
+that their ranges do not overlap. Under ``jax.distributed`` every process
+computes and process 0 writes (the folder must be on a shared file system).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "AnchorStudy",
+    "DataSource",
+    "IdentificationStudy",
+    "PolicySpec",
+    "ReplicateStudy",
+    "StudyConfigError",
+    "StudyFolderError",
+    "default_study",
+    "load_results",
+    "load_study",
+    "merge_studies",
+    "resume_study",
+    "run_study",
+    "study_from_dict",
+    "study_status",
+]
+
+FORMAT = "jaxeval-study/1"
+STUDY_FILE = "study.json"
+MANIFEST_FILE = "manifest.json"
+
+
+class StudyConfigError(ValueError):
+    """A study definition with an unknown key or an impossible value (``.key`` names it)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+class StudyFolderError(RuntimeError):
+    """An output folder that cannot be used (another study's results, a foreign folder)."""
+
+
+# ============================================================ definitions
+def _check_keys(d: Any, allowed: Sequence[str], where: str) -> Mapping[str, Any]:
+    if not isinstance(d, Mapping):
+        raise StudyConfigError(where, f"expected a JSON object, got {type(d).__name__}")
+    for k in d:
+        if k not in allowed:
+            raise StudyConfigError(
+                f"{where}.{k}" if where else k,
+                f"unknown key {k!r}; allowed keys are {', '.join(allowed)}",
+            )
+    return d
+
+
+def _int(v: Any, key: str, lo: int = 0, hi: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise StudyConfigError(key, f"expected an integer, got {v!r}")
+    if v < lo or (hi is not None and v > hi):
+        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise StudyConfigError(key, f"expected an integer {rng}, got {v}")
+    return int(v)
+
+
+def _float(v: Any, key: str, lo: float, hi: float, *, open_lo=False, open_hi=False) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
+        raise StudyConfigError(key, f"expected a number, got {v!r}")
+    v = float(v)
+    bad = (
+        not math.isfinite(v) or (v <= lo if open_lo else v < lo) or (v >= hi if open_hi else v > hi)
+    )
+    if bad:
+        lb, rb = "(" if open_lo else "[", ")" if open_hi else "]"
+        raise StudyConfigError(key, f"expected a number in {lb}{lo}, {hi}{rb}, got {v}")
+    return v
+
+
+def _str(v: Any, key: str, choices: Sequence[str] | None = None) -> str:
+    if not isinstance(v, str) or not v:
+        raise StudyConfigError(key, f"expected a non-empty string, got {v!r}")
+    if choices is not None and v not in choices:
+        raise StudyConfigError(key, f"expected one of {', '.join(choices)}; got {v!r}")
+    return v
+
+
+def _list(v: Any, key: str) -> list:
+    if not isinstance(v, (list, tuple)) or not v:
+        raise StudyConfigError(key, f"expected a non-empty list, got {v!r}")
+    return list(v)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSource:
+    """Where the score matrix comes from: exactly one of the three.
+
+    Attributes:
+      dataset: a bundled dataset name (``jaxeval.datasets.names()``).
+      npz: a path to a ``.npz`` score matrix.
+      synthetic: a synthetic low-rank logistic truth regenerated per replicate,
+        as a mapping with ``n_items`` (required), ``rank``, ``model_scale``,
+        ``difficulty_scale`` and ``difficulty_mean`` (as
+        :class:`jaxeval.SyntheticSpec`).
+    """
+
+    dataset: str | None = None
+    npz: str | None = None
+    synthetic: tuple[tuple[str, Any], ...] | None = None
+
+    SYNTHETIC_KEYS = ("n_items", "rank", "model_scale", "difficulty_scale", "difficulty_mean")
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "data") -> DataSource:
+        if isinstance(d, str):
+            d = {"npz": d} if d.endswith(".npz") else {"dataset": d}
+        d = _check_keys(d, ("dataset", "npz", "synthetic"), where)
+        if len(d) != 1:
+            raise StudyConfigError(
+                where, f"give exactly one of 'dataset', 'npz', 'synthetic'; got {sorted(d)}"
+            )
+        if "dataset" in d:
+            from jaxeval import datasets
+
+            return cls(dataset=_str(d["dataset"], f"{where}.dataset", datasets.names()))
+        if "npz" in d:
+            return cls(npz=_str(d["npz"], f"{where}.npz"))
+        s = _check_keys(d["synthetic"], cls.SYNTHETIC_KEYS, f"{where}.synthetic")
+        if "n_items" not in s:
+            raise StudyConfigError(f"{where}.synthetic.n_items", "required key is missing")
+        out = {"n_items": _int(s["n_items"], f"{where}.synthetic.n_items", 2)}
+        if "rank" in s:
+            out["rank"] = _int(s["rank"], f"{where}.synthetic.rank", 1, 256)
+        for k in ("model_scale", "difficulty_scale"):
+            if k in s:
+                out[k] = _float(s[k], f"{where}.synthetic.{k}", 0.0, 100.0)
+        if "difficulty_mean" in s:
+            out["difficulty_mean"] = _float(
+                s["difficulty_mean"], f"{where}.synthetic.difficulty_mean", -100.0, 100.0
+            )
+        return cls(synthetic=tuple(sorted(out.items())))
+
+    def to_dict(self) -> dict:
+        if self.dataset is not None:
+            return {"dataset": self.dataset}
+        if self.npz is not None:
+            return {"npz": self.npz}
+        return {"synthetic": dict(self.synthetic or ())}
+
+    def describe(self) -> str:
+        if self.dataset is not None:
+            return self.dataset
+        if self.npz is not None:
+            return Path(self.npz).stem
+        return f"synthetic(n={dict(self.synthetic or ())['n_items']})"
+
+    def load(self):
+        """The :class:`~jaxeval.ScoreMatrix` (real data only), duplicates removed."""
+        from jaxeval._io import load, load_npz
+
+        if self.dataset is not None:
+            sm = load(self.dataset)
+        elif self.npz is not None:
+            sm = load_npz(self.npz, duplicate_names="rename")
+        else:
+            raise ValueError("a synthetic data source has no score matrix")
+        return sm.drop_duplicates()
+
+    def fingerprint(self) -> str | None:
+        """SHA-256 of the data file (so a resumed study knows its data did not change)."""
+        if self.npz is not None:
+            return _sha256(Path(self.npz))
+        if self.dataset is not None:
+            from importlib import resources
+
+            from jaxeval import datasets
+
+            ref = resources.files("jaxeval.datasets").joinpath(datasets._FILES[self.dataset])
+            with resources.as_file(ref) as p:
+                return _sha256(Path(p))
+        return None
+
+
+# Static (compile-time) and dynamic (array) settings of a policy.
+_STATIC_SETTINGS = ("batch_size", "use_predictions", "refit", "num_newton", "synchronized")
+_DYNAMIC_SETTINGS = ("a", "scale", "rho", "lam0", "shrink")
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicySpec:
+    """One policy of an identification study.
+
+    Attributes:
+      policy: ``uniform``, ``ucbe``, ``naive``, ``pulse``, ``pulse_ucb`` or ``sysrs``.
+      label: the name in reports and file names (default: the policy name).
+      settings: overrides, static (``batch_size``, ``use_predictions``, ``refit``,
+        ``num_newton``, ``synchronized``) or numeric (``a``, ``scale``, ``rho``,
+        ``lam0``, ``shrink``).
+    """
+
+    policy: str
+    label: str | None = None
+    settings: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.label or self.policy
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> PolicySpec:
+        from jaxeval._policies import POLICIES
+
+        if isinstance(d, str):
+            d = {"policy": d}
+        d = _check_keys(d, ("policy", "label", "settings"), where)
+        if "policy" not in d:
+            raise StudyConfigError(f"{where}.policy", "required key is missing")
+        policy = _str(d["policy"], f"{where}.policy", POLICIES)
+        label = None
+        if "label" in d:
+            label = _str(d["label"], f"{where}.label")
+            if not all(ch.isalnum() or ch in "-_." for ch in label):
+                raise StudyConfigError(
+                    f"{where}.label", f"use letters, digits, '-', '_' or '.', got {label!r}"
+                )
+        s = _check_keys(
+            d.get("settings", {}), _STATIC_SETTINGS + _DYNAMIC_SETTINGS, f"{where}.settings"
+        )
+        out: dict[str, Any] = {}
+        for k, v in s.items():
+            key = f"{where}.settings.{k}"
+            if k in ("batch_size", "num_newton"):
+                out[k] = _int(v, key, 1 if k == "batch_size" else 0, 10_000)
+            elif k in ("use_predictions", "refit", "synchronized"):
+                if not isinstance(v, bool):
+                    raise StudyConfigError(key, f"expected true or false, got {v!r}")
+                out[k] = v
+            elif k in ("lam0",):
+                out[k] = _float(v, key, 0.0, 1.0)
+            else:
+                out[k] = _float(v, key, 0.0, 1e6)
+        return cls(policy=policy, label=label, settings=tuple(sorted(out.items())))
+
+    def to_dict(self) -> dict:
+        d: dict[str, Any] = {"policy": self.policy}
+        if self.label:
+            d["label"] = self.label
+        if self.settings:
+            d["settings"] = dict(self.settings)
+        return d
+
+
+def _default_budgets() -> tuple[float, ...]:
+    return (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class IdentificationStudy:
+    """A best-model identification study (SPEC sections 2 and 5).
+
+    Every policy plays the same instances and item orders (the replicate key
+    decides both). The protocol is that of :func:`jaxeval.simulate_identification`
+    (and gives its numbers bit for bit): with real data the models (duplicates
+    removed) are split with ``seed`` into ``n_train`` training models (the
+    factorization is fitted on them) and a candidate pool; ``n_instances``
+    K-subsets of the pool are drawn, and replicate ``i`` plays one of them
+    (chosen from its key) with its own item orders.
+
+    Attributes:
+      name: a label for reports.
+      data: the :class:`DataSource`.
+      policies: the :class:`PolicySpec` list (labels must be unique).
+      num_arms: K, candidates per instance.
+      budgets: checkpoint budgets as fractions of ``K * n`` LLM calls (sorted,
+        in (0, 1]).
+      alpha: family-wise error level of the intervals.
+      n_replicates: Monte Carlo replicates per policy.
+      seed: the study's seed (model split, instances, replicate keys).
+      chunk_size: replicates per chunk (bounds memory; one file per chunk).
+      lanes: replicates vmapped together per device step (results are
+        bit-identical for a fixed ``lanes``).
+      n_instances: distinct K-subsets drawn from the pool (real data).
+      n_train: training models for the factorization (real data; ``0`` = half
+        of the deduplicated models).
+      rank: factorization rank (real data).
+      fit_steps: Adam steps of the offline factorization fit.
+      cs_kinds: confidence sequences computed (``eb``, ``hoeffding``, ``betting``).
+      corruption: deliberately bad predictions for validity studies (``none``,
+        ``biased``, ``random``, ``adversarial``).
+    """
+
+    name: str = "identification"
+    data: DataSource = dataclasses.field(default_factory=lambda: DataSource(dataset="oll2_ifeval"))
+    policies: tuple[PolicySpec, ...] = (
+        PolicySpec("pulse"),
+        PolicySpec("ucbe"),
+        PolicySpec("naive"),
+        PolicySpec("sysrs"),
+    )
+    num_arms: int = 10
+    budgets: tuple[float, ...] = dataclasses.field(default_factory=_default_budgets)
+    alpha: float = 0.05
+    n_replicates: int = 200
+    seed: int = 0
+    chunk_size: int = 64
+    lanes: int = 32
+    n_instances: int = 10
+    n_train: int = 0
+    rank: int = 8
+    fit_steps: int = 500
+    cs_kinds: tuple[str, ...] = ("eb", "hoeffding")
+    corruption: str = "none"
+
+    kind = "identification"
+    KEYS = (
+        "kind",
+        "name",
+        "data",
+        "policies",
+        "num_arms",
+        "budgets",
+        "alpha",
+        "n_replicates",
+        "seed",
+        "chunk_size",
+        "lanes",
+        "n_instances",
+        "n_train",
+        "rank",
+        "fit_steps",
+        "cs_kinds",
+        "corruption",
+    )
+
+    @classmethod
+    def from_dict(cls, d: Any) -> IdentificationStudy:
+        d = _check_keys(d, cls.KEYS, "")
+        kw: dict[str, Any] = {}
+        if "name" in d:
+            kw["name"] = _str(d["name"], "name")
+        if "data" in d:
+            kw["data"] = DataSource.from_dict(d["data"])
+        if "policies" in d:
+            pols = tuple(
+                PolicySpec.from_dict(p, f"policies[{i}]")
+                for i, p in enumerate(_list(d["policies"], "policies"))
+            )
+            names = [p.name for p in pols]
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                raise StudyConfigError(
+                    "policies", f"labels must be unique, {dup} repeats (give each a 'label')"
+                )
+            kw["policies"] = pols
+        for k, lo, hi in (
+            ("num_arms", 2, 100_000),
+            ("n_replicates", 1, 2**31),
+            ("seed", 0, 2**63 - 1),
+            ("chunk_size", 1, 2**31),
+            ("lanes", 1, 2**20),
+            ("n_instances", 1, 10**7),
+            ("n_train", 0, 10**9),
+            ("rank", 1, 256),
+            ("fit_steps", 1, 10**7),
+        ):
+            if k in d:
+                kw[k] = _int(d[k], k, lo, hi)
+        if "alpha" in d:
+            kw["alpha"] = _float(d["alpha"], "alpha", 0.0, 1.0, open_lo=True, open_hi=True)
+        if "budgets" in d:
+            b = tuple(
+                _float(v, f"budgets[{i}]", 0.0, 1.0, open_lo=True)
+                for i, v in enumerate(_list(d["budgets"], "budgets"))
+            )
+            if list(b) != sorted(set(b)):
+                raise StudyConfigError(
+                    "budgets", f"expected strictly increasing fractions, got {b}"
+                )
+            kw["budgets"] = b
+        if "cs_kinds" in d:
+            kinds = tuple(
+                _str(v, f"cs_kinds[{i}]", ("eb", "hoeffding", "betting"))
+                for i, v in enumerate(_list(d["cs_kinds"], "cs_kinds"))
+            )
+            if len(set(kinds)) != len(kinds):
+                raise StudyConfigError("cs_kinds", f"repeated kinds in {kinds}")
+            kw["cs_kinds"] = kinds
+        if "corruption" in d:
+            kw["corruption"] = _str(
+                d["corruption"], "corruption", ("none", "biased", "random", "adversarial")
+            )
+        study = cls(**kw)
+        study.check()
+        return study
+
+    def check(self) -> None:
+        """Cross-field checks that need the data (refused with the key named)."""
+        if self.data.synthetic is None and self.data.npz is not None:
+            if not Path(self.data.npz).is_file():
+                raise StudyConfigError("data.npz", f"no such file: {self.data.npz}")
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "data": self.data.to_dict(),
+            "policies": [p.to_dict() for p in self.policies],
+            "num_arms": self.num_arms,
+            "budgets": list(self.budgets),
+            "alpha": self.alpha,
+            "n_replicates": self.n_replicates,
+            "seed": self.seed,
+            "chunk_size": self.chunk_size,
+            "lanes": self.lanes,
+            "n_instances": self.n_instances,
+            "n_train": self.n_train,
+            "rank": self.rank,
+            "fit_steps": self.fit_steps,
+            "cs_kinds": list(self.cs_kinds),
+            "corruption": self.corruption,
+        }
+
+    @property
+    def n_units(self) -> int:
+        return self.n_replicates
+
+    def tasks(self) -> list[Task]:
+        return _identification_tasks(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class AnchorStudy:
+    """An anchor-item study (SPEC sections 3 and 6.2).
+
+    Unit ``r`` is repetition ``r``: models (duplicates removed) are split with
+    ``Split`` seed ``first_seed + r`` (test / validation / train, SPEC 6.2) and
+    every method is fitted for every ``k`` on the training models; MAE (pp),
+    Kendall τ-b and interval coverage are measured on the test models.
+
+    Attributes:
+      name: a label for reports.
+      data: the :class:`DataSource` (real data).
+      methods: anchor methods (``jaxeval.anchors.METHODS`` or ``auto``).
+      k: anchor counts.
+      n_seeds: repetitions.
+      first_seed: seed of repetition 0 (the protocol uses 42).
+      alpha: error level of the predictors' intervals.
+      chunk_size: repetitions per chunk file.
+    """
+
+    name: str = "anchors"
+    data: DataSource = dataclasses.field(default_factory=lambda: DataSource(dataset="oll2_musr"))
+    methods: tuple[str, ...] = ("sparseeval", "kmeans_ridge", "random_mean", "auto")
+    k: tuple[int, ...] = (20, 40, 60, 80, 100)
+    n_seeds: int = 5
+    first_seed: int = 42
+    alpha: float = 0.1
+    chunk_size: int = 1
+
+    kind = "anchors"
+    KEYS = ("kind", "name", "data", "methods", "k", "n_seeds", "first_seed", "alpha", "chunk_size")
+
+    @classmethod
+    def from_dict(cls, d: Any) -> AnchorStudy:
+        d = _check_keys(d, cls.KEYS, "")
+        kw: dict[str, Any] = {}
+        if "name" in d:
+            kw["name"] = _str(d["name"], "name")
+        if "data" in d:
+            kw["data"] = DataSource.from_dict(d["data"])
+            if kw["data"].synthetic is not None:
+                raise StudyConfigError("data.synthetic", "anchor studies need real data")
+        if "methods" in d:
+            from jaxeval.anchors import METHODS
+
+            allowed = tuple(METHODS) + ("auto",)
+            ms = tuple(
+                _str(m, f"methods[{i}]", allowed)
+                for i, m in enumerate(_list(d["methods"], "methods"))
+            )
+            if len(set(ms)) != len(ms):
+                raise StudyConfigError("methods", f"repeated methods in {ms}")
+            kw["methods"] = ms
+        if "k" in d:
+            ks = tuple(_int(v, f"k[{i}]", 1, 10**6) for i, v in enumerate(_list(d["k"], "k")))
+            if list(ks) != sorted(set(ks)):
+                raise StudyConfigError("k", f"expected strictly increasing anchor counts, got {ks}")
+            kw["k"] = ks
+        for k, lo in (("n_seeds", 1), ("first_seed", 0), ("chunk_size", 1)):
+            if k in d:
+                kw[k] = _int(d[k], k, lo, 2**31)
+        if "alpha" in d:
+            kw["alpha"] = _float(d["alpha"], "alpha", 0.0, 1.0, open_lo=True, open_hi=True)
+        study = cls(**kw)
+        study.check()
+        return study
+
+    def check(self) -> None:
+        if self.data.npz is not None and not Path(self.data.npz).is_file():
+            raise StudyConfigError("data.npz", f"no such file: {self.data.npz}")
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "data": self.data.to_dict(),
+            "methods": list(self.methods),
+            "k": list(self.k),
+            "n_seeds": self.n_seeds,
+            "first_seed": self.first_seed,
+            "alpha": self.alpha,
+            "chunk_size": self.chunk_size,
+        }
+
+    @property
+    def n_units(self) -> int:
+        return self.n_seeds
+
+    def tasks(self) -> list[Task]:
+        return _anchor_tasks(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicateStudy:
+    """Any Monte Carlo replicate function run as a resumable study.
+
+    ``target`` names an importable function ``fn(key) -> pytree of arrays``
+    (``"package.module:function"``); replicate ``i`` gets
+    ``fold_in(key(seed), i)``, exactly as in :func:`jaxeval._runner.run_replicates`.
+
+    Attributes:
+      name: a label for reports.
+      target: ``"module:function"``.
+      n_replicates: replicates.
+      seed: base seed.
+      chunk_size: replicates per chunk file.
+      lanes: replicates vmapped together per device step.
+    """
+
+    target: str
+    name: str = "replicates"
+    n_replicates: int = 1000
+    seed: int = 0
+    chunk_size: int = 256
+    lanes: int = 32
+
+    kind = "replicates"
+    KEYS = ("kind", "name", "target", "n_replicates", "seed", "chunk_size", "lanes")
+    data = None
+
+    @classmethod
+    def from_dict(cls, d: Any) -> ReplicateStudy:
+        d = _check_keys(d, cls.KEYS, "")
+        if "target" not in d:
+            raise StudyConfigError("target", "required key is missing")
+        target = _str(d["target"], "target")
+        if target.count(":") != 1:
+            raise StudyConfigError("target", f"expected 'module:function', got {target!r}")
+        kw: dict[str, Any] = {"target": target}
+        if "name" in d:
+            kw["name"] = _str(d["name"], "name")
+        for k, lo, hi in (
+            ("n_replicates", 1, 2**31),
+            ("seed", 0, 2**63 - 1),
+            ("chunk_size", 1, 2**31),
+            ("lanes", 1, 2**20),
+        ):
+            if k in d:
+                kw[k] = _int(d[k], k, lo, hi)
+        return cls(**kw)
+
+    def check(self) -> None:
+        self.function()
+
+    def function(self) -> Callable:
+        import importlib
+
+        mod, _, fn = self.target.partition(":")
+        try:
+            f = getattr(importlib.import_module(mod), fn)
+        except (ImportError, AttributeError) as e:
+            raise StudyConfigError("target", f"cannot import {self.target!r} ({e})") from None
+        if not callable(f):
+            raise StudyConfigError("target", f"{self.target!r} is not callable")
+        return f
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "target": self.target,
+            "n_replicates": self.n_replicates,
+            "seed": self.seed,
+            "chunk_size": self.chunk_size,
+            "lanes": self.lanes,
+        }
+
+    @property
+    def n_units(self) -> int:
+        return self.n_replicates
+
+    def tasks(self) -> list[Task]:
+        fn = self.function()
+
+        def compute(ranges, progress):
+            from jaxeval._runner import Progress, ReplicatePlan
+
+            plan = ReplicatePlan(lambda k: fn(k), self.chunk_size, lanes=self.lanes)
+            prog = _progress(Progress, ranges, progress, "replicates")
+            for lo, hi, res in plan.iter_ranges(self.seed, ranges, progress=prog):
+                yield lo, hi, flatten_tree(res)
+
+        return [Task("replicates", self.n_replicates, self.chunk_size, compute)]
+
+
+Study = IdentificationStudy | AnchorStudy | ReplicateStudy
+_KINDS = {
+    "identification": IdentificationStudy,
+    "anchors": AnchorStudy,
+    "replicates": ReplicateStudy,
+}
+
+
+def study_from_dict(d: Any) -> Study:
+    """Build a study from a JSON-like mapping; unknown keys and bad values are refused.
+
+    Example:
+      >>> s = study_from_dict({"kind": "identification", "num_arms": 5, "n_replicates": 100})
+      >>> s.num_arms, study_from_dict(s.to_dict()) == s
+      (5, True)
+      >>> study_from_dict({"kind": "identification", "nmu_arms": 5})
+      Traceback (most recent call last):
+      ...
+      jaxeval._study.StudyConfigError: nmu_arms: unknown key 'nmu_arms'; allowed keys are ...
+    """
+    if not isinstance(d, Mapping):
+        raise StudyConfigError("<study>", f"expected a JSON object, got {type(d).__name__}")
+    kind = d.get("kind")
+    if kind not in _KINDS:
+        raise StudyConfigError("kind", f"expected one of {', '.join(_KINDS)}; got {kind!r}")
+    return _KINDS[kind].from_dict(d)
+
+
+def load_study(path: str | os.PathLike) -> Study:
+    """Read a study definition from a JSON file (or a study folder's ``study.json``)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / STUDY_FILE
+    try:
+        d = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"study definition not found: {p}") from None
+    except json.JSONDecodeError as e:
+        raise StudyConfigError(str(p), f"not valid JSON ({e})") from None
+    return study_from_dict(d)
+
+
+def default_study(quick: bool = False) -> tuple[IdentificationStudy, AnchorStudy]:
+    """The main job's two studies (see ``jaxeval main``)."""
+    ident = IdentificationStudy(
+        name="main-identification",
+        data=DataSource(dataset="oll2_ifeval"),
+        num_arms=10,
+        n_replicates=64 if quick else 256,
+        chunk_size=64,
+        n_instances=32,
+    )
+    anchors = AnchorStudy(
+        name="main-anchors",
+        data=DataSource(dataset="oll2_musr"),
+        methods=("sparseeval_ridge", "kmeans_ridge", "random_mean", "auto"),
+        k=(20, 50, 100),
+        n_seeds=2 if quick else 3,
+    )
+    return ident, anchors
+
+
+# ============================================================== tasks
+@dataclasses.dataclass
+class Task:
+    """A named series of ``n`` units computed in chunks.
+
+    ``compute(ranges, progress)`` yields ``(lo, hi, {field: array [hi-lo, ...]})``
+    for the requested ranges in order; it is only called when work is left, so
+    expensive set-up (data, factorization, compilation) can live inside it.
+    """
+
+    name: str
+    n: int
+    chunk_size: int
+    compute: Callable[[list[tuple[int, int]], Any], Iterator[tuple[int, int, dict]]]
+
+
+def results_key(study: Study) -> dict:
+    """The parts of a definition that decide its numbers (not its file layout)."""
+    d = study.to_dict()
+    d.pop("chunk_size", None)
+    d.pop("name", None)
+    return d
+
+
+def _hash_json(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+# =========================================================== disk layer
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _atomic_write_json(path: Path, obj: Any) -> None:
+    _atomic_write_bytes(path, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode())
+
+
+def _write_chunk(path: Path, arrays: Mapping[str, np.ndarray]) -> str:
+    import io
+
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    data = buf.getvalue()
+    _atomic_write_bytes(path, data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def _chunk_name(task: str, lo: int, hi: int) -> str:
+    return f"chunks/{task}/{lo:010d}-{hi:010d}.npz"
+
+
+def _versions() -> dict:
+    import jax
+
+    import jaxeval
+
+    return {"jax": jax.__version__, "jaxeval": jaxeval.__version__, "numpy": np.__version__}
+
+
+def _read_manifest(out: Path) -> dict | None:
+    p = out / MANIFEST_FILE
+    if not p.exists():
+        return None
+    try:
+        m = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise StudyFolderError(f"{p}: manifest is not valid JSON ({e})") from None
+    if m.get("format") != FORMAT:
+        raise StudyFolderError(f"{p}: not a {FORMAT} manifest (format={m.get('format')!r})")
+    return m
+
+
+def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b)):
+            out += _diff_keys(a.get(k), b.get(k), f"{prefix}.{k}" if prefix else k)
+        return out
+    return [] if a == b else [prefix or "<root>"]
+
+
+def _describe_diff(old: dict, new: dict) -> str:
+    keys = _diff_keys(old, new)
+    parts = []
+    for k in keys[:5]:
+        ov, nv = old, new
+        for part in k.split("."):
+            ov = ov.get(part) if isinstance(ov, dict) else None
+            nv = nv.get(part) if isinstance(nv, dict) else None
+        parts.append(f"{k!r} is {json.dumps(ov)} there but {json.dumps(nv)} here")
+    return "; ".join(parts)
+
+
+def _fingerprint(study: Study) -> str | None:
+    return None if study.data is None else study.data.fingerprint()
+
+
+def _is_writer() -> bool:
+    import jax
+
+    return jax.process_index() == 0
+
+
+def _open_folder(study: Study, out: Path, rng: tuple[int, int]) -> dict:
+    """Create the folder, or check that it holds this very study; returns the manifest."""
+    cfg = study.to_dict()
+    manifest = _read_manifest(out) if out.exists() else None
+    if manifest is None:
+        if out.exists() and any(out.iterdir()):
+            raise StudyFolderError(
+                f"{out} is not empty and holds no {MANIFEST_FILE}: refusing to write a study "
+                "there; choose a new or empty folder with --out"
+            )
+        manifest = {
+            "format": FORMAT,
+            "study_hash": _hash_json(cfg),
+            "results_hash": _hash_json(results_key(study)),
+            "config": cfg,
+            "range": list(rng),
+            "data_sha256": _fingerprint(study),
+            "versions": _versions(),
+            "chunks": {},
+            "complete": False,
+        }
+        if _is_writer():
+            out.mkdir(parents=True, exist_ok=True)
+            _atomic_write_json(out / STUDY_FILE, cfg)
+            _atomic_write_json(out / MANIFEST_FILE, manifest)
+        return manifest
+    if manifest["config"] != cfg:
+        raise StudyFolderError(
+            f"{out} holds the results of another study ({manifest['config'].get('name')!r}): "
+            f"{_describe_diff(manifest['config'], cfg)}. Nothing was overwritten; use another "
+            "--out folder, or `jaxeval resume` to continue the study that is there"
+        )
+    if list(manifest["range"]) != list(rng):
+        raise StudyFolderError(
+            f"{out} holds replicates {manifest['range'][0]}:{manifest['range'][1]} of this study, "
+            f"not the requested {rng[0]}:{rng[1]}; use another --out folder per range"
+        )
+    fp = _fingerprint(study)
+    if manifest.get("data_sha256") != fp:
+        raise StudyFolderError(
+            f"{out}: the data file changed since the study started (checksum "
+            f"{str(manifest.get('data_sha256'))[:12]}... there, {str(fp)[:12]}... now)"
+        )
+    return manifest
+
+
+def _verify_chunks(out: Path, manifest: dict, *, repair: bool) -> list[str]:
+    """Drop (and with ``repair`` delete) chunk files that are missing or corrupt."""
+    bad = []
+    for name, info in list(manifest["chunks"].items()):
+        p = out / name
+        if not p.is_file() or _sha256(p) != info["sha256"]:
+            bad.append(name)
+            del manifest["chunks"][name]
+            if repair and p.exists() and _is_writer():
+                p.unlink()
+    if bad:
+        warnings.warn(
+            f"{out}: {len(bad)} chunk file(s) missing or failing their checksum will be "
+            f"recomputed: {bad[:3]}",
+            stacklevel=3,
+        )
+    return bad
+
+
+def _covered(manifest: dict, task: str) -> list[tuple[int, int]]:
+    spans = sorted(
+        (int(c["lo"]), int(c["hi"])) for c in manifest["chunks"].values() if c["task"] == task
+    )
+    return spans
+
+
+def _todo_ranges(
+    task: Task, covered: list[tuple[int, int]], rng: tuple[int, int]
+) -> list[tuple[int, int]]:
+    """Chunk-aligned ranges of ``rng`` not yet covered."""
+    lo, hi = max(rng[0], 0), min(rng[1], task.n)
+    free = []
+    pos = lo
+    for a, b in covered:
+        if b <= pos or a >= hi:
+            continue
+        if a > pos:
+            free.append((pos, min(a, hi)))
+        pos = max(pos, b)
+    if pos < hi:
+        free.append((pos, hi))
+    cs = task.chunk_size
+    todo = []
+    for a, b in free:
+        x = a
+        while x < b:
+            y = min((x // cs + 1) * cs, b)
+            todo.append((x, y))
+            x = y
+    return todo
+
+
+def _broadcast_todo(todo: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Under jax.distributed, every process follows process 0's list of chunks."""
+    import jax
+
+    if jax.process_count() == 1:
+        return todo
+    from jax.experimental import multihost_utils
+
+    n = np.asarray(multihost_utils.broadcast_one_to_all(np.int64(len(todo))))
+    arr = np.zeros((int(n), 2), np.int64)
+    if jax.process_index() == 0 and todo:
+        arr[:] = np.asarray(todo, np.int64)
+    arr = np.asarray(multihost_utils.broadcast_one_to_all(arr))
+    return [(int(a), int(b)) for a, b in arr]
+
+
+def run_study(
+    study: Study,
+    out: str | os.PathLike,
+    *,
+    replicate_range: tuple[int, int] | None = None,
+    progress: bool = True,
+) -> Path:
+    """Run (or continue) a study into folder ``out``; returns the folder.
+
+    Finished chunks already in ``out`` are kept (after checking their checksums),
+    so calling this again after an interruption continues the study. A folder
+    holding a different study, or a different replicate range, is refused.
+
+    Args:
+      study: an :class:`IdentificationStudy` or :class:`AnchorStudy`.
+      out: the output folder (created if absent).
+      replicate_range: ``(lo, hi)`` to compute only units ``lo..hi-1`` (one job
+        of a cluster array; join the folders with :func:`merge_studies`).
+      progress: one line per chunk on stderr.
+
+    Example:
+      >>> study = study_from_dict({"kind": "identification", "n_replicates": 64,
+      ...     "data": {"synthetic": {"n_items": 100}}, "policies": ["uniform"]})
+      >>> folder = run_study(study, "/tmp/jaxeval-doc-study", progress=False)  # doctest: +SKIP
+    """
+    out = Path(out)
+    n = study.n_units
+    rng = (0, n) if replicate_range is None else tuple(int(v) for v in replicate_range)
+    if not (0 <= rng[0] < rng[1] <= n):
+        raise ValueError(
+            f"replicate_range must satisfy 0 <= lo < hi <= {n} (the study's units), got {rng}"
+        )
+    manifest = _open_folder(study, out, rng)  # type: ignore[arg-type]
+    _verify_chunks(out, manifest, repair=True)
+    if _is_writer():  # half-written files of a killed run
+        for tmp in out.rglob(".tmp-*"):
+            tmp.unlink(missing_ok=True)
+    tasks = study.tasks()
+    for task in tasks:
+        todo = _broadcast_todo(_todo_ranges(task, _covered(manifest, task.name), rng))
+        if not todo:
+            continue
+        if progress and _is_writer():
+            print(
+                f"[jaxeval] {study.name}: task {task.name!r}: {sum(b - a for a, b in todo)} "
+                f"of {rng[1] - rng[0]} units to compute in {len(todo)} chunk(s)",
+                file=sys.stderr,
+                flush=True,
+            )
+        if _is_writer():
+            (out / "chunks" / task.name).mkdir(parents=True, exist_ok=True)
+        for lo, hi, arrays in task.compute(todo, progress):
+            if not _is_writer():
+                continue
+            name = _chunk_name(task.name, lo, hi)
+            sha = _write_chunk(out / name, arrays)
+            manifest["chunks"][name] = {"task": task.name, "lo": lo, "hi": hi, "sha256": sha}
+            _atomic_write_json(out / MANIFEST_FILE, manifest)
+    if _is_writer():
+        manifest["complete"] = all(
+            not _todo_ranges(t, _covered(manifest, t.name), rng) for t in tasks
+        )
+        manifest["task_names"] = [t.name for t in tasks]
+        _atomic_write_json(out / MANIFEST_FILE, manifest)
+    return out
+
+
+def resume_study(out: str | os.PathLike, *, progress: bool = True) -> Path:
+    """Continue the study held in folder ``out`` (its own ``study.json`` and range)."""
+    out = Path(out)
+    manifest = _read_manifest(out)
+    if manifest is None:
+        raise StudyFolderError(f"{out} holds no {MANIFEST_FILE}: not a study folder")
+    study = study_from_dict(manifest["config"])
+    return run_study(study, out, replicate_range=tuple(manifest["range"]), progress=progress)
+
+
+def study_status(out: str | os.PathLike) -> dict:
+    """Progress of the study in ``out``.
+
+    Returns a dict with ``done`` (units finished per task), ``range`` (the units
+    this folder is responsible for), ``range_complete`` (that range is done) and
+    ``complete`` (every unit of the whole study is there: ready for reports).
+    """
+    out = Path(out)
+    manifest = _read_manifest(out)
+    if manifest is None:
+        raise StudyFolderError(f"{out} holds no {MANIFEST_FILE}: not a study folder")
+    study = study_from_dict(manifest["config"])
+    lo, hi = manifest["range"]
+    names = [t.name for t in study.tasks()]
+    done = {t: sum(b - a for a, b in _covered(manifest, t)) for t in names}
+    return {
+        "name": manifest["config"].get("name"),
+        "kind": manifest["config"].get("kind"),
+        "range": [lo, hi],
+        "units": study.n_units,
+        "done": done,
+        "range_complete": all(not _gaps(_covered(manifest, t), lo, hi) for t in names),
+        "complete": all(not _gaps(_covered(manifest, t), 0, study.n_units) for t in names),
+    }
+
+
+def load_results(
+    out: str | os.PathLike, *, allow_partial: bool = False
+) -> tuple[Study, dict[str, dict[str, np.ndarray]]]:
+    """Read a study folder: ``(study, {task: {field: array [units, ...]}})``.
+
+    Every chunk is checked against its checksum. The units must be contiguous
+    and, unless ``allow_partial``, cover the whole study.
+    """
+    out = Path(out)
+    manifest = _read_manifest(out)
+    if manifest is None:
+        raise StudyFolderError(f"{out} holds no {MANIFEST_FILE}: not a study folder")
+    study = study_from_dict(manifest["config"])
+    bad = _verify_chunks(out, manifest, repair=False)
+    if bad:
+        raise StudyFolderError(
+            f"{out}: {len(bad)} chunk file(s) fail their checksum ({bad[:3]}); run "
+            f"`jaxeval resume {out}` to recompute them"
+        )
+    by_task: dict[str, list] = {}
+    for name, c in manifest["chunks"].items():
+        by_task.setdefault(c["task"], []).append((int(c["lo"]), int(c["hi"]), name))
+    order = manifest.get("task_names") or sorted(by_task)
+    results: dict[str, dict[str, np.ndarray]] = {}
+    for task in order:
+        spans = sorted(by_task.get(task, []))
+        pos = spans[0][0] if spans else 0
+        if not allow_partial and (not spans or pos != 0):
+            raise StudyFolderError(f"{out}: task {task!r} is incomplete (starts at {pos})")
+        parts: dict[str, list] = {}
+        for lo, hi, name in spans:
+            if lo != pos:
+                raise StudyFolderError(
+                    f"{out}: task {task!r} has a gap or overlap at unit {pos} (next chunk "
+                    f"starts at {lo}); run `jaxeval resume` or merge the missing range"
+                )
+            with np.load(out / name, allow_pickle=False) as z:
+                for k in z.files:
+                    parts.setdefault(k, []).append(z[k])
+            pos = hi
+        if not allow_partial and pos != study.n_units:
+            raise StudyFolderError(
+                f"{out}: task {task!r} holds units up to {pos} of {study.n_units}; run "
+                f"`jaxeval resume {out}` (or merge the other ranges) first"
+            )
+        results[task] = {k: np.concatenate(v) for k, v in parts.items()}
+    return study, results
+
+
+def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> Path:
+    """Join folders of the same study computed over disjoint replicate ranges.
+
+    Each chunk is verified against its checksum and copied to ``out``; folders
+    of different studies (different numbers-defining settings), overlapping
+    ranges and corrupt chunks are refused. Chunk sizes may differ (the numbers
+    do not depend on them).
+
+    Args:
+      dirs: the study folders (e.g. one per array-job range).
+      out: a new (or empty) folder for the merged study.
+
+    Returns:
+      ``out``; ``manifest.json`` says whether the merged study is complete.
+    """
+    dirs = [Path(d) for d in dirs]
+    out = Path(out)
+    if not dirs:
+        raise ValueError("merge_studies: 'dirs' is empty")
+    if out.exists() and any(out.iterdir()):
+        raise StudyFolderError(f"{out} is not empty: merge into a new folder")
+    mans = []
+    for d in dirs:
+        m = _read_manifest(d)
+        if m is None:
+            raise StudyFolderError(f"{d} holds no {MANIFEST_FILE}: not a study folder")
+        bad = _verify_chunks(d, m, repair=False)
+        if bad:
+            raise StudyFolderError(
+                f"{d}: {len(bad)} chunk file(s) fail their checksum ({bad[:3]}); "
+                f"run `jaxeval resume {d}` first"
+            )
+        mans.append(m)
+    ref = mans[0]
+    for d, m in zip(dirs[1:], mans[1:]):
+        if m["results_hash"] != ref["results_hash"]:
+            ka = results_key(study_from_dict(ref["config"]))
+            kb = results_key(study_from_dict(m["config"]))
+            raise StudyFolderError(
+                f"{d} holds a different study than {dirs[0]}: {_describe_diff(ka, kb)}"
+            )
+        if m.get("data_sha256") != ref.get("data_sha256"):
+            raise StudyFolderError(f"{d} was computed on different data than {dirs[0]}")
+    # every (task, unit) must come from one folder only
+    spans: dict[str, list] = {}
+    for d, m in zip(dirs, mans):
+        for name, c in m["chunks"].items():
+            spans.setdefault(c["task"], []).append((int(c["lo"]), int(c["hi"]), d, name, c))
+    merged: dict[str, dict] = {}
+    for task, lst in spans.items():
+        lst.sort(key=lambda t: t[:2])
+        for (_a0, a1, da, _, _), (b0, b1, db, _, _) in zip(lst, lst[1:]):
+            if b0 < a1:
+                raise StudyFolderError(
+                    f"task {task!r}: units {b0}:{min(a1, b1)} are in both {da} and {db}; "
+                    "merge folders of disjoint replicate ranges"
+                )
+        for _lo, _hi, d, name, c in lst:
+            merged[name] = (d, c)
+    rng_lo = min(m["range"][0] for m in mans)
+    rng_hi = max(m["range"][1] for m in mans)
+    if _is_writer():
+        out.mkdir(parents=True, exist_ok=True)
+        for name, (d, _) in merged.items():
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
+            tmp = (out / name).with_name(f".tmp-{os.getpid()}-{Path(name).name}")
+            shutil.copyfile(d / name, tmp)
+            os.replace(tmp, out / name)
+        study = study_from_dict(ref["config"])
+        cfg = study.to_dict()
+        manifest = {
+            "format": FORMAT,
+            "study_hash": _hash_json(cfg),
+            "results_hash": ref["results_hash"],
+            "config": cfg,
+            "range": [rng_lo, rng_hi],
+            "data_sha256": ref.get("data_sha256"),
+            "versions": _versions(),
+            "chunks": {name: c for name, (_, c) in merged.items()},
+            "merged_from": [str(d) for d in dirs],
+            "task_names": ref.get("task_names") or sorted(spans),
+        }
+        names = manifest["task_names"]
+        cov = {t: _covered(manifest, t) for t in names}
+        manifest["complete"] = all(not _gaps(cov[t], 0, study.n_units) for t in names)
+        _atomic_write_json(out / STUDY_FILE, cfg)
+        _atomic_write_json(out / MANIFEST_FILE, manifest)
+    return out
+
+
+def _gaps(spans: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+    gaps, pos = [], lo
+    for a, b in sorted(spans):
+        if a > pos:
+            gaps.append((pos, a))
+        pos = max(pos, b)
+    if pos < hi:
+        gaps.append((pos, hi))
+    return gaps
+
+
+# ======================================================== task builders
+def flatten_tree(tree: Any) -> dict[str, np.ndarray]:
+    """A pytree of arrays as ``{"a.b": array}`` (NamedTuple fields and dict keys joined)."""
+    import jax
+
+    out = {}
+    leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
+    for path, leaf in leaves:
+        parts = []
+        for k in path:
+            for attr in ("name", "key", "idx"):
+                if hasattr(k, attr):
+                    parts.append(str(getattr(k, attr)))
+                    break
+        out[".".join(parts) or "value"] = np.asarray(leaf)
+    return out
+
+
+def _progress(cls, ranges, enabled, label):
+    import jax
+
+    total = sum(b - a for a, b in ranges)
+    return cls(total, label=label, enabled=bool(enabled) and jax.process_index() == 0)
+
+
+_PROBLEM_CACHE: dict = {}
+
+
+def _real_problem(study: IdentificationStudy, needs_pred: bool):
+    """Split, instances and (when needed) factorization of a real-data study (cached).
+
+    Mirrors :func:`jaxeval.simulate_identification` step for step, so a study and
+    the wrapper give the same numbers for the same settings.
+    """
+    key = (
+        study.data,
+        study.data.fingerprint(),
+        study.seed,
+        study.num_arms,
+        study.n_instances,
+        study.n_train,
+        study.rank,
+        study.fit_steps,
+        needs_pred,
+    )
+    if key in _PROBLEM_CACHE:
+        return _PROBLEM_CACHE[key]
+    from jaxeval._identification import ProblemData
+
+    sm = study.data.load()
+    m, n = sm.shape
+    n_train = study.n_train or m // 2
+    if n_train > m - 2:
+        raise StudyConfigError(
+            "n_train", f"{sm.source} has {m} models; n_train={n_train} > {m - 2}"
+        )
+    train, pool = sm.split([n_train], seed=study.seed)
+    if study.num_arms > pool.n_models:
+        raise StudyConfigError(
+            "num_arms",
+            f"{sm.source}: K={study.num_arms} but the candidate pool has {pool.n_models} models "
+            f"({m} after removing duplicates, {n_train} for training)",
+        )
+    if not pool.mask.all():
+        raise StudyConfigError("data", f"{sm.source}: candidate rows have missing cells")
+    rng = np.random.default_rng([study.seed, study.num_arms])
+    inst = np.stack(
+        [rng.choice(pool.n_models, study.num_arms, replace=False) for _ in range(study.n_instances)]
+    )
+    acc = pool.accuracy()
+    top2 = -np.sort(-acc[inst], axis=1)[:, :2]
+    info: dict[str, Any] = {
+        "source": str(sm.source),
+        "models": m,
+        "items": n,
+        "training_models": n_train,
+        "pool_models": pool.n_models,
+        "instances": len(inst),
+        "median_top2_gap": float(np.median(top2[:, 0] - top2[:, 1])),
+    }
+    factors = (np.zeros((n, 1), np.float32), np.zeros((n,), np.float32), np.zeros((1,), np.float32))
+    rho = 1.0
+    if needs_pred:
+        from jaxeval._factorization_api import fit_factorization
+
+        lr = fit_factorization(
+            train, rank=study.rank, rho=1.0, seed=study.seed, num_steps=study.fit_steps
+        )
+        factors = tuple(np.asarray(x, np.float32) for x in (lr.V, lr.c, lr.u_mean))
+        rho = float(getattr(lr, "rho_u", 1.0))
+        info["rank"] = int(lr.V.shape[1])
+    from jaxeval._factorization import ItemFactors
+
+    data = ProblemData(
+        pool=np.asarray(pool.scores, np.float32),
+        instances=inst.astype(np.int32),
+        item_factors=ItemFactors(*factors),
+    )
+    if len(_PROBLEM_CACHE) > 8:
+        _PROBLEM_CACHE.clear()
+    _PROBLEM_CACHE[key] = (data, rho, info)
+    return data, rho, info
+
+
+def study_budgets(study: IdentificationStudy) -> tuple[dict, tuple[int, ...]]:
+    """``(info, budgets in LLM calls)`` of an identification study, without any fitting."""
+    if study.data.synthetic is not None:
+        n = dict(study.data.synthetic)["n_items"]
+        info: dict[str, Any] = {"source": study.data.describe(), "items": n}
+    else:
+        sm = study.data.load()
+        m, n = sm.shape
+        n_train = study.n_train or m // 2
+        info = {
+            "source": str(sm.source),
+            "models": m,
+            "items": n,
+            "training_models": n_train,
+            "pool_models": m - n_train,
+            "instances": study.n_instances,
+        }
+    kn = study.num_arms * n
+    budgets = tuple(sorted({max(1, int(round(f * kn))) for f in study.budgets}))
+    if len(budgets) != len(study.budgets):
+        raise StudyConfigError(
+            "budgets", f"fractions {study.budgets} of K*n={kn} calls repeat budgets {budgets}"
+        )
+    info.update(budgets=list(budgets), calls_full=kn)
+    return info, budgets
+
+
+def identification_problem(study: IdentificationStudy, spec: PolicySpec):
+    """``(config, data, params, info)`` of one policy of an identification study."""
+    import jax
+
+    from jaxeval import _identification as idn
+    from jaxeval import _policies
+
+    st = dict(spec.settings)
+    use_pred = st.get("use_predictions")
+    needs_pred = spec.policy in _policies.PREDICTION_POLICIES if use_pred is None else use_pred
+    syn: dict[str, Any] = {}
+    if study.data.synthetic is not None:
+        sd = dict(study.data.synthetic)
+        n, r, truth = sd["n_items"], sd.get("rank", 4), "synthetic"
+        syn = {
+            "scale_u": sd.get("model_scale", 1.0),
+            "scale_c": sd.get("difficulty_scale", 1.5),
+            "mean_c": sd.get("difficulty_mean", 0.0),
+        }
+        data, fit_rho = None, 1.0
+        info: dict[str, Any] = {"source": study.data.describe(), "items": n}
+    else:
+        data, fit_rho, info = _real_problem(study, bool(needs_pred))
+        n, truth = int(data.pool.shape[1]), "real"
+        r = int(data.item_factors.V.shape[1])
+    _, budgets = study_budgets(study)
+    kn = study.num_arms * n
+    config = idn.Config(
+        policy=spec.policy,
+        num_arms=study.num_arms,
+        num_items=n,
+        budgets=budgets,
+        batch_size=int(st.get("batch_size", 1)),
+        cs_kinds=study.cs_kinds,
+        stop_kind="eb" if "eb" in study.cs_kinds else study.cs_kinds[0],
+        use_predictions=use_pred,
+        refit=bool(st.get("refit", True)),
+        num_newton=int(st.get("num_newton", 2)),
+        synchronized=st.get("synchronized"),
+        truth=truth,
+        rank=r,
+        corruption=study.corruption,
+    )
+    if data is None:
+        data = jax.tree.map(np.asarray, idn.dummy_data(config))
+    params = idn.Params.make(
+        alpha=study.alpha,
+        a=st.get("a", 1.0),
+        scale=st.get("scale", 1.0),
+        rho=st.get("rho", fit_rho),
+        lam0=st.get("lam0", 1.0),
+        shrink=st.get("shrink", 10.0),
+        eps=0.0,
+        bias=0.3,
+        **syn,
+    )
+    params = jax.tree.map(np.asarray, params)
+    return config, data, params, dict(info, budgets=list(budgets), calls_full=kn)
+
+
+def _identification_tasks(study: IdentificationStudy) -> list[Task]:
+    tasks = []
+    for spec in study.policies:
+
+        def compute(ranges, progress, spec=spec):
+            from jaxeval import _identification as idn
+            from jaxeval._runner import Progress, ReplicatePlan
+
+            config, data, params, _ = identification_problem(study, spec)
+            fn = _cached_kernel(idn.run_identification, config)
+            plan = ReplicatePlan(fn, study.chunk_size, operands=(data, params), lanes=study.lanes)
+            prog = _progress(Progress, ranges, progress, f"replicates [{spec.name}]")
+            for lo, hi, res in plan.iter_ranges(study.seed, ranges, progress=prog):
+                yield lo, hi, flatten_tree(res)
+
+        tasks.append(Task(spec.name, study.n_replicates, study.chunk_size, compute))
+    return tasks
+
+
+_KERNELS: dict = {}
+
+
+def _cached_kernel(kernel: Callable, config: Any) -> Callable:
+    """One function object per (kernel, static config), so compiled programs are reused."""
+    key = (kernel, config)
+    if key not in _KERNELS:
+
+        def fn(rep_key, data, params):
+            return kernel(rep_key, data, params, config)
+
+        _KERNELS[key] = fn
+    return _KERNELS[key]
+
+
+def _anchor_tasks(study: AnchorStudy) -> list[Task]:
+    tasks = []
+    for method in study.methods:
+
+        def compute(ranges, progress, method=method):
+            from jaxeval._runner import Progress
+
+            prog = _progress(Progress, ranges, progress, f"seeds [{method}]")
+            sm = study.data.load()
+            for lo, hi in ranges:
+                rows = [
+                    _anchor_unit(study, sm, method, study.first_seed + r) for r in range(lo, hi)
+                ]
+                arrays = {k: np.stack([r[k] for r in rows]) for k in rows[0]}
+                prog.update(hi - lo)
+                yield lo, hi, arrays
+
+        tasks.append(Task(method, study.n_seeds, study.chunk_size, compute))
+    return tasks
+
+
+def _anchor_unit(study: AnchorStudy, sm: Any, method: str, seed: int) -> dict[str, np.ndarray]:
+    """One repetition of the SPEC 6.2 protocol for one method, every k."""
+    import time
+
+    from jaxeval._metrics import kendall_tau_b
+    from jaxeval.anchors import fit_anchors
+
+    split = sm.protocol_split(seed)
+    y = split.test.true_score().astype(np.float64)
+    out: dict[str, list] = {k: [] for k in ("mae_pp", "tau", "coverage", "width", "seconds")}
+    for k in study.k:
+        if k >= sm.n_items:
+            raise StudyConfigError("k", f"k={k} must be below the {sm.n_items} items of the data")
+        t0 = time.perf_counter()
+        pred = fit_anchors(
+            split.train, k, method, seed=seed, validation=split.validation, alpha=study.alpha
+        )
+        est, lo, hi = pred.predict(split.test.scores[:, pred.anchor_index])
+        est, lo, hi = (np.asarray(v, np.float64) for v in (est, lo, hi))
+        out["seconds"].append(time.perf_counter() - t0)
+        out["mae_pp"].append(100.0 * float(np.mean(np.abs(est - y))))
+        out["tau"].append(float(kendall_tau_b(np.asarray(est), np.asarray(y))))
+        out["coverage"].append(float(np.mean((lo <= y) & (y <= hi))))
+        out["width"].append(float(np.mean(hi - lo)))
+    return {k: np.asarray(v, np.float64) for k, v in out.items()}

@@ -1,0 +1,318 @@
+"""Study definitions and the disk-backed, resumable study runner."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxeval._runner import run_replicates
+from jaxeval._study import (
+    AnchorStudy,
+    IdentificationStudy,
+    StudyConfigError,
+    StudyFolderError,
+    load_results,
+    load_study,
+    merge_studies,
+    resume_study,
+    run_study,
+    study_from_dict,
+    study_status,
+)
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+
+
+def toy(key):
+    """The replicate function of the toy studies (imported as ``test_study:toy``)."""
+    x = jax.random.uniform(key, (64,))
+    return {"mean": jnp.mean(x), "arg": jnp.argmax(x), "head": x[:3], "n": jnp.sum(x > 0.5)}
+
+
+def slow_toy(key):
+    """A heavier replicate (a sort), so a study takes long enough to be killed mid-way."""
+    x = jnp.sort(jax.random.uniform(key, (2048,)))
+    return {"q": x[jnp.array([10, 1024, 2000])], "s": jnp.sum(x)}
+
+
+def toy_config(**kw):
+    d = {
+        "kind": "replicates",
+        "name": "toy",
+        "target": "test_study:toy",
+        "n_replicates": 300,
+        "seed": 3,
+        "chunk_size": 64,
+        "lanes": 8,
+    }
+    d.update(kw)
+    return d
+
+
+@pytest.fixture(autouse=True)
+def importable(monkeypatch):
+    monkeypatch.syspath_prepend(str(TESTS))
+
+
+def assert_same(a, b):
+    assert set(a) == set(b)
+    for k in a:
+        assert a[k].dtype == b[k].dtype, k
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+# ------------------------------------------------------------ definitions
+def test_identification_round_trip_and_defaults():
+    s = study_from_dict(
+        {
+            "kind": "identification",
+            "data": {"dataset": "oll2_musr"},
+            "policies": ["pulse", {"policy": "ucbe", "label": "ucbe-a10", "settings": {"a": 10}}],
+            "num_arms": 50,
+            "budgets": [0.01, 0.1, 1.0],
+            "alpha": 0.1,
+        }
+    )
+    assert isinstance(s, IdentificationStudy)
+    assert [p.name for p in s.policies] == ["pulse", "ucbe-a10"]
+    assert dict(s.policies[1].settings) == {"a": 10.0}
+    again = study_from_dict(json.loads(json.dumps(s.to_dict())))
+    assert again == s and hash(again) == hash(s)
+    a = study_from_dict({"kind": "anchors", "k": [20, 100], "methods": ["kmeans_ridge"]})
+    assert isinstance(a, AnchorStudy) and study_from_dict(a.to_dict()) == a
+
+
+@pytest.mark.parametrize(
+    "patch, key",
+    [
+        ({"kind": "identifcation"}, "kind"),
+        ({"nmu_arms": 5}, "nmu_arms"),
+        ({"num_arms": 1}, "num_arms"),
+        ({"num_arms": 2.5}, "num_arms"),
+        ({"alpha": 1.5}, "alpha"),
+        ({"alpha": 0}, "alpha"),
+        ({"n_replicates": 0}, "n_replicates"),
+        ({"chunk_size": 0}, "chunk_size"),
+        ({"budgets": [0.5, 0.1]}, "budgets"),
+        ({"budgets": [0.1, 1.5]}, "budgets[1]"),
+        ({"policies": []}, "policies"),
+        ({"policies": ["pulse", "pulse"]}, "policies"),
+        ({"policies": ["greedy"]}, "policies[0].policy"),
+        (
+            {"policies": ["pulse", {"policy": "ucbe", "settings": {"aa": 1}}]},
+            "policies[1].settings.aa",
+        ),
+        ({"policies": [{"policy": "ucbe", "settings": {"a": -1}}]}, "policies[0].settings.a"),
+        ({"data": {"dataset": "nope"}}, "data.dataset"),
+        ({"data": {"dataset": "oll2_musr", "npz": "x.npz"}}, "data"),
+        ({"data": {"synthetic": {"n_items": 10, "rnak": 2}}}, "data.synthetic.rnak"),
+        ({"data": {"npz": "/no/such/file.npz"}}, "data.npz"),
+        ({"cs_kinds": ["eb", "magic"]}, "cs_kinds[1]"),
+        ({"corruption": "evil"}, "corruption"),
+    ],
+)
+def test_identification_refusals_name_the_key(patch, key):
+    d = {"kind": "identification"}
+    d.update(patch)
+    with pytest.raises(StudyConfigError) as e:
+        study_from_dict(d)
+    assert e.value.key == key
+    assert str(e.value).startswith(key + ":")
+
+
+@pytest.mark.parametrize(
+    "patch, key",
+    [
+        ({"methods": ["sparseval"]}, "methods[0]"),
+        ({"k": [100, 20]}, "k"),
+        ({"n_seeds": 0}, "n_seeds"),
+        ({"seeds": 3}, "seeds"),
+        ({"data": {"synthetic": {"n_items": 10}}}, "data.synthetic"),
+    ],
+)
+def test_anchor_refusals_name_the_key(patch, key):
+    d = {"kind": "anchors"}
+    d.update(patch)
+    with pytest.raises(StudyConfigError) as e:
+        study_from_dict(d)
+    assert e.value.key == key
+
+
+def test_load_study_file_errors(tmp_path):
+    p = tmp_path / "s.json"
+    p.write_text("{not json")
+    with pytest.raises(StudyConfigError, match="not valid JSON"):
+        load_study(p)
+    with pytest.raises(FileNotFoundError):
+        load_study(tmp_path / "missing.json")
+    with pytest.raises(StudyConfigError) as e:
+        study_from_dict(toy_config(target="no_colon"))
+    assert e.value.key == "target"
+
+
+# ----------------------------------------------------------- disk runner
+@pytest.fixture(scope="module")
+def toy_reference():
+    return run_replicates(toy, 3, 300, lanes=8, progress=False)
+
+
+def test_study_equals_in_memory_runner(tmp_path, toy_reference):
+    study = study_from_dict(toy_config())
+    run_study(study, tmp_path / "a", progress=False)
+    st = study_status(tmp_path / "a")
+    assert st["complete"] and st["done"] == {"replicates": 300}
+    again, res = load_results(tmp_path / "a")
+    assert again == study
+    assert_same(res["replicates"], toy_reference)
+    files = sorted((tmp_path / "a" / "chunks" / "replicates").iterdir())
+    assert len(files) == 5 and not any(f.name.startswith(".tmp") for f in files)
+    # a finished study is not recomputed (the chunk files are left untouched)
+    mtimes = [f.stat().st_mtime_ns for f in files]
+    run_study(study, tmp_path / "a", progress=False)
+    assert [f.stat().st_mtime_ns for f in files] == mtimes
+
+
+def test_other_study_in_folder_is_refused_and_untouched(tmp_path):
+    out = tmp_path / "a"
+    run_study(study_from_dict(toy_config()), out, progress=False)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(StudyFolderError, match="'seed' is 3 there but 4 here"):
+        run_study(study_from_dict(toy_config(seed=4)), out, progress=False)
+    with pytest.raises(StudyFolderError, match="chunk_size"):
+        run_study(study_from_dict(toy_config(chunk_size=32)), out, progress=False)
+    with pytest.raises(StudyFolderError, match="replicates 0:300"):
+        run_study(study_from_dict(toy_config()), out, replicate_range=(0, 100), progress=False)
+    after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(StudyFolderError, match="not empty"):
+        run_study(study_from_dict(toy_config()), foreign, progress=False)
+    assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
+
+
+def test_corrupt_chunk_detected_and_recomputed(tmp_path, toy_reference):
+    out = tmp_path / "a"
+    run_study(study_from_dict(toy_config()), out, progress=False)
+    victim = sorted((out / "chunks" / "replicates").iterdir())[2]
+    raw = bytearray(victim.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    victim.write_bytes(bytes(raw))
+    with pytest.raises(StudyFolderError, match="checksum"):
+        load_results(out)
+    with pytest.warns(UserWarning, match="recomputed"):
+        resume_study(out, progress=False)
+    _, res = load_results(out)
+    assert_same(res["replicates"], toy_reference)
+    # a truncated (half-written) file is caught the same way
+    victim.write_bytes(victim.read_bytes()[:100])
+    with pytest.warns(UserWarning, match="recomputed"):
+        resume_study(out, progress=False)
+    assert_same(load_results(out)[1]["replicates"], toy_reference)
+
+
+def test_merge_of_independent_ranges_equals_one_run(tmp_path, toy_reference):
+    s64 = study_from_dict(toy_config())
+    s40 = study_from_dict(toy_config(chunk_size=40))  # chunk size does not change numbers
+    run_study(s64, tmp_path / "p0", replicate_range=(0, 130), progress=False)
+    run_study(s40, tmp_path / "p1", replicate_range=(130, 300), progress=False)
+    assert not study_status(tmp_path / "p0")["complete"]
+    with pytest.raises(StudyFolderError, match="incomplete|holds units up to"):
+        load_results(tmp_path / "p0")
+    merged = merge_studies([tmp_path / "p1", tmp_path / "p0"], tmp_path / "all")
+    assert study_status(merged)["complete"]
+    assert_same(load_results(merged)[1]["replicates"], toy_reference)
+    # overlapping ranges, a different study, and a non-empty target are refused
+    run_study(s64, tmp_path / "p2", replicate_range=(100, 200), progress=False)
+    with pytest.raises(StudyFolderError, match="in both"):
+        merge_studies([tmp_path / "p0", tmp_path / "p2"], tmp_path / "bad")
+    run_study(
+        study_from_dict(toy_config(seed=9)),
+        tmp_path / "q",
+        replicate_range=(130, 300),
+        progress=False,
+    )
+    with pytest.raises(StudyFolderError, match="'seed' is 3 there but 9 here"):
+        merge_studies([tmp_path / "p0", tmp_path / "q"], tmp_path / "bad2")
+    with pytest.raises(StudyFolderError, match="not empty"):
+        merge_studies([tmp_path / "p0", tmp_path / "p1"], tmp_path / "all")
+    # a partial merge can be completed with `resume`
+    part = merge_studies([tmp_path / "p0"], tmp_path / "part")
+    assert not study_status(part)["complete"]
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(REPO), env.get("PYTHONPATH", "")])
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    env["JAX_PLATFORMS"] = "cpu"
+    return env
+
+
+def test_kill_9_mid_way_then_resume_gives_identical_arrays(tmp_path):
+    """A real subprocess is SIGKILLed while writing chunks; `resume` finishes the job."""
+    cfg = toy_config(target="test_study:slow_toy", n_replicates=768, chunk_size=16, seed=11)
+    cfg_path = tmp_path / "s.json"
+    cfg_path.write_text(json.dumps(cfg))
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "jaxeval",
+        "run",
+        str(cfg_path),
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-report",
+    ]
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    manifest = out / "manifest.json"
+    deadline = time.time() + 240
+    done = 0
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            if manifest.exists():
+                try:
+                    done = len(json.loads(manifest.read_text())["chunks"])
+                except (json.JSONDecodeError, KeyError):
+                    done = 0
+                if done >= 3:
+                    break
+            time.sleep(0.005)
+        assert proc.poll() is None, "the study finished before it could be killed"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    st = study_status(out)
+    assert not st["complete"] and 0 < st["done"]["replicates"] < 768
+    # resume in another process, as a user would
+    res = subprocess.run(
+        [sys.executable, "-m", "jaxeval", "resume", str(out), "--quiet", "--no-report"],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert study_status(out)["complete"]
+    _, got = load_results(out)
+    expect = run_replicates(slow_toy, 11, 768, chunk_size=256, lanes=8, progress=False)
+    assert_same(got["replicates"], expect)
+    assert not list(out.rglob(".tmp-*"))  # a half-written file of the killed run is removed
+
+
+def test_resume_of_a_non_study_folder(tmp_path):
+    with pytest.raises(StudyFolderError, match="not a study folder"):
+        resume_study(tmp_path)
