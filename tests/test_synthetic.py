@@ -216,3 +216,28 @@ def test_bad_helper_arguments_refused():
         synthetic_score_matrix(0.5, 5, 10)
     with pytest.raises(TypeError, match="'key_or_seed' must be an int seed or a PRNG key"):
         synthetic_matrix(jnp.zeros(3), 5, 10)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("m, n, r", [(2, 7, 1), (5, 64, 2), (12, 333, 4), (50, 1000, 8)])
+@pytest.mark.parametrize("graded", [False, True])
+def test_gap_and_rank_grid(m, n, r, graded):
+    keys = jax.random.split(jax.random.key(m * n + r), 16)
+    gaps = jnp.linspace(0.0, 0.3, 16)
+    f = jax.jit(jax.vmap(lambda k, g: synthetic_matrix(k, m, n, r, gap=g, graded=graded)))
+    t = f(keys, gaps)
+    s = np.asarray(t.scores, np.float64)
+    ok = np.asarray(t.status) == OK
+    assert ok.mean() > 0.5
+    top, second = _top_two(s.sum(-1) if not graded else s.mean(-1))
+    if graded:
+        np.testing.assert_allclose((top - second)[ok], np.asarray(gaps)[ok], atol=3e-6)
+    else:
+        want = np.round(np.asarray(gaps) * n).astype(int)
+        np.testing.assert_array_equal((top - second)[ok], want[ok])
+    # Clipped replicates: the best row is all ones.
+    np.testing.assert_allclose(top[~ok], 1.0 if graded else n, rtol=1e-6)
+    if r < min(m, n):
+        lg = np.einsum("bmr,bnr->bmn", np.asarray(t.U, np.float64), np.asarray(t.V, np.float64))
+        sv = np.linalg.svd(lg, compute_uv=False)
+        assert np.all(sv[:, r - 1] / sv[:, 0] > 1e-4) and np.all(sv[:, r] / sv[:, 0] < 1e-6)
