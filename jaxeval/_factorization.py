@@ -47,6 +47,7 @@ __all__ = [
     "predict_scores",
     "predict_logits",
     "predictive_logit_variance",
+    "empirical_prior",
     "masked_bce",
     "fit_factors",
     "heldout_log_loss",
@@ -59,8 +60,8 @@ STATUS_OK = 0
 #: A non-finite loss or parameter appeared; the last finite iterate is returned.
 STATUS_NONFINITE = 1
 
-# Step sizes tried by the Newton safeguard: 1, 1/2, ..., 1/128 and 0 (keep the iterate).
-_LINE_SEARCH_STEPS = tuple([2.0**-k for k in range(8)] + [0.0])
+# Step sizes tried by the Newton safeguard: 1, 1/2, ..., 1/16, 1/64 and 0 (keep the iterate).
+_LINE_SEARCH_STEPS = (1.0, 0.5, 0.25, 0.125, 0.0625, 2.0**-6, 0.0)
 
 
 class ItemFactors(NamedTuple):
@@ -168,6 +169,43 @@ def predictive_logit_variance(hessian: jax.Array, item_factors: ItemFactors) -> 
     return jnp.sum(W * W, axis=-2)
 
 
+def empirical_prior(U: jax.Array, item_factors: ItemFactors) -> tuple[ItemFactors, jax.Array]:
+    """Re-express fitted factors so the training model factors have identity covariance.
+
+    The products ``u . v`` are unchanged (``u -> L^{-1} u``, ``v -> L^T v`` with
+    ``L L^T`` the covariance of the training ``U``), so predictions are identical;
+    but afterwards the Gaussian fitted to the training models' factors is
+    ``N(u_mean, I)``, i.e. :func:`update_model_factors` with ``rho = 0.5`` is MAP
+    under the empirical-Bayes prior. The offline penalty ``rho_u`` is *not* a good
+    online prior: the L2 penalty on both ``U`` and ``V`` balances their norms, so
+    the spread of the training ``u_i`` is usually far wider than ``1 / (2 rho_u)``
+    and new models would be pulled too hard towards the mean.
+
+    Args:
+      U: ``[m, r]`` training model factors (zero padded columns are allowed).
+      item_factors: the fitted :class:`ItemFactors`.
+
+    Returns:
+      ``(ItemFactors, U)`` whitened; ``u_mean`` is the mean of the returned ``U``.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> U = jax.random.normal(jax.random.key(0), (50, 2)) * jnp.array([3.0, 0.5])
+      >>> f = ItemFactors(jnp.ones((4, 2)), jnp.zeros(4), U.mean(0))
+      >>> fw, Uw = empirical_prior(U, f)
+      >>> jnp.allclose(jnp.cov(Uw.T, bias=True), jnp.eye(2), atol=1e-4).item()
+      True
+    """
+    m, r = U.shape
+    D = U - jnp.mean(U, axis=0)
+    cov = D.T @ D / m
+    eps = 1e-6 * (jnp.trace(cov) / r) + 1e-12
+    L = jnp.linalg.cholesky(cov + eps * jnp.eye(r, dtype=U.dtype))
+    Uw = jax.scipy.linalg.solve_triangular(L, U.T, lower=True).T
+    Vw = item_factors.V @ L
+    return ItemFactors(Vw, item_factors.c, jnp.mean(Uw, axis=0)), Uw
+
+
 # --------------------------------------------------------------------- online fit
 def _row_objective(u, V, c, s, m, u_mean, rho):
     logits = V @ u + c
@@ -175,18 +213,30 @@ def _row_objective(u, V, c, s, m, u_mean, rho):
     return masked_bce(logits, s, m) + rho * jnp.dot(d, d)
 
 
-def _row_grad_hess(u, V, c, s, m, u_mean, rho):
+def _outer_items(V):
+    """``[n, r*r]`` per-item outer products ``v_j v_j^T``, flattened.
+
+    With them every row's Hessian ``sum_j w_j v_j v_j^T`` is one row of a single
+    ``[K, n] @ [n, r*r]`` matrix product under vmap (BLAS-friendly).
+    """
+    n, r = V.shape
+    return (V[:, :, None] * V[:, None, :]).reshape(n, r * r)
+
+
+def _row_grad_hess(u, V, c, s, m, u_mean, rho, VV=None):
     """Gradient and Hessian of the row objective in closed form."""
     r = u.shape[0]
+    if VV is None:
+        VV = _outer_items(V)
     p = jax.nn.sigmoid(V @ u + c)
     mf = m.astype(V.dtype)
     g = V.T @ (mf * (p - s)) + 2.0 * rho * (u - u_mean)
     w = mf * p * (1.0 - p)
-    H = (V * w[:, None]).T @ V + 2.0 * rho * jnp.eye(r, dtype=V.dtype)
+    H = (w @ VV).reshape(r, r) + 2.0 * rho * jnp.eye(r, dtype=V.dtype)
     return g, H
 
 
-def _newton_row(u0, V, c, s, m, u_mean, rho, num_newton):
+def _newton_row(u0, V, c, s, m, u_mean, rho, VV, num_newton):
     """Safeguarded Newton iterations for one row; returns (u, H at u)."""
     r = u0.shape[0]
     s = jnp.where(m, s, 0.0)
@@ -204,7 +254,7 @@ def _newton_row(u0, V, c, s, m, u_mean, rho, num_newton):
         return jnp.where(jnp.isfinite(f), f, jnp.inf)
 
     def body(u, _):
-        g, H = _row_grad_hess(u, V, c, s, m, u_mean, rho)
+        g, H = _row_grad_hess(u, V, c, s, m, u_mean, rho, VV)
         # A small ridge keeps the solve defined when rho = 0 and few items are seen.
         scale = jnp.maximum(jnp.trace(H) / r, 1.0)
         d = -jnp.linalg.solve(H + 1e-6 * scale * eye, g)
@@ -218,7 +268,7 @@ def _newton_row(u0, V, c, s, m, u_mean, rho, num_newton):
         return u + t * d, None
 
     u, _ = jax.lax.scan(body, u0, None, length=num_newton)
-    _, H = _row_grad_hess(u, V, c, s, m, u_mean, rho)
+    _, H = _row_grad_hess(u, V, c, s, m, u_mean, rho, VV)
     return u, H
 
 
@@ -236,7 +286,7 @@ def update_model_factors(
         + rho ||u - u_mean||^2``, an ``r``-dimensional logistic regression, by
         ``num_newton`` warm-started Newton steps with an ``r x r`` solve. Every step is
         safeguarded by an Armijo backtracking over the fixed trial sizes ``1, 1/2, ...,
-        1/128, 0`` (the largest with sufficient decrease), so the objective never
+        1/16, 1/64, 0`` (the largest with sufficient decrease), so the objective never
         increases beyond float32 rounding and the iterate never diverges. Rows with no
         observed item return ``u_mean`` exactly. Shapes are fixed; ``rho`` is traced (a
         new value does not recompile), ``num_newton`` is static.
@@ -284,8 +334,8 @@ def _update_model_factors(item_factors, scores, mask, u_init, rho, num_newton):
     K = scores.shape[0]
     rho = jnp.broadcast_to(rho, (K,))
     row = functools.partial(_newton_row, num_newton=num_newton)
-    u, H = jax.vmap(row, in_axes=(0, None, None, 0, 0, None, 0))(
-        u_init, V, c, scores, mask, u_mean, rho
+    u, H = jax.vmap(row, in_axes=(0, None, None, 0, 0, None, 0, None))(
+        u_init, V, c, scores, mask, u_mean, rho, _outer_items(V)
     )
     empty = ~jnp.any(mask, axis=1)
     u = jnp.where(empty[:, None], u_mean[None, :], u)

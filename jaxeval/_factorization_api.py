@@ -61,9 +61,14 @@ class LowRankLogistic:
       V: float32 ``[n, r]`` item factors.
       c: float32 ``[n]`` item biases.
       u_mean: float32 ``[r]`` mean training model factor (prior centre online).
-      U: float32 ``[m, r]`` training model factors.
-      rho_u: L2 strength on ``U`` (also the online prior strength).
-      rho_v: L2 strength on ``V``.
+      U: float32 ``[m, r]`` training model factors. The factors are stored in the
+        basis where the training ``U`` has identity covariance
+        (:func:`~jaxeval._factorization.empirical_prior`), so the online prior
+        ``online_rho * ||u - u_mean||^2`` with ``online_rho = 0.5`` is the Gaussian
+        fitted to the training models.
+      rho_u: offline L2 strength on ``U``.
+      rho_v: offline L2 strength on ``V``.
+      online_rho: prior strength of :meth:`update` (0.5: empirical Bayes).
       items: ``[n]`` item names.
       models: ``[m]`` training model names.
       final_loss: training objective per observed cell.
@@ -80,6 +85,7 @@ class LowRankLogistic:
     U: np.ndarray
     rho_u: float
     rho_v: float
+    online_rho: float
     items: np.ndarray
     models: np.ndarray
     final_loss: float
@@ -103,7 +109,8 @@ class LowRankLogistic:
         sel = "selected" if self.selection is not None else "given"
         return (
             f"LowRankLogistic(rank={self.rank} ({sel}), rho_u={self.rho_u:g}, "
-            f"rho_v={self.rho_v:g}, {self.U.shape[0]} training models x {self.n_items} items, "
+            f"rho_v={self.rho_v:g}, online_rho={self.online_rho:g}, "
+            f"{self.U.shape[0]} training models x {self.n_items} items, "
             f"train loss {self.final_loss:.4f})"
         )
 
@@ -150,7 +157,8 @@ class LowRankLogistic:
             is None.
           mask: optional bool ``[K, n]``, True where observed.
           u_init: optional ``[K, r]`` warm start (default ``u_mean``).
-          rho: prior strength (default ``rho_u`` of the fit).
+          rho: prior strength (default ``online_rho``; larger pulls harder towards
+            ``u_mean``).
           num_newton: Newton steps.
 
         Returns:
@@ -173,7 +181,7 @@ class LowRankLogistic:
             u0 = np.asarray(u_init, np.float32)
             if u0.shape != (K, self.rank):
                 raise ValueError(f"u_init: expected shape {(K, self.rank)}, got {u0.shape}")
-        rho = self.rho_u if rho is None else float(rho)
+        rho = self.online_rho if rho is None else float(rho)
         if not (np.isfinite(rho) and rho >= 0):
             raise ValueError(f"rho: expected a finite value >= 0, got {rho!r}")
         u, H = fz.update_model_factors(
@@ -259,6 +267,7 @@ class LowRankLogistic:
             U=self.U,
             rho_u=self.rho_u,
             rho_v=self.rho_v,
+            online_rho=self.online_rho,
             items=self.items,
             models=self.models,
             loss_history=self.loss_history,
@@ -285,7 +294,10 @@ def fit_factorization(
     With ``rank="auto"`` and/or ``rho="auto"`` the missing values are chosen by
     log-loss on random held-out *cells* of these training models over the grids
     ``ranks`` x ``rhos`` (:func:`jaxeval._factorization.select_factors`); the final
-    factors are then refitted on all observed cells.
+    factors are then refitted on all observed cells and re-expressed so that the
+    training model factors have identity covariance (the online prior is then
+    ``N(u_mean, I)``, ``online_rho = 0.5``; see
+    :func:`jaxeval._factorization.empirical_prior`).
 
     Args:
       data: a :class:`~jaxeval.ScoreMatrix` (or a ``[m, n]`` array, NaN = missing)
@@ -418,8 +430,9 @@ def fit_factorization(
             f"fit_factorization: the fit hit non-finite values (status {int(res.status)}); "
             "try a smaller learning_rate or a larger rho"
         )
-    V, c, u_mean = (np.asarray(a) for a in res.item_factors)
-    U = np.asarray(res.U)
+    f, U = fz.empirical_prior(res.U, res.item_factors)
+    V, c, u_mean = (np.asarray(a) for a in f)
+    U = np.asarray(U)
     if not all(np.isfinite(a).all() for a in (V, c, u_mean, U)):
         raise FloatingPointError("fit_factorization: the fitted factors are not finite")
     return LowRankLogistic(
@@ -429,6 +442,7 @@ def fit_factorization(
         U=U,
         rho_u=float(chosen_rho),
         rho_v=float(rv),
+        online_rho=0.5,
         items=sm.items,
         models=sm.models,
         final_loss=float(res.final_loss),

@@ -176,15 +176,31 @@ def test_predict_scores_and_logit_variance():
     f = _item_factors(jax.random.key(12))
     n, r = f.V.shape
     u = jax.random.normal(jax.random.key(13), (2, 5, r))
-    p = fz.predict_scores(u, f)
+    p = jax.jit(fz.predict_scores)(u, f)
     assert p.shape == (2, 5, n)
     ref = 1 / (1 + np.exp(-(np.asarray(u) @ np.asarray(f.V).T + np.asarray(f.c))))
     np.testing.assert_allclose(np.asarray(p), ref, rtol=1e-5)
     A = jax.random.normal(jax.random.key(14), (5, r, r))
     H = A @ jnp.swapaxes(A, -1, -2) + jnp.eye(r)
-    var = fz.predictive_logit_variance(H, f)
+    var = jax.jit(fz.predictive_logit_variance)(H, f)
     ref = np.einsum("nr,krs,ns->kn", np.asarray(f.V), np.linalg.inv(np.asarray(H)), np.asarray(f.V))
     np.testing.assert_allclose(np.asarray(var), ref, rtol=1e-3, atol=1e-6)
+
+
+def test_empirical_prior_keeps_predictions_and_whitens():
+    kU, kV = jax.random.split(jax.random.key(15))
+    A = jnp.array([[2.0, 0.0, 0.0], [1.0, 0.5, 0.0], [0.0, 0.3, 0.1]])
+    U = 0.4 + jax.random.normal(kU, (80, 3)) @ A.T
+    f = fz.ItemFactors(jax.random.normal(kV, (40, 3)), jnp.linspace(-1, 1, 40), U.mean(0))
+    fw, Uw = jax.jit(fz.empirical_prior)(U, f)
+    np.testing.assert_allclose(
+        np.asarray(fz.predict_logits(Uw, fw)), np.asarray(fz.predict_logits(U, f)), atol=1e-4
+    )
+    np.testing.assert_allclose(np.cov(np.asarray(Uw).T, bias=True), np.eye(3), atol=1e-3)
+    np.testing.assert_allclose(np.asarray(fw.u_mean), np.asarray(Uw).mean(0), atol=1e-5)
+    # a zero-padded column stays zero and finite
+    fw, Uw = fz.empirical_prior(U.at[:, 2].set(0.0), f._replace(V=f.V.at[:, 2].set(0.0)))
+    assert np.isfinite(np.asarray(Uw)).all() and np.all(np.asarray(fw.V)[:, 2] == 0)
 
 
 # ------------------------------------------------------------------ offline fit
@@ -297,9 +313,10 @@ def test_fit_vmapped_over_seeds_and_rho_equals_looped(planted):
 
 
 def test_fit_does_not_retrace_for_new_seed_or_rho():
-    S = jnp.asarray(np.random.default_rng(0).uniform(size=(12, 9)) < 0.5, jnp.float32)
+    # same shapes and static arguments as test_fit_reaches_the_scipy_optimum
+    S = jnp.asarray(np.random.default_rng(0).uniform(size=(25, 20)) < 0.5, jnp.float32)
     M = jnp.ones_like(S, bool)
-    kw = dict(rank=2, learning_rate=0.1, num_steps=20)
+    kw = dict(rank=2, learning_rate=0.1, num_steps=2000)
     fz.fit_factors(jax.random.key(0), S, M, rho_u=1.0, rho_v=1.0, **kw)
     before = fz._fit_factors._cache_size()
     fz.fit_factors(jax.random.key(1), S, M, rho_u=3.0, rho_v=0.5, **kw)
@@ -426,7 +443,8 @@ def test_wrapper_refuses_bad_input(wrapped, planted):
     with pytest.raises(ValueError, match=r"in \[0, 1\]"):
         model.predict(S_new * 2)
     with pytest.raises(FloatingPointError, match="non-finite"):
-        jaxeval.fit_factorization(S, rank=2, rho=1.0, learning_rate=1e38, num_steps=20)
+        train = np.asarray(planted["S"])[:120]
+        jaxeval.fit_factorization(train, rank=2, rho=1.0, learning_rate=1e38, num_steps=300)
 
 
 def test_wrapper_auto_selection(planted):
