@@ -134,7 +134,7 @@ class Config:
     stop_kind: str = "eb"
     use_predictions: bool | None = None
     refit: bool = True
-    num_newton: int = 2
+    num_newton: int = 1
     synchronized: bool | None = None
     horizon: int | None = None
     truth: str = "real"

@@ -282,7 +282,7 @@ def simulate_identification(
     rho: float | None = None,
     lam0: float = 1.0,
     shrink: float = 10.0,
-    num_newton: int = 2,
+    num_newton: int = 1,
     refit: bool = True,
     use_predictions: bool | None = None,
     synchronized: bool | None = None,
