@@ -21,7 +21,12 @@ elementwise over any batch shape (arms, replicates), jittable, with ``alpha`` a 
 takes an optional ``active`` mask (elements where it is False are left unchanged), which is how
 a loop that pulls one arm updates a ``[K]`` state. Bounds are the running intersection of the
 per-time intervals, clipped to [0, 1] (the mean of scores in [0, 1]) and intersected with every
-``[lo_k, hi_k]`` (the conditional mean always lies in the range, so this is free).
+``[lo_k, hi_k]`` (the conditional mean always lies in the range, so this is free), each new
+bound moved out by a float32 rounding margin ``NUM_TOL = 1e-5`` (theta can sit exactly on a
+range end, e.g. once every unseen score is 0, and float32 may put it one ulp outside). The
+intervals are nested in time, so "theta ever left the interval" equals "theta is outside the
+current interval". ``lower > upper`` (an empty set) can only happen on the miscoverage event,
+whose probability is at most ``alpha``; the bounds are reported as they are.
 
 Kinds:
 
@@ -88,6 +93,7 @@ from jax.typing import ArrayLike
 
 __all__ = [
     "KINDS",
+    "NUM_TOL",
     "BettingState",
     "ConfSeq",
     "EBState",
@@ -98,6 +104,10 @@ __all__ = [
 
 KINDS = ("eb", "hoeffding", "betting")
 _EPS = 1e-6  # floor on ranges and on the distance from the centre to a range end
+# Rounding margin added to every new bound. In float32 a range end that equals theta exactly
+# (e.g. every remaining unseen score at its bound) can come out one ulp on the wrong side, and
+# the running sums of weighted terms carry relative errors of order 1e-7 * sqrt(terms).
+NUM_TOL = 1e-5
 _PRIOR_VAR = 0.25  # prior second moment of the normalised residuals (one pseudo-observation)
 
 
@@ -135,9 +145,10 @@ def _time_factor(k: Array) -> Array:
 
 
 def _clip_running(lower, upper, new_lower, new_upper, lo, hi):
-    """Running intersection with the new interval and with the range, clipped to [0, 1]."""
-    lower = jnp.maximum(lower, jnp.maximum(new_lower, lo))
-    upper = jnp.minimum(upper, jnp.minimum(new_upper, hi))
+    """Running intersection with the new interval and with the range, clipped to [0, 1];
+    each new bound is first moved out by the float32 rounding margin :data:`NUM_TOL`."""
+    lower = jnp.maximum(lower, jnp.maximum(new_lower, lo) - NUM_TOL)
+    upper = jnp.minimum(upper, jnp.minimum(new_upper, hi) + NUM_TOL)
     return jnp.clip(lower, 0.0, 1.0), jnp.clip(upper, 0.0, 1.0)
 
 

@@ -113,7 +113,9 @@ def dr_range(
     ``lo <= Y <= hi`` for every possible draw, and ``lo <= theta <= hi`` (the conditional
     mean lies in the range), so the range itself is a deterministic confidence interval that
     the confidence sequences intersect with. Width ``|U| (1 + lam (max - min)) / n`` shrinks to
-    0 as ``U`` empties.
+    0 as ``U`` empties. Any ``max_pred_unseen`` at least ``max_U S_hat`` and any
+    ``min_pred_unseen`` at most ``min_U S_hat`` still give a valid (looser) range, e.g. the
+    maximum and minimum over all items, or 1 and 0, when the unseen set is not tracked.
 
     Args:
       sum_s_obs: ``sum_O S``.
