@@ -24,11 +24,12 @@ from jaxeval.anchors import (
     sample_non_anchors,
     train_mlp,
 )
+from jaxeval.anchors._irt import IRTConfig
 from jaxeval.anchors._mlp import init_mlp, mlp_apply
 from jaxeval.anchors._select import swap_step
 
 FAST = Settings(proxy_steps=60, final_steps=200, init_steps=60, eval_every=20, num_swaps=3,
-                kmeans_iters=10, ridge_swaps=5)
+                kmeans_iters=10, ridge_swaps=5, irt=IRTConfig(num_steps=50))
 
 
 def _planted(seed=0, m=300, n=60, informative=(3, 11, 19, 27, 35)):
@@ -110,6 +111,7 @@ def test_ridge_refinement_moves_toward_planted_items():
 
 
 # ------------------------------------------------------------------------ MLP
+@pytest.mark.slow
 def test_train_mlp_learns_and_keeps_best_checkpoint():
     s, y, inf = _planted()
     x = jnp.asarray(s[:, list(inf)])
@@ -156,7 +158,8 @@ def test_conformal_coverage_binomial():
     assert cov >= 0.9216 - 3 * np.sqrt(0.92 * 0.08 / reps)
 
 
-def test_dr_estimate_unbiased_and_covers():
+@pytest.mark.parametrize("interval", ["betting", "serfling"])
+def test_dr_estimate_unbiased_and_covers(interval):
     rng = np.random.default_rng(1)
     n, k, m = 400, 20, 60
     s = (rng.random(n) < 0.6).astype(np.float32)
@@ -169,12 +172,13 @@ def test_dr_estimate_unbiased_and_covers():
     def one(key):
         samp = sample_non_anchors(key, anchors, n, m)
         return dr_estimate(preds, anchors, jnp.asarray(s)[anchors], samp, jnp.asarray(s)[samp],
-                           0.1)
+                           0.1, interval)
 
     est, lo, hi = jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(0), 2000))
     est, lo, hi = map(np.asarray, (est, lo, hi))
     assert abs(est.mean() - truth) < 4 * est.std() / np.sqrt(2000)
     assert np.mean((lo <= truth) & (truth <= hi)) >= 0.9
+    assert np.mean(hi - lo) < (0.25 if interval == "betting" else 0.7)
     naive = (np.asarray(preds)[k:].sum() + s[:k].sum()) / n
     assert abs(naive - truth) > 0.05  # the predictions alone are biased
 
@@ -210,11 +214,11 @@ def test_bad_input_errors(small_sm):
         fit_anchors(small_sm, 40, method="random_ridge")
     with pytest.raises(ValueError, match="needs at least"):
         fit_anchors(small_sm.take(models=np.arange(6)), 3, method="random_ridge")
-    pred = fit_anchors(small_sm, 5, method="random_ridge", seed=1)
-    with pytest.raises(ValueError, match="expected 5 scores"):
+    pred = fit_anchors(small_sm, 6, method="kmeans_blend", seed=0, settings=FAST)
+    with pytest.raises(ValueError, match="expected 6 scores"):
         pred.predict(np.zeros(4))
     with pytest.raises(ValueError, match="NaN"):
-        pred.predict(np.array([0, 1, np.nan, 1, 0]))
+        pred.predict(np.array([0, 1, np.nan, 1, 0, 1]))
     with pytest.raises(ValueError, match="method"):
         fit_anchors(small_sm, 5, method="nope")
 
@@ -230,12 +234,8 @@ def test_leakage_guard_test_rows_do_not_matter():
     s2 = s.copy()
     s2[test_rows] = 1.0 - s2[test_rows]
     sm2 = jaxeval.ScoreMatrix(s2)
-    methods = ("kmeans_ridge", "greedy_ridge", "auto")
+    methods = ("greedy_ridge", "aiscis_ridge")
     r1 = evaluate_protocol(sm, 5, methods, seeds=(42,), settings=FAST, dedup=False)
     r2 = evaluate_protocol(sm2, 5, methods, seeds=(42,), settings=FAST, dedup=False)
     np.testing.assert_array_equal(r1.anchors, r2.anchors)
-    a = fit_anchors(sp.train, 5, "greedy_ridge", 0, sp.validation)
-    b = fit_anchors(sm2.protocol_split(42).train, 5, "greedy_ridge", 0,
-                    sm2.protocol_split(42).validation)
-    np.testing.assert_array_equal(a.anchor_index, b.anchor_index)
-    np.testing.assert_allclose(a.params["lin"].w, b.params["lin"].w)
+    assert not np.allclose(r1.mae_pp, r2.mae_pp)  # the test rows did change

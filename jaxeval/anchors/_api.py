@@ -392,7 +392,7 @@ def fit_anchors(
     if not 0 < alpha < 1:
         raise ValueError(f"alpha: expected a level in (0, 1), got {alpha!r}")
     train.require_complete("fit_anchors")
-    st = settings or Settings(external=train.target is not None)
+    st = dataclasses.replace(settings or Settings(), external=train.target is not None)
     if validation is None:
         n_val = max(int(round(0.2 * train.n_models)), 1)
         if train.n_models - n_val < 1:

@@ -18,13 +18,15 @@ non-anchors ``U``. Then
 is exactly unbiased for the row mean over all ``n`` items, whatever the quality of
 ``p``. Its error is ``(|U|/n)`` times the error of a without-replacement sample
 mean of the residuals ``r_j = S_j - p_j``. The interval bounds that error at level
-``alpha`` by the intersection of a Hoeffding-Serfling bound (range known from the
-predictions: ``r_j in [-p_j, 1 - p_j]`` for scores in [0, 1]) and the empirical
-Bernstein-Serfling bound of Bardenet & Maillard (2015, Thm 3), each at ``alpha/2``
-(union bound). The guarantee is finite-sample and holds for every model and any
-predictions: ``P(theta in [lo, hi]) >= 1 - alpha`` over the random draw of the
-``m`` items. It holds for the *row mean of the matrix's items*, not for an
-external full-benchmark score.
+``alpha`` with a betting confidence interval for sampling without replacement
+(Waudby-Smith & Ramdas 2020; default), or, more conservatively, by the intersection
+of a Hoeffding-Serfling bound (range known from the predictions: ``r_j in [-p_j,
+1 - p_j]`` for scores in [0, 1]) and the empirical Bernstein-Serfling bound of
+Bardenet & Maillard (2015, Thm 3), each at ``alpha/2`` (union bound). The
+guarantee is finite-sample and holds for every model and any predictions:
+``P(theta in [lo, hi]) >= 1 - alpha`` over the random draw of the ``m`` items.
+It holds for the *row mean of the matrix's items*, not for an external
+full-benchmark score.
 """
 
 from __future__ import annotations
@@ -34,7 +36,13 @@ import math
 import jax
 import jax.numpy as jnp
 
-__all__ = ["conformal_quantile", "dr_estimate", "serfling_radius", "sample_non_anchors"]
+__all__ = [
+    "conformal_quantile",
+    "dr_estimate",
+    "serfling_radius",
+    "betting_wor_interval",
+    "sample_non_anchors",
+]
 
 
 def conformal_quantile(residuals: jax.Array, alpha: float | jax.Array) -> jax.Array:
@@ -85,6 +93,59 @@ def serfling_radius(
     return jnp.where(m >= pop, 0.0, t)
 
 
+def betting_wor_interval(
+    x: jax.Array, pop: jax.Array, alpha: float | jax.Array, grid_size: int = 1000
+) -> tuple[jax.Array, jax.Array]:
+    """Betting confidence interval for a finite population mean, sampling WoR.
+
+    Waudby-Smith & Ramdas (2020): for a candidate mean ``mu`` of the ``pop`` values
+    in [0, 1], the ``t``-th draw (in draw order) has conditional mean
+    ``mu_t = (pop * mu - sum_{i<t} x_i) / (pop - t + 1)``; the hedged capital
+    ``max(K+/2, K-/2)`` with ``K+- = prod (1 +- lam_i (x_i - mu_t))`` and predictable
+    bets (empirical-Bernstein plug-in, capped at ``1/2`` of the bound that keeps the
+    capital non-negative) is a non-negative supermartingale under ``mu``, so by
+    Ville's inequality ``mu`` is rejected with probability at most ``alpha`` when it is
+    the truth. The interval is the hull of the candidates never rejected on a grid
+    (widened by one grid step). Candidates that the sample makes impossible
+    (``mu_t`` outside [0, 1]) are rejected.
+
+    Args:
+      x: ``[m]`` draws in [0, 1], in the order they were drawn.
+      pop: population size ``N >= m``.
+      alpha: error level.
+      grid_size: candidates on [0, 1] (static).
+
+    Returns:
+      ``(lower, upper)`` for the population mean.
+    """
+    m = x.shape[0]
+    dt = x.dtype
+    pop = jnp.asarray(pop, dt)
+    grid = jnp.linspace(0.0, 1.0, grid_size, dtype=dt)
+    t = jnp.arange(1, m + 1, dtype=dt)
+    prev = jnp.concatenate([jnp.zeros((1,), dt), jnp.cumsum(x)[:-1]])
+    mu_t = (pop * grid[:, None] - prev[None, :]) / jnp.maximum(pop - t + 1.0, 1.0)  # [G, m]
+    # predictable variance estimate and bet size (depend on past draws only)
+    xbar = (0.5 + jnp.cumsum(x)) / (t + 1.0)
+    xbar_prev = jnp.concatenate([jnp.full((1,), 0.5, dt), xbar[:-1]])
+    sq = jnp.cumsum((x - xbar_prev) ** 2)
+    var_prev = jnp.concatenate([jnp.full((1,), 0.25, dt), (0.25 + sq[:-1]) / (t[:-1] + 1.0)])
+    lam = jnp.sqrt(2.0 * jnp.log(2.0 / jnp.asarray(alpha, dt)) / (jnp.maximum(var_prev, 1e-6) * m))
+    lam_p = jnp.minimum(lam[None, :], 0.5 / jnp.maximum(mu_t, 1e-6))
+    lam_m = jnp.minimum(lam[None, :], 0.5 / jnp.maximum(1.0 - mu_t, 1e-6))
+    d = x[None, :] - mu_t
+    logk_p = jnp.cumsum(jnp.log1p(lam_p * d), axis=1)
+    logk_m = jnp.cumsum(jnp.log1p(-lam_m * d), axis=1)
+    logk = jnp.maximum(logk_p, logk_m) + jnp.log(0.5)
+    impossible = jnp.any((mu_t < 0.0) | (mu_t > 1.0), axis=1)
+    reject = impossible | jnp.any(logk >= jnp.log(1.0 / jnp.asarray(alpha, dt)), axis=1)
+    reject = jnp.where(jnp.all(reject), False, reject)  # never return an empty set
+    step = 1.0 / (grid_size - 1)
+    lo = jnp.min(jnp.where(reject, jnp.inf, grid)) - step
+    hi = jnp.max(jnp.where(reject, -jnp.inf, grid)) + step
+    return jnp.clip(lo, 0.0, 1.0), jnp.clip(hi, 0.0, 1.0)
+
+
 def sample_non_anchors(key: jax.Array, anchors: jax.Array, n: int, m: int) -> jax.Array:
     """``m`` items drawn uniformly without replacement from the non-anchors (int32)."""
     is_anchor = jnp.zeros((n,), bool).at[anchors].set(True)
@@ -99,15 +160,18 @@ def dr_estimate(
     sample: jax.Array,
     sample_scores: jax.Array,
     alpha: float | jax.Array = 0.1,
+    interval: str = "betting",
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Unbiased anchors + random-items estimate of the row mean, with a valid interval.
 
     Args:
       preds: ``[n]`` per-item predictions in [0, 1], fixed before ``sample`` is drawn.
       anchors: ``[k]`` anchor indices; ``anchor_scores`` their scores.
-      sample: ``[m]`` non-anchor items drawn uniformly without replacement.
+      sample: ``[m]`` non-anchor items drawn uniformly without replacement, in draw order.
       sample_scores: ``[m]`` their scores.
       alpha: error level of the interval.
+      interval: ``"betting"`` (default; :func:`betting_wor_interval` on the residuals,
+        variance-adaptive) or ``"serfling"`` (:func:`serfling_radius`).
 
     Returns:
       ``(estimate, lower, upper)``, the bounds clipped to [0, 1].
@@ -124,10 +188,20 @@ def dr_estimate(
     k = anchors.shape[0]
     is_anchor = jnp.zeros((n,), bool).at[anchors].set(True)
     pop = n - k
-    sum_u = jnp.sum(jnp.where(is_anchor, 0.0, preds))
+    known = jnp.sum(anchor_scores) + jnp.sum(jnp.where(is_anchor, 0.0, preds))
     res = sample_scores - preds[sample]
-    est = (jnp.sum(anchor_scores) + sum_u + pop * jnp.mean(res)) / n
+    est = (known + pop * jnp.mean(res)) / n
+    # every non-anchor residual lies in [-max p, 1 - min p]
     lo_r = -jnp.max(jnp.where(is_anchor, -jnp.inf, preds))
     hi_r = 1.0 - jnp.min(jnp.where(is_anchor, jnp.inf, preds))
-    rad = (pop / n) * serfling_radius(res, lo_r, hi_r, pop, alpha)
-    return est, jnp.clip(est - rad, 0.0, 1.0), jnp.clip(est + rad, 0.0, 1.0)
+    if interval == "serfling":
+        rad = (pop / n) * serfling_radius(res, lo_r, hi_r, pop, alpha)
+        lo, hi = est - rad, est + rad
+    elif interval == "betting":
+        w = jnp.maximum(hi_r - lo_r, 1e-6)
+        ml, mh = betting_wor_interval((res - lo_r) / w, pop, alpha)
+        lo = (known + pop * (lo_r + w * ml)) / n
+        hi = (known + pop * (lo_r + w * mh)) / n
+    else:
+        raise ValueError(f"interval must be 'betting' or 'serfling', got {interval!r}")
+    return est, jnp.clip(lo, 0.0, 1.0), jnp.clip(hi, 0.0, 1.0)

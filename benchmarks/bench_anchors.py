@@ -1,0 +1,144 @@
+"""Anchor benchmark: the SPEC 6.2 protocol for every dataset, k and method.
+
+Examples::
+
+    # the issue-8 rows (k in {20, 50, 100} as in SPEC 6.2), 5 seeds, cheap methods
+    python benchmarks/bench_anchors.py --rows spec --seeds 5
+    # a subset
+    python benchmarks/bench_anchors.py --datasets oll2_musr --k 20 100 --methods random_ridge auto
+    # the full grid of issue 5 (slow)
+    python benchmarks/bench_anchors.py --rows grid --seeds 10
+
+Each finished (dataset, k) cell is appended as one JSON line to ``--out`` (so an
+interrupted run keeps what it finished) and printed as markdown rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+import jaxeval
+from jaxeval.anchors import Settings
+from jaxeval.anchors._protocol import evaluate_protocol
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+DATASETS = {
+    "oll2_musr": "oll2_musr",
+    "oll2_ifeval": "oll2_ifeval",
+    "oll2_arc": "oll2_arc_challenge",
+    "oll2_math5": "oll2_math_lvl5",
+    "tailored_gsm8k": "tailoredbench_gsm8k.npz",
+    "mb_gsm8k": "metabench_oll1_gsm8k_selected.npz",
+    "mb_gsm8k_v2": "metabench_oll1_gsm8k_v2_selected.npz",
+    "mb_arc": "metabench_oll1_arc_selected.npz",
+    "mb_arc_v2": "metabench_oll1_arc_v2_selected.npz",
+    "mb_mmlu": "metabench_oll1_mmlu_selected.npz",
+    "mb_truthfulqa": "metabench_oll1_truthfulqa_selected.npz",
+    "mb_winogrande": "metabench_oll1_winogrande_selected.npz",
+}
+
+#: (dataset, k) rows of SPEC section 6.2 with the best cell (MAE pp, tau-b) to beat.
+SPEC_ROWS = {
+    ("oll2_musr", 100): (1.39, 0.73),
+    ("oll2_musr", 20): (2.17, 0.56),
+    ("oll2_ifeval", 100): (2.32, 0.90),
+    ("oll2_arc", 100): (2.18, 0.87),
+    ("oll2_math5", 100): (1.03, 0.89),
+    ("tailored_gsm8k", 100): (1.93, 0.92),
+    ("mb_gsm8k", 100): (2.10, 0.91),
+    ("mb_gsm8k", 20): (4.22, 0.83),
+    ("mb_arc_v2", 100): (1.33, 0.90),
+    ("mb_mmlu", 50): (2.31, 0.84),
+}
+#: rows of SPEC 6.2 with a measured SparseEval cell (the faithful MLP is run there).
+SPARSEEVAL_ROWS = {("oll2_musr", 100), ("oll2_ifeval", 100), ("oll2_arc", 100),
+                   ("tailored_gsm8k", 100)}
+
+BASELINES = ("random_mean", "anchor_points", "random_linear", "random_ridge", "kmeans_ridge",
+             "pirt", "gpirt")
+STRONG = ("greedy_ridge", "aiscis_ridge", "kmeans_blend", "greedy_blend", "auto")
+MLPS = ("random_mlp", "sparseeval", "sparseeval_ridge")
+
+
+def load(name: str) -> jaxeval.ScoreMatrix:
+    src = DATASETS[name]
+    if src.endswith(".npz"):
+        return jaxeval.load(str(DATA / src), duplicate_names="rename")
+    return jaxeval.load(src)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--rows", choices=["spec", "grid", "custom"], default="custom")
+    ap.add_argument("--datasets", nargs="*", default=list(DATASETS))
+    ap.add_argument("--k", nargs="*", type=int, default=[20, 40, 60, 80, 100])
+    ap.add_argument("--methods", nargs="*", default=None)
+    ap.add_argument("--seeds", type=int, default=5, help="repetitions r -> seeds 42 + r")
+    ap.add_argument("--mlp", choices=["auto", "always", "never"], default="auto",
+                    help="run the MLP methods (auto: on the SPEC rows with a SparseEval cell)")
+    ap.add_argument("--proxy-steps", type=int, default=500)
+    ap.add_argument("--final-steps", type=int, default=3000)
+    ap.add_argument("--init-steps", type=int, default=500)
+    ap.add_argument("--dr-items", type=int, default=100)
+    ap.add_argument("--out", default="benchmarks/results_anchors.jsonl")
+    a = ap.parse_args(argv)
+
+    if a.rows == "spec":
+        cells = [c for c in SPEC_ROWS if c[0] in a.datasets]
+    else:
+        cells = []
+        for d in a.datasets:
+            for k in a.k:
+                cells.append((d, k))
+    st = Settings(proxy_steps=a.proxy_steps, final_steps=a.final_steps,
+                  init_steps=a.init_steps)
+    seeds = tuple(42 + r for r in range(a.seeds))
+    print(f"settings: {st}\nseeds: {seeds}")
+    cache = {}
+    for d, k in cells:
+        if d not in cache:
+            cache = {d: load(d)}
+        sm = cache[d]
+        if k >= sm.n_items:
+            continue
+        methods = list(a.methods) if a.methods else list(BASELINES + STRONG)
+        want_mlp = a.mlp == "always" or (a.mlp == "auto" and (d, k) in SPARSEEVAL_ROWS)
+        if want_mlp and not a.methods:
+            methods = list(BASELINES) + list(MLPS) + list(STRONG)
+        t0 = time.perf_counter()
+        r = evaluate_protocol(sm, k, tuple(methods), seeds, st, dr_items=a.dr_items)
+        secs = time.perf_counter() - t0
+        best = SPEC_ROWS.get((d, k))
+        print(f"\n### {d} k={k} ({sm.n_models} models after dedup: "
+              f"{r.info['n_models']}, {sm.n_items} items, {len(seeds)} seeds, {secs:.0f} s)"
+              + (f" -- SPEC best cell {best[0]:.2f} / {best[1]:.2f}" if best else ""))
+        print("| method | MAE (pp) | tau-b | 90% coverage | width (pp) |\n|---|---|---|---|---|")
+        for i, m in enumerate(r.methods):
+            print(f"| {m} | {r.mae_pp[i].mean():.2f} ± {r.mae_pp[i].std():.2f} | "
+                  f"{r.tau_b[i].mean():.3f} ± {r.tau_b[i].std():.3f} | "
+                  f"{r.coverage[i].mean():.3f} | {100 * r.width[i].mean():.2f} |")
+        if r.dr:
+            print(f"| unbiased DR (auto anchors + {r.dr['m']} random) | "
+                  f"{r.dr['mae_pp'].mean():.2f} ± {r.dr['mae_pp'].std():.2f} | – | "
+                  f"{r.dr['coverage'].mean():.3f} | {100 * r.dr['width'].mean():.2f} |")
+        rec = {
+            "dataset": d, "k": k, "seeds": list(seeds), "methods": list(r.methods),
+            "mae_pp": r.mae_pp.tolist(), "tau_b": r.tau_b.tolist(),
+            "coverage": r.coverage.tolist(), "width": r.width.tolist(),
+            "dr": None if r.dr is None else {kk: np.asarray(v).tolist() for kk, v in r.dr.items()},
+            "seconds": secs, "settings": repr(st), "spec_best": best,
+            "n_models": r.info["n_models"], "n_test": int(round(0.2 * r.info["n_models"]))
+            if r.info["n_models"] < 1000 else 200,
+        }
+        with open(a.out, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+
+if __name__ == "__main__":
+    main()
