@@ -34,6 +34,7 @@ import numpy as np
 
 from jaxeval import _confseq as cs_mod
 from jaxeval._estimators import (
+    difference_estimate,
     dr_range,
     dr_term,
     lambda_stats_init,
@@ -96,8 +97,10 @@ def simulate(
 
     Returns a dict with, per kind, ``miss`` (interval ever excluded theta), ``miss_stop``
     (excluded theta at the stopping time), ``width`` at each checkpoint (number of terms),
-    ``final_width`` (after the last term, before finalize) and ``final_exact`` (width after
-    :func:`finalize`, and its distance to theta).
+    ``final_width`` (after the last term, before finalize), ``final_exact_width`` and
+    ``final_exact_err`` (width after :func:`finalize`, and its distance to theta), and
+    ``est_err`` ``[3, checkpoints]``: signed errors of the naive pooled estimate, the mean of
+    the DR terms and the difference estimate at each checkpoint.
     """
     n = s.shape[0]
     k_perm, k_pred = jax.random.split(key)
@@ -111,11 +114,12 @@ def simulate(
     max_p_unseen = jax.lax.cummax(pp[::-1])[::-1]
     min_p_unseen = jax.lax.cummin(pp[::-1])[::-1]
     n_unseen = n - jnp.arange(n)
+    sum_p_all = jnp.sum(pred)
     seqs = [cs_mod.get(k, grid_size=grid_size) for k in kinds]
     ckpt = jnp.asarray(checkpoints, jnp.int32) if checkpoints else jnp.zeros(0, jnp.int32)
 
     def step(carry, x):
-        states, lstats, lam, miss, stopped, miss_stop, widths = carry
+        states, lstats, lam, miss, stopped, miss_stop, widths, sum_y, errs = carry
         t, s_j, p_j, so, pu, pmax, pmin, nu = x
         lam = jnp.where(t % batch == 0, plugin_lambda(lstats, lam0, shrink=shrink), lam)
         y = dr_term(so, pu, nu, s_j, p_j, lam, n)
@@ -134,7 +138,18 @@ def simulate(
         stopped = stopped | stop_now
         wid = jnp.stack([up - lw for lw, up in bnds])
         widths = jnp.where((ckpt == t + 1)[None, :], wid[:, None], widths)
-        return (states, lstats, lam, miss, stopped, miss_stop, widths), None
+        # point estimates after this item: naive pooling, mean of the DR terms, difference
+        sum_y = sum_y + y
+        so1, po1 = so + s_j, sum_p_all - pu + p_j
+        est = jnp.stack(
+            [
+                naive_pooled(so1, pu - p_j, n),
+                sum_y / (t + 1),
+                difference_estimate(so1, po1, t + 1, sum_p_all, lam, n),
+            ]
+        )
+        errs = jnp.where((ckpt == t + 1)[None, :], (est - theta)[:, None], errs)
+        return (states, lstats, lam, miss, stopped, miss_stop, widths, sum_y, errs), None
 
     nk = len(kinds)
     carry0 = (
@@ -145,9 +160,11 @@ def simulate(
         jnp.asarray(False),
         jnp.zeros(nk, bool),
         jnp.ones((nk, ckpt.shape[0]), jnp.float32),
+        jnp.zeros((), jnp.float32),
+        jnp.zeros((3, ckpt.shape[0]), jnp.float32),
     )
     xs = (jnp.arange(n), sp, pp, sum_s_obs, sum_p_unseen, max_p_unseen, min_p_unseen, n_unseen)
-    (states, _, _, miss, stopped, miss_stop, widths), _ = jax.lax.scan(step, carry0, xs)
+    (states, _, _, miss, stopped, miss_stop, widths, _, errs), _ = jax.lax.scan(step, carry0, xs)
     bnds = [q.bounds(st) for q, st in zip(seqs, states, strict=True)]
     final_width = jnp.stack([up - lw for lw, up in bnds])
     miss_stop = jnp.where(stopped, miss_stop, miss)  # never stopped: tau = n
@@ -159,6 +176,7 @@ def simulate(
         "miss": miss,
         "miss_stop": miss_stop,
         "width": widths,
+        "est_err": errs,
         "final_width": final_width,
         "final_exact_width": fin_width,
         "final_exact_err": fin_err,
@@ -255,6 +273,7 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     t_all = time.time()
+    est_lines = []
     lam_modes = {"plug-in": (1.0, 10.0), "0": (0.0, 1e30)}  # (lam0, shrink)
     for ds in args.datasets.split(","):
         if ds == "synthetic":
@@ -294,6 +313,16 @@ def main() -> None:
                 miss_stop = np.concatenate([o["miss_stop"] for o in res])
                 width = np.concatenate([o["width"] for o in res])
                 fin = np.concatenate([o["final_exact_width"] for o in res])
+                if lam_name == "plug-in":
+                    err = np.concatenate([o["est_err"] for o in res])[:, :, 1]  # at 10%
+                    est_lines.append(
+                        f"| {ds} | {quality} | "
+                        + " | ".join(
+                            f"{100 * e.mean():+.2f} / {100 * np.sqrt((e**2).mean()):.2f}"
+                            for e in err.T
+                        )
+                        + " |"
+                    )
                 for ki, kind in enumerate(kinds):
                     w = width[:, ki].mean(0)
                     print(
@@ -303,6 +332,10 @@ def main() -> None:
                         + f" | {'yes' if fin[:, ki].max() == 0 else 'NO'} |",
                         flush=True,
                     )
+    print("\nPoint estimates after 10% of the items, plug-in lambda: bias / RMSE in points")
+    print("| dataset | quality | naive pooled | mean of DR terms | difference estimate |")
+    print("|---|---|---|---|---|")
+    print("\n".join(est_lines))
     print(f"total wall time {time.time() - t_all:.0f} s")
 
 
