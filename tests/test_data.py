@@ -108,8 +108,8 @@ def test_split_pool_is_seeded_disjoint_and_checked():
 def test_docstring_examples_run():
     import doctest
 
-    from jaxeval import _data, _io, _lmeval, _tables
+    from jaxeval import _data, _io, _lmeval, _tables, datasets
 
-    for mod in (_data, _io, _lmeval, _tables):
+    for mod in (_data, _io, _lmeval, _tables, datasets):
         res = doctest.testmod(mod)
         assert res.failed == 0, mod.__name__
