@@ -24,6 +24,11 @@ from jaxeval._data import ScoreMatrix
 __all__ = ["LowRankLogistic", "fit_factorization"]
 
 DEFAULT_RANKS = (1, 2, 4, 8, 16, 32)
+
+# Entry points of the wrapper: one compilation each per shape.
+_predict = jax.jit(fz.predict_scores)
+_logit_variance = jax.jit(fz.predictive_logit_variance)
+_empirical_prior = jax.jit(fz.empirical_prior)
 DEFAULT_RHOS = (0.3, 1.0, 3.0, 10.0, 30.0)
 
 
@@ -225,10 +230,10 @@ class LowRankLogistic:
             scores = np.full((1, self.n_items), np.nan)
         u, H = self.update(scores, mask, num_newton=num_newton)
         f = self.item_factors()
-        p = np.asarray(fz.predict_scores(jnp.asarray(u), f))
+        p = np.asarray(_predict(jnp.asarray(u), f))
         if not return_std:
             return p
-        var = np.asarray(fz.predictive_logit_variance(jnp.asarray(H), f))
+        var = np.asarray(_logit_variance(jnp.asarray(H), f))
         return p, p * (1.0 - p) * np.sqrt(np.maximum(var, 0.0))
 
     def predict_accuracy(self, scores: Any, mask: Any = None, *, num_newton: int = 5) -> np.ndarray:
@@ -430,7 +435,7 @@ def fit_factorization(
             f"fit_factorization: the fit hit non-finite values (status {int(res.status)}); "
             "try a smaller learning_rate or a larger rho"
         )
-    f, U = fz.empirical_prior(res.U, res.item_factors)
+    f, U = _empirical_prior(res.U, res.item_factors)
     V, c, u_mean = (np.asarray(a) for a in f)
     U = np.asarray(U)
     if not all(np.isfinite(a).all() for a in (V, c, u_mean, U)):
