@@ -92,7 +92,12 @@ class SyntheticTruth(NamedTuple):
 
 
 def _as_key(key_or_seed: Any) -> jax.Array:
-    if isinstance(key_or_seed, (int, np.integer)):
+    if isinstance(key_or_seed, (int, np.integer)) and not isinstance(key_or_seed, bool):
+        # With 64-bit mode off, jax.random.key keeps only the low 32 bits of a seed.
+        if not 0 <= key_or_seed < 2**32:
+            raise ValueError(
+                f"synthetic_matrix: an int seed must lie in [0, 2**32), got {key_or_seed}"
+            )
         return jax.random.key(int(key_or_seed))
     k = jnp.asarray(key_or_seed)
     if jnp.issubdtype(k.dtype, jax.dtypes.prng_key):

@@ -216,6 +216,8 @@ def test_bad_helper_arguments_refused():
         synthetic_score_matrix(0.5, 5, 10)
     with pytest.raises(TypeError, match="'key_or_seed' must be an int seed or a PRNG key"):
         synthetic_matrix(jnp.zeros(3), 5, 10)
+    with pytest.raises(ValueError, match=r"int seed must lie in \[0, 2\*\*32\), got 4294967296"):
+        synthetic_matrix(2**32, 5, 10)
 
 
 @pytest.mark.slow
