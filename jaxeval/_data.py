@@ -151,8 +151,8 @@ class ScoreMatrix:
         if obs.size and (obs.min() < 0.0 or obs.max() > 1.0):
             i, j = np.argwhere(mask & ((scores < 0) | (scores > 1)))[0]
             raise ValueError(
-                f"{src}: field 'scores' must lie in [0, 1]; found {scores[i, j]!r} at row {i}, "
-                f"column {j} (range {obs.min()!r}..{obs.max()!r})"
+                f"{src}: field 'scores' must lie in [0, 1]; found {float(scores[i, j])!r} at "
+                f"row {i}, column {j} (range {float(obs.min())!r}..{float(obs.max())!r})"
             )
         scores = np.where(mask, scores, 0.0).astype(np.float32)
         models = (
@@ -174,7 +174,7 @@ class ScoreMatrix:
             if fin.size and (fin.min() < 0 or fin.max() > 1):
                 raise ValueError(
                     f"{src}: field 'target' must lie in [0, 1] (fractions, not percent); "
-                    f"range is {fin.min()!r}..{fin.max()!r}"
+                    f"range is {float(fin.min())!r}..{float(fin.max())!r}"
                 )
             target = _readonly(t.astype(np.float32))
         object.__setattr__(self, "scores", _readonly(scores))

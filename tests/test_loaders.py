@@ -332,6 +332,13 @@ def test_npz_refusals(tmp_path):
     _raises([re.escape(str(p)), "field 'scores' has 1 NaN cells marked observed"], jaxeval.load, p)
     np.savez(p, scores=np.zeros((2, 2)), models=np.array(["a", "a"]))
     _raises([re.escape(str(p)), "field 'models' has duplicate names"], jaxeval.load, p)
+    np.savez(p, scores=np.array([[0.5, 1.25]], np.float32))
+    _raises([re.escape(str(p)), r"field 'scores' must lie in \[0, 1\]; found 1.25 at",
+             r"row 0, column 1 \(range 0.5..1.25\)"], jaxeval.load, p)
+    np.savez(p, scores=np.zeros((1, 2)), items=np.array(["q", "q"]))
+    _raises([re.escape(str(p)), "field 'items' has duplicate names"], jaxeval.load, p)
+    np.savez(p, scores=np.zeros((2, 2)), models=np.array(["a", "b", "c"]))
+    _raises([re.escape(str(p)), "field 'models' must be a 1-D array of 2 names"], jaxeval.load, p)
     np.savez(p, scores=np.zeros((0, 4)))
     _raises([re.escape(str(p)), "field 'scores' is empty"], jaxeval.load, p)
     np.savez(p, scores=np.zeros(4))
