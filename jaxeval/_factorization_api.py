@@ -383,11 +383,24 @@ def fit_factorization(
         raise ValueError(f"rank: expected an int or 'auto', got {rank!r}")
     if auto_rho and rho != "auto":
         raise ValueError(f"rho: expected a float or 'auto', got {rho!r}")
-    grid_ranks = (
-        tuple(r for r in (check_rank(r, "ranks") for r in ranks))
-        if auto_rank
-        else (check_rank(rank, "rank"),)
-    )
+    if auto_rank:
+        # The default grid goes up to 32; on a small matrix keep only the ranks the
+        # data allow (an explicitly given rank is checked strictly).
+        def fits(r: Any) -> bool:
+            try:
+                check_rank(r, "ranks")
+            except ValueError:
+                return False
+            return True
+
+        for r in ranks:
+            if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 1:
+                raise ValueError(f"ranks: expected positive ints, got {list(ranks)!r}")
+        grid_ranks = tuple(int(r) for r in ranks if fits(r))
+        if not grid_ranks:
+            check_rank(min(ranks), "ranks")  # raises with the reason
+    else:
+        grid_ranks = (check_rank(rank, "rank"),)
     grid_rhos = tuple(check_rho(x, "rhos") for x in rhos) if auto_rho else (check_rho(rho, "rho"),)
     scores = jnp.asarray(sm.scores)
     mask = jnp.asarray(sm.mask)

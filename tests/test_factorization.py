@@ -426,6 +426,8 @@ def test_wrapper_refuses_bad_input(wrapped, planted):
         jaxeval.fit_factorization(S, rank=21, rho=1.0)
     with pytest.raises(ValueError, match="rank"):
         jaxeval.fit_factorization(S, rank=0, rho=1.0)
+    with pytest.raises(ValueError, match="larger than the data allows"):
+        jaxeval.fit_factorization(S, ranks=(25, 40), rho=1.0)
     with pytest.raises(ValueError, match="rho"):
         jaxeval.fit_factorization(S, rank=2, rho=-1.0)
     bad = S.copy()
