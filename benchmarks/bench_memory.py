@@ -1,0 +1,68 @@
+"""Memory of the identification kernel as the number of items n grows (SPEC 2.2).
+
+Compiles the vmapped kernel for ``R`` replicates and ``K`` arms on synthetic truth
+(rows regenerated on demand, never a ``[K, n]`` array) for n = 1k, 10k, 100k and reads
+XLA's own accounting (``compiled.memory_analysis()``): the bytes of the loop state
+(the scan carry, which is what a seen-mask design would make ``R K n``), of the
+outputs, and the peak temporaries. The kernel's state is O(R K); its temporaries hold
+one row (keys, truth, predictions) per replicate at a time, O(R n r), never O(R K n).
+A seen-mask design would add ``R K n`` bytes of state (shown for comparison).
+
+Usage (from the repository root):
+
+    python benchmarks/bench_memory.py --R 64 --K 10 --ns 1000 10000 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import jax
+import jax.numpy as jnp
+
+from jaxeval import _identification as idn
+
+
+def _mib(x):
+    return x / 2**20
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--R", type=int, default=64)
+    ap.add_argument("--K", type=int, default=10)
+    ap.add_argument("--ns", nargs="+", type=int, default=[1000, 10000, 100000])
+    ap.add_argument("--policy", default="pulse")
+    ap.add_argument("--calls", type=int, default=200)
+    args = ap.parse_args(argv)
+
+    print(f"R = {args.R} replicates, K = {args.K}, policy {args.policy}, synthetic truth "
+          f"(rank 4), budget {args.calls} calls, kinds eb+hoeffding")
+    print()
+    print("| n | loop state (carry) MiB | outputs MiB | peak temporaries MiB | "
+          "seen-mask state would be MiB |")
+    print("|---|---|---|---|---|")
+    for n in args.ns:
+        cfg = idn.Config(args.policy, args.K, n, budgets=(args.calls // 2, args.calls),
+                         truth="synthetic", rank=4)
+        data = idn.dummy_data(cfg)
+        params = idn.Params.make()
+        keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(0), i))(jnp.arange(args.R))
+        fn = jax.jit(jax.vmap(idn.run_identification, in_axes=(0, None, None, None)),
+                     static_argnums=3)
+        compiled = fn.lower(keys, data, params, cfg).compile()
+        mem = compiled.memory_analysis()
+        # the carry: one replicate's initial loop state, times R
+        def init_state(k, data=data, cfg=cfg, params=params):
+            truth = idn._setup(k, data, cfg, params)[1]
+            return idn._init_state(truth, data, cfg, params)
+
+        leaves = jax.tree.leaves(jax.eval_shape(init_state, keys[0]))
+        state_bytes = args.R * sum(x.size * x.dtype.itemsize for x in leaves)
+        mask_bytes = args.R * args.K * n  # one bool per (replicate, arm, item)
+        print(f"| {n} | {_mib(state_bytes):.3f} | {_mib(mem.output_size_in_bytes):.3f} | "
+              f"{_mib(mem.temp_size_in_bytes):.1f} | {_mib(mask_bytes):.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
