@@ -7,6 +7,10 @@ Public API (everything else lives in private ``_module`` files):
 - metrics: :mod:`jaxeval.metrics` (MAE pp, Kendall tau-b, identification, coverage)
 - factorization: :func:`fit_factorization` -> :class:`LowRankLogistic` (kernels in
   ``jaxeval._factorization``)
+- studies at scale: :func:`run_replicates` (chunked, sharded), :func:`run_study` /
+  :func:`resume_study` / :func:`merge_studies` / :func:`load_results` for studies on
+  disk (:class:`IdentificationStudy`, :class:`AnchorStudy`, :class:`ReplicateStudy`);
+  the ``jaxeval`` command line
 - identification: :func:`simulate_identification` -> :class:`IdentificationReport`
   (kernels in ``jaxeval._identification``; truth :class:`SyntheticSpec` or a ScoreMatrix)
 """
@@ -15,7 +19,18 @@ from jaxeval import datasets, metrics
 from jaxeval._data import ScoreMatrix, Split
 from jaxeval._factorization_api import LowRankLogistic, fit_factorization
 from jaxeval._io import load
+from jaxeval._runner import run_replicates
 from jaxeval._simulate import IdentificationReport, SyntheticSpec, simulate_identification
+from jaxeval._study import (
+    AnchorStudy,
+    IdentificationStudy,
+    ReplicateStudy,
+    load_results,
+    merge_studies,
+    resume_study,
+    run_study,
+    study_from_dict,
+)
 from jaxeval._synthetic import SyntheticTruth, synthetic_matrix, synthetic_score_matrix
 from jaxeval.anchors import AnchorPredictor, fit_anchors
 
@@ -37,5 +52,14 @@ __all__ = [
     "simulate_identification",
     "IdentificationReport",
     "SyntheticSpec",
+    "run_replicates",
+    "IdentificationStudy",
+    "AnchorStudy",
+    "ReplicateStudy",
+    "study_from_dict",
+    "run_study",
+    "resume_study",
+    "merge_studies",
+    "load_results",
     "__version__",
 ]

@@ -112,9 +112,8 @@ def _identification_summary(study: Any, results: Mapping[str, Mapping[str, np.nd
         rec = r["checkpoints.recommended"]  # [R, C]
         calls = r["checkpoints.calls"]  # [R, C]
         R, C = rec.shape
-        best = theta.max(axis=1, keepdims=True)
-        chosen = np.take_along_axis(theta, rec.astype(np.int64), axis=1)  # [R, C]
-        correct = chosen >= best - 1e-7
+        best = theta >= theta.max(axis=1, keepdims=True)  # ties count
+        correct = np.take_along_axis(best, rec.astype(np.int64), axis=1)  # [R, C]
         k_ok = correct.sum(axis=0)
         acc = k_ok / R
         lo, hi = wilson_interval(k_ok, R)
@@ -135,7 +134,7 @@ def _identification_summary(study: Any, results: Mapping[str, Mapping[str, np.nd
         lower = r["checkpoints.lower"].astype(np.float64)  # [R, C, Q, K]
         upper = r["checkpoints.upper"].astype(np.float64)
         th = theta[:, None, None, :]
-        hold = (lower <= th + 1e-6) & (th - 1e-6 <= upper)
+        hold = (lower <= th) & (th <= upper)  # [R, C, Q, K]
         entry["coverage"] = {}
         for q, kind in enumerate(study.cs_kinds):
             hq = hold[:, :, q, :]  # [R, C, K]
@@ -143,6 +142,7 @@ def _identification_summary(study: Any, results: Mapping[str, Mapping[str, np.nd
                 "family_wise": hq.all(axis=2).mean(axis=0),
                 "family_wise_all_checkpoints": float(hq.all(axis=(1, 2)).mean()),
                 "per_arm": hq.mean(axis=(0, 2)),
+                "per_arm_all_checkpoints": float(hq.all(axis=1).mean()),
                 "mean_width": (upper[:, :, q, :] - lower[:, :, q, :]).mean(axis=(0, 2)),
             }
         naive = r["checkpoints.naive"].astype(np.float64)  # [R, C, K]
@@ -150,6 +150,17 @@ def _identification_summary(study: Any, results: Mapping[str, Mapping[str, np.nd
         entry["estimate_mae"] = np.abs(est - theta[:, None, :]).mean(axis=(0, 2))
         entry["naive_mae"] = np.abs(naive - theta[:, None, :]).mean(axis=(0, 2))
         entry["naive_bias"] = (naive - theta[:, None, :]).mean(axis=(0, 2))
+        # the naive baseline's claim: intervals of the same widths centred on its estimate
+        q = study.cs_kinds.index("eb") if "eb" in study.cs_kinds else 0
+        shift = naive - est
+        tk = theta[:, None, :]
+        nl, nu = lower[:, :, q, :] + shift, upper[:, :, q, :] + shift
+        from jaxeval._policies import PREDICTION_POLICIES
+
+        pred = dict(spec.settings).get("use_predictions", spec.policy in PREDICTION_POLICIES)
+        entry["naive_coverage_family"] = (
+            ((nl <= tk) & (tk <= nu)).all(axis=-1).mean(axis=0) if pred else None
+        )
         status = r["checkpoints.status"][:, -1]
         entry["final_status_counts"] = {
             str(int(s)): int(c) for s, c in zip(*np.unique(status, return_counts=True))
@@ -176,13 +187,13 @@ def _identification_summary(study: Any, results: Mapping[str, Mapping[str, np.nd
 def _anchor_summary(study: Any, results: Mapping[str, Mapping[str, np.ndarray]]) -> dict:
     methods = {}
     for m in study.methods:
-        r = results[m]
         entry: dict[str, Any] = {"k": list(study.k)}
-        for f in ("mae_pp", "tau", "coverage", "width", "seconds"):
-            v = r[f]  # [seeds, len(k)]
+        for f in ("mae_pp", "tau", "coverage", "width"):
+            v = np.stack([results[f"k{k}"][f"{m}.{f}"] for k in study.k], axis=1)  # [seeds, k]
             entry[f] = v.mean(axis=0)
             entry[f + "_sd"] = v.std(axis=0, ddof=1) if v.shape[0] > 1 else np.zeros(v.shape[1])
         methods[m] = entry
+    seconds = {f"k{k}": float(results[f"k{k}"]["seconds"].sum()) for k in study.k}
     return {
         "kind": "anchors",
         "name": study.name,
@@ -193,6 +204,7 @@ def _anchor_summary(study: Any, results: Mapping[str, Mapping[str, np.ndarray]])
         "nominal_coverage": 1.0 - study.alpha,
         "k": list(study.k),
         "methods": methods,
+        "seconds": seconds,
     }
 
 

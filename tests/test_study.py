@@ -316,3 +316,116 @@ def test_kill_9_mid_way_then_resume_gives_identical_arrays(tmp_path):
 def test_resume_of_a_non_study_folder(tmp_path):
     with pytest.raises(StudyFolderError, match="not a study folder"):
         resume_study(tmp_path)
+
+
+@pytest.mark.slow
+def test_two_process_study_with_jax_distributed(tmp_path, toy_reference):
+    """`jaxeval run --coordinator ...` on 2 processes (2 devices each) = one process."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg_path = tmp_path / "s.json"
+    cfg_path.write_text(json.dumps(toy_config()))
+    out = tmp_path / "dist"
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "jaxeval",
+                "run",
+                str(cfg_path),
+                "--out",
+                str(out),
+                "--quiet",
+                "--no-report",
+                "--coordinator",
+                f"127.0.0.1:{port}",
+                "--num-processes",
+                "2",
+                "--process-id",
+                str(i),
+            ],
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    logs = [p.communicate(timeout=300)[0] for p in procs]
+    for p, log in zip(procs, logs):
+        assert p.returncode == 0, log[-3000:]
+    assert study_status(out)["complete"]
+    assert_same(load_results(out)[1]["replicates"], toy_reference)
+
+
+@pytest.mark.slow
+def test_identification_study_equals_simulate_identification(tmp_path):
+    """The study runner and the numpy wrapper play the same protocol, bit for bit."""
+    import jaxeval
+
+    study = study_from_dict(
+        {
+            "kind": "identification",
+            "data": {"synthetic": {"n_items": 30, "rank": 2}},
+            "policies": ["ucbe", "uniform"],
+            "num_arms": 3,
+            "budgets": [0.1, 0.5, 1.0],
+            "n_replicates": 48,
+            "seed": 5,
+            "chunk_size": 32,
+        }
+    )
+    run_study(study, tmp_path / "s", progress=False)
+    _, res = load_results(tmp_path / "s")
+    for policy in ("ucbe", "uniform"):
+        rep = jaxeval.simulate_identification(
+            jaxeval.SyntheticSpec(n_items=30, rank=2),
+            policy,
+            K=3,
+            n_replicates=48,
+            seed=5,
+            budget_fractions=(0.1, 0.5, 1.0),
+        )
+        np.testing.assert_array_equal(res[policy]["theta"], rep.theta)
+        np.testing.assert_array_equal(res[policy]["checkpoints.recommended"], rep.recommended)
+    # both policies saw the same instances (here: the same synthetic truths)
+    np.testing.assert_array_equal(res["ucbe"]["theta"], res["uniform"]["theta"])
+    from jaxeval._report import format_summary, plot_study, summarize
+
+    s = summarize(study, res)
+    assert s["policies"]["ucbe"]["accuracy"][-1] == 1.0  # everything seen at 100% of K*n
+    assert "ucbe" in format_summary(s)
+    pngs = plot_study(s, tmp_path / "plots")
+    assert len(pngs) == 4 and all(p.stat().st_size > 10_000 for p in pngs)
+
+
+@pytest.mark.slow
+def test_anchor_study_matches_protocol(tmp_path):
+    from jaxeval.anchors._protocol import evaluate_protocol
+
+    study = study_from_dict(
+        {
+            "kind": "anchors",
+            "data": {"dataset": "oll2_musr"},
+            "methods": ["random_mean", "kmeans_ridge"],
+            "k": [20],
+            "n_seeds": 2,
+        }
+    )
+    run_study(study, tmp_path / "a", progress=False)
+    _, res = load_results(tmp_path / "a")
+    import jaxeval
+
+    ref = evaluate_protocol(jaxeval.load("oll2_musr"), 20, study.methods, seeds=(42,))
+    for i, m in enumerate(ref.methods):
+        assert res["k20"][f"{m}.mae_pp"][0] == pytest.approx(ref.mae_pp[i, 0], rel=1e-6)
+        assert res["k20"][f"{m}.tau"][0] == pytest.approx(ref.tau_b[i, 0], rel=1e-6)
+    from jaxeval._report import plot_study, summarize
+
+    s = summarize(study, res)
+    assert s["methods"]["kmeans_ridge"]["mae_pp"][0] < s["methods"]["random_mean"]["mae_pp"][0]
+    assert plot_study(s, tmp_path / "plots")[0].stat().st_size > 10_000
