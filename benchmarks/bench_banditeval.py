@@ -1,0 +1,223 @@
+"""jaxeval's UCB-E against the reference ``banditeval`` package (Zhou et al.), same instances.
+
+``banditeval`` (PyPI 0.1.1, optional: ``pip install banditeval`` or the ``bench`` extra) is
+the reference UCB-E / UCB-E-LRF code of "On Speeding Up Language Model Evaluation". Its
+UCB-E step (``banditeval.bandits.upper_confidence_bound_exploration``) recomputes
+``nanmean`` over the whole ``[K, n]`` observation matrix (NaN = unseen), takes
+``argmax(mu + sqrt(a / N))`` with unpulled arms at ``+inf`` (ties: first arm), and draws a
+batch of ``batch_size`` (default 32) uniform unseen items of that arm with
+``torch.randperm``; its ``BanditEval.__call__`` loops that step. We drive the very same
+step function (its own code) and fill the observations from the true matrix; so that
+every policy is scored at exactly the same budgets, a batch that crosses a checkpoint is
+observed in two pieces (the uniform batch's prefix, then the rest): the algorithm is
+unchanged. Recommendation at a checkpoint: argmax of its ``mus`` with unpulled arms at
+0.5 (jaxeval's convention for an arm with no data; it only matters below ``K * b`` calls).
+
+Matched configurations: banditeval's default ``batch_size = 32`` (its first ``K * 32``
+calls are a round robin, since unpulled arms come first) against jaxeval's UCB-E with
+``batch_size = 32``, and ``batch_size = 1`` for both. Both play the instances that
+:func:`jaxeval.simulate_identification` draws (same seed => same split and instances;
+replicate ``r`` of banditeval plays the instance of jaxeval's replicate ``r``); item orders
+are drawn independently (jaxeval from its keys, banditeval from ``torch.manual_seed(r)``),
+so the comparison per budget is a two-proportion z-test of identification accuracy
+(and the calls to 95% / 90% accuracy side by side).
+
+Speed: microseconds per simulated LLM call of banditeval (one replicate at a time, as the
+package runs) against jaxeval's vmapped kernel (compiled once, timed warm), as a ratio.
+
+Usage (from the repository root):
+
+    python benchmarks/bench_banditeval.py --datasets ifeval musr --K 10 --reps 40
+    python benchmarks/bench_banditeval.py --K 50 --reps 20 --batch 32 --a 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import numpy as np
+
+DATASETS = {
+    "ifeval": "oll2_ifeval",
+    "musr": "oll2_musr",
+    "arc": "oll2_arc_challenge",
+    "math5": "oll2_math_lvl5",
+}
+
+
+def have_banditeval() -> bool:
+    try:
+        import banditeval  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def banditeval_ucbe(S, budgets, *, a=1.0, batch_size=32, seed=0):
+    """Run banditeval's own UCB-E step on the true matrix ``S`` and record each budget.
+
+    Returns:
+      ``(recommended int [C], mus [C, K], calls int [C])``.
+    """
+    import torch
+    from banditeval.bandits import upper_confidence_bound_exploration as step
+
+    torch.manual_seed(int(seed))
+    K, n = S.shape
+    truth = torch.as_tensor(np.asarray(S, np.float32))
+    obs = torch.full((K, n), torch.nan)
+    C = len(budgets)
+    rec = np.zeros(C, np.int64)
+    mus_rec = np.zeros((C, K))
+    calls_rec = np.zeros(C, np.int64)
+    calls, c = 0, 0
+
+    def record(j):
+        mus = obs.nanmean(dim=1).numpy()
+        mus = np.where(np.isnan(mus), 0.5, mus)
+        rec[j], mus_rec[j], calls_rec[j] = int(np.argmax(mus)), mus, calls
+
+    while c < C:
+        batch = step(obs, a=a, batch_size=batch_size)
+        if batch is None:
+            break
+        rows, cols = batch
+        start = 0
+        while start < cols.shape[0]:
+            stop = min(cols.shape[0], start + budgets[c] - calls) if c < C else cols.shape[0]
+            r_, c_ = rows[start:stop], cols[start:stop]
+            obs[r_, c_] = truth[r_, c_]
+            calls += stop - start
+            start = stop
+            while c < C and budgets[c] == calls:
+                record(c)
+                c += 1
+    for j in range(c, C):
+        record(j)
+    return rec, mus_rec, calls_rec
+
+
+def two_proportion_p(k1, n1, k2, n2) -> float:
+    """Two-sided p-value of the pooled two-proportion z-test (1.0 when degenerate)."""
+    p = (k1 + k2) / (n1 + n2)
+    if p <= 0.0 or p >= 1.0:
+        return 1.0
+    z = (k1 / n1 - k2 / n2) / math.sqrt(p * (1 - p) * (1 / n1 + 1 / n2))
+    return math.erfc(abs(z) / math.sqrt(2))
+
+
+def calls_to(acc, fracs, target):
+    """First budget fraction where the accuracy reaches ``target``, linear interpolation."""
+    acc = np.asarray(acc, float)
+    hit = np.nonzero(acc >= target - 1e-12)[0]
+    if hit.size == 0:
+        return math.inf
+    i = int(hit[0])
+    if i == 0:
+        return float(fracs[0])
+    a0, a1 = acc[i - 1], acc[i]
+    return float(fracs[i - 1] + (target - a0) * (fracs[i] - fracs[i - 1]) / (a1 - a0))
+
+
+def _fmt(x):
+    return ">max" if not np.isfinite(x) else f"{100 * x:.1f}%"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--datasets", nargs="+", default=list(DATASETS))
+    ap.add_argument("--K", nargs="+", type=int, default=[10, 50])
+    ap.add_argument("--batch", nargs="+", type=int, default=[32, 1])
+    ap.add_argument("--a", nargs="+", type=float, default=[1.0])
+    ap.add_argument("--reps", type=int, default=40, help="replicates (instances x orders)")
+    ap.add_argument("--instances", type=int, default=None, help="default 10 (K=10) / 5 (K=50)")
+    ap.add_argument("--max-frac", type=float, default=0.5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="/tmp/bench_banditeval.json")
+    args = ap.parse_args(argv)
+
+    if not have_banditeval():
+        print("banditeval (and torch) not installed: pip install banditeval==0.1.1 "
+              "(or the 'bench' extra); nothing to compare, exiting.")
+        return 0
+    import torch
+
+    import jaxeval
+    from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS
+
+    torch.set_num_threads(1)
+    fracs = tuple(f for f in DEFAULT_BUDGET_FRACTIONS if f <= args.max_frac + 1e-12)
+    rows, results = [], {}
+    for ds in args.datasets:
+        sm = jaxeval.load(DATASETS[ds])
+        dd = sm.drop_duplicates()
+        _, pool = dd.split([dd.n_models // 2], seed=args.seed)
+        pool_s = np.asarray(pool.scores, np.float32)
+        for K in args.K:
+            n_inst = args.instances or (10 if K <= 10 else 5)
+            for b in args.batch:
+                for a in args.a:
+                    kw = dict(K=K, budget_fractions=fracs, n_replicates=args.reps,
+                              seed=args.seed, n_instances=n_inst, a=a, batch_size=b,
+                              cs_kinds=("eb",))
+                    jaxeval.simulate_identification(sm, "ucbe", **kw)  # compile
+                    t0 = time.perf_counter()
+                    rep = jaxeval.simulate_identification(sm, "ucbe", **kw)
+                    t_jax = time.perf_counter() - t0
+                    budgets = rep.budgets.tolist()
+                    correct_b = np.zeros((args.reps, len(budgets)), bool)
+                    t0 = time.perf_counter()
+                    for r in range(args.reps):
+                        S = pool_s[rep.instances[rep.instance[r]]]
+                        rec, _, _ = banditeval_ucbe(S, budgets, a=a, batch_size=b, seed=r)
+                        theta = S.mean(1)
+                        correct_b[r] = theta[rec] >= theta.max() - 1e-9
+                    t_be = time.perf_counter() - t0
+                    acc_j = rep.correct.mean(0)
+                    acc_b = correct_b.mean(0)
+                    kj, kb = rep.correct.sum(0), correct_b.sum(0)
+                    pvals = [two_proportion_p(int(x), args.reps, int(y), args.reps)
+                             for x, y in zip(kj, kb)]
+                    calls_total = float(rep.calls_used[-1]) * args.reps
+                    us_j = 1e6 * t_jax / calls_total
+                    us_b = 1e6 * t_be / calls_total
+                    gaps = np.sort(rep.theta, axis=1)
+                    gap = float(np.median(gaps[:, -1] - gaps[:, -2]))
+                    res = dict(
+                        budget_fractions=list(fracs), acc_jaxeval=acc_j.tolist(),
+                        acc_banditeval=acc_b.tolist(), p_values=pvals,
+                        to95=(rep.calls_to(0.95, fraction=True), calls_to(acc_b, fracs, 0.95)),
+                        to90=(rep.calls_to(0.90, fraction=True), calls_to(acc_b, fracs, 0.90)),
+                        us_per_call=(us_j, us_b), speed_ratio=us_b / us_j, median_gap=gap,
+                        min_p=min(pvals), n_reject_05=int(sum(p < 0.05 for p in pvals)),
+                    )
+                    results[f"{ds}/K{K}/b{b}/a{a:g}"] = res
+                    rows.append((ds, K, b, a, gap, res))
+                    print(f"{ds} K={K} b={b} a={a:g}: to95 jax {_fmt(res['to95'][0])} "
+                          f"be {_fmt(res['to95'][1])}; min p {res['min_p']:.3f} "
+                          f"({res['n_reject_05']}/{len(pvals)} budgets p<0.05); "
+                          f"us/call jax {us_j:.3f} be {us_b:.2f} ratio {res['speed_ratio']:.0f}x",
+                          flush=True)
+    print()
+    print("| dataset | K | b | a | median gap | calls to 95% jaxeval / banditeval | "
+          "to 90% | budgets with p < 0.05 (min p) | us per call jaxeval / banditeval | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for ds, K, b, a, gap, r in rows:
+        print(f"| {ds} | {K} | {b} | {a:g} | {gap:.3f} | {_fmt(r['to95'][0])} / "
+              f"{_fmt(r['to95'][1])} | {_fmt(r['to90'][0])} / {_fmt(r['to90'][1])} | "
+              f"{r['n_reject_05']}/{len(r['p_values'])} ({r['min_p']:.2f}) | "
+              f"{r['us_per_call'][0]:.3f} / {r['us_per_call'][1]:.1f} | "
+              f"{r['speed_ratio']:.0f}x |")
+    with open(args.out, "w") as fh:
+        json.dump(dict(args=vars(args), results=results), fh, indent=1)
+    print(f"\nresults written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
