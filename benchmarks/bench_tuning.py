@@ -1,0 +1,130 @@
+"""Tune UCB-E's ``a`` and PULSE's exploration scale on tuning instances; report on others.
+
+Protocol, per dataset and K:
+
+1. *Tuning*: :func:`jaxeval.simulate_identification` with seed ``--tune-seed`` (a different
+   split of training models / candidate pool, different instances and item orders from
+   the report seed). For every value of the grid, the calls needed for 95% identification
+   (as a share of ``K * n``, linear interpolation on the SPEC 6.1 budget grid) are
+   measured; the value with the fewest calls wins (ties, and grids that never reach 95%:
+   the largest mean accuracy over the budget grid).
+2. *Report*: the chosen values run with seed ``--seed`` (the instances of
+   ``bench_identification.py``), next to SySRs, on the same instances and item orders.
+
+The grids are dynamic parameters of the kernels (no recompilation across the grid).
+PULSE's other knobs (λ prior, shrinkage, rank, refit frequency) stay at the package
+defaults here.
+
+Usage (from the repository root):
+
+    python benchmarks/bench_tuning.py --datasets ifeval musr arc math5 --K 10 --reps 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+
+import numpy as np
+
+import jaxeval
+from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS
+
+DATASETS = {
+    "ifeval": "oll2_ifeval",
+    "musr": "oll2_musr",
+    "arc": "oll2_arc_challenge",
+    "math5": "oll2_math_lvl5",
+}
+GRIDS = {
+    "ucbe": ("a", (0.1, 0.3, 1.0, 3.0, 10.0)),
+    "pulse": ("scale", (0.1, 0.3, 1.0, 2.0)),
+}
+
+
+def _fmt(x):
+    return ">max" if not np.isfinite(x) else f"{100 * x:.1f}%"
+
+
+def _factors(sm, seed, rank):
+    dd = sm.drop_duplicates()
+    train, _ = dd.split([dd.n_models // 2], seed=seed)
+    return jaxeval.fit_factorization(train, rank=rank, rho=1.0, seed=seed, num_steps=1000)
+
+
+def _score(rep):
+    to95 = rep.calls_to(0.95, fraction=True)
+    return (to95 if np.isfinite(to95) else math.inf, -float(np.mean(rep.accuracy)))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--datasets", nargs="+", default=list(DATASETS))
+    ap.add_argument("--K", nargs="+", type=int, default=[10])
+    ap.add_argument("--reps", type=int, default=40)
+    ap.add_argument("--instances", type=int, default=None, help="default 10 (K=10) / 5 (K=50)")
+    ap.add_argument("--max-frac", type=float, default=0.5)
+    ap.add_argument("--rank", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=0, help="report seed")
+    ap.add_argument("--tune-seed", type=int, default=1000, help="tuning seed")
+    ap.add_argument("--out", default="/tmp/bench_tuning.json")
+    args = ap.parse_args(argv)
+
+    fracs = tuple(f for f in DEFAULT_BUDGET_FRACTIONS if f <= args.max_frac + 1e-12)
+    rows, results = [], {}
+    for ds in args.datasets:
+        sm = jaxeval.load(DATASETS[ds])
+        f_tune = _factors(sm, args.tune_seed, args.rank)
+        f_rep = _factors(sm, args.seed, args.rank)
+        for K in args.K:
+            inst = args.instances or (10 if K <= 10 else 5)
+            kw = dict(K=K, budget_fractions=fracs, n_replicates=args.reps,
+                      n_instances=inst, rank=args.rank, cs_kinds=("eb",))
+            chosen, tuning = {}, {}
+            t0 = time.time()
+            for pol, (name, grid) in GRIDS.items():
+                scores = []
+                for v in grid:
+                    rep = jaxeval.simulate_identification(
+                        sm, pol, seed=args.tune_seed, factors=f_tune, **{name: v}, **kw)
+                    scores.append(_score(rep))
+                    tuning[f"{pol}/{name}={v:g}"] = scores[-1][0]
+                chosen[pol] = grid[min(range(len(grid)), key=lambda i: scores[i])]
+            report = {}
+            for pol in ("ucbe", "pulse", "sysrs"):
+                extra = {}
+                if pol in GRIDS:
+                    extra = {GRIDS[pol][0]: chosen[pol]}
+                rep = jaxeval.simulate_identification(
+                    sm, pol, seed=args.seed, factors=f_rep if pol == "pulse" else None,
+                    **extra, **kw)
+                report[pol] = (rep.calls_to(0.95, fraction=True),
+                               rep.calls_to(0.90, fraction=True))
+                if pol == "ucbe":
+                    gaps = np.sort(rep.theta, axis=1)
+                    gap = float(np.median(gaps[:, -1] - gaps[:, -2]))
+            wall = time.time() - t0
+            results[f"{ds}/K{K}"] = dict(chosen=chosen, tuning_to95=tuning, report=report,
+                                         median_gap=gap, wall_s=wall)
+            rows.append((ds, K, gap, chosen, report))
+            print(f"{ds} K={K}: chosen a={chosen['ucbe']:g}, scale={chosen['pulse']:g}; "
+                  f"to95 UCB-E {_fmt(report['ucbe'][0])} PULSE {_fmt(report['pulse'][0])} "
+                  f"SySRs {_fmt(report['sysrs'][0])} ({wall:.0f}s)", flush=True)
+    print()
+    print("| dataset | K | median gap | tuned a | tuned scale | calls to 95% (90%): UCB-E | "
+          "PULSE | SySRs | PULSE / UCB-E |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for ds, K, gap, ch, r in rows:
+        ratio = r["pulse"][0] / r["ucbe"][0] if np.isfinite(r["ucbe"][0]) else float("nan")
+        print(f"| {ds} | {K} | {gap:.3f} | {ch['ucbe']:g} | {ch['pulse']:g} | "
+              + " | ".join(f"{_fmt(r[p][0])} ({_fmt(r[p][1])})" for p in ("ucbe", "pulse", "sysrs"))
+              + f" | {ratio:.2f} |")
+    with open(args.out, "w") as fh:
+        json.dump(dict(args=vars(args), results=results), fh, indent=1)
+    print(f"\nresults written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
