@@ -12,9 +12,14 @@ term at a time. Reported per (sequence, quality, dataset):
   time, data-dependent or not);
 - ``miss@tau``: miscoverage at the data-dependent stopping time ``tau`` = first time the EB
   interval is narrower than 0.1;
-- mean width after 5%, 10%, 25% and 50% of the items.
+- mean width after 5%, 10%, 25% and 50% of the items;
+- with lam = plug-in (lam0 = 1, shrink = 10) and lam = 0 (the latter only for good and
+  adversarial predictions: at lam = 0 the predictions only move the centre);
+- a second table: bias and RMSE of naive pooling, the mean of the DR terms and the difference
+  estimate after 10% of the items.
 
-Run (about two minutes on two CPU cores)::
+Run (about 20 minutes wall, 5 CPU-minutes, on the shared two-core machine; results in
+BUILD_NOTES.md, section "Estimators and confidence sequences")::
 
     python benchmarks/bench_confseq.py --replicates 2000
 
