@@ -32,6 +32,7 @@ from jaxeval.anchors._ridge import (
     fit_ridge,
     fit_ridge_validated,
     greedy_ridge_anchors,
+    loo_ridge_residuals,
 )
 from jaxeval.anchors._select import kmeans_anchors, random_anchors, refine_anchors
 
@@ -237,9 +238,15 @@ def _greedy(d: SplitData, k: int, st: Settings):
 
 
 def _aiscis_ridge(key, a0, d: SplitData, st: Settings):
+    """AIS/CIS swaps with a ridge proxy, guarded by the training leave-one-out error.
+
+    Validation models are not used (a validation guard would make the validation
+    error of the result optimistic, which misleads ``auto`` and the interval).
+    """
+    loo = lambda anc: jnp.mean(loo_ridge_residuals(d.s_tr[:, anc], d.y_tr, 1e-2) ** 2)
     anchors, _ = refine_anchors(
-        key, a0, d.s_tr, d.y_tr, d.s_val, d.y_val, _ridge_proxy,
-        num_swaps=st.ridge_swaps, guard=True,
+        key, a0, d.s_tr, d.y_tr, d.s_tr[:1], d.y_tr[:1], _ridge_proxy,
+        num_swaps=st.ridge_swaps, guard=True, guard_score=loo,
     )
     return anchors
 

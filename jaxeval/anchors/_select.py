@@ -176,6 +176,7 @@ def refine_anchors(
     *,
     num_swaps: int = 10,
     guard: bool = False,
+    guard_score: Callable | None = None,
 ) -> tuple[jax.Array, RefineTrace]:
     """SparseEval's AIS/CIS refinement: ``num_swaps`` swaps, proxy retrained each step.
 
@@ -188,7 +189,9 @@ def refine_anchors(
     accepted set, the anchors revert and the rejected item is blocked, and the next
     swap is proposed from the last accepted proxy's scores. The final anchors are
     then the accepted set with the lowest validation MSE; without the guard, the
-    anchors after the last swap (the reference rule).
+    anchors after the last swap (the reference rule). ``guard_score(anchors) ->
+    scalar`` replaces the validation MSE as the guard's criterion (e.g. a
+    leave-one-out error on training models, which keeps validation models untouched).
 
     Returns:
       ``(anchors [k], RefineTrace)``.
@@ -198,7 +201,10 @@ def refine_anchors(
     def proxy_state(t, anc):
         predict = fit_proxy(jax.random.fold_in(key, t), s_tr[:, anc], y_tr)
         pred_tr = jax.vmap(predict)(s_tr[:, anc])
-        vm = jnp.mean((jax.vmap(predict)(s_val[:, anc]) - y_val) ** 2)
+        if guard_score is None:
+            vm = jnp.mean((jax.vmap(predict)(s_val[:, anc]) - y_val) ** 2)
+        else:
+            vm = guard_score(anc)
         ais = ais_scores(predict, s_tr[:, anc], y_tr)
         cis = cis_scores(s_tr, pred_tr - y_tr)
         return vm, ais, cis
