@@ -5,8 +5,10 @@ candidate pool (the non-training half of the deduplicated models), the SPEC 6.1 
 grid up to ``--max-frac`` of ``K * n`` LLM calls, checkpoints recorded at every budget.
 
 - jaxeval: :func:`jaxeval._identification.run_identification`, ``jit(vmap(...))`` over
-  ``--reps`` replicate keys (``fold_in(key(seed), i)``); compile time (``lower().compile()``)
-  is reported separately and the run is timed warm.
+  chunks of ``--chunk`` replicate keys (``fold_in(key(seed), i)``), ``--reps`` in all;
+  compile time (``lower().compile()``) is reported separately and the run is timed warm.
+  Chunks of ~64 replicates keep the per-step working set (a few ``[chunk, n]`` arrays)
+  in cache; one call over 512 replicates was ~3x slower per replicate on this machine.
 - NumPy: ``benchmarks/numpy_reference.py`` (the same UCB-E and PULSE, a Python loop over
   steps, one replicate at a time), over ``--np-reps`` replicates.
 - banditeval (optional): its own UCB-E step, one replicate at a time (see
@@ -19,7 +21,7 @@ otherwise (one Newton step per refit, λ prior 1 with pseudo-count 10, EB interv
 
 Usage (from the repository root):
 
-    python benchmarks/bench_speed.py --dataset ifeval --K 10 --max-frac 0.2 --reps 512
+    python benchmarks/bench_speed.py --dataset ifeval --K 10 --max-frac 0.2 --reps 512 --chunk 64
 """
 
 from __future__ import annotations
@@ -45,21 +47,28 @@ from jaxeval._factorization import ItemFactors  # noqa: E402
 from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS  # noqa: E402
 
 
-def _time_jax(policy, data, params, K, n, budgets, b, reps, seed):
+def _time_jax(policy, data, params, K, n, budgets, b, reps, chunk, seed):
+    """Compile once for ``chunk`` replicates, then run ``reps`` in chunks (timed warm)."""
     cfg = idn.Config(policy, num_arms=K, num_items=n, budgets=budgets, batch_size=b,
                      cs_kinds=("eb",))
     base = jax.random.key(seed)
-    keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(reps))
+    chunk = min(chunk, reps)
+    n_chunks = -(-reps // chunk)
+    keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(n_chunks * chunk))
+    keys = keys.reshape(n_chunks, chunk)
     fn = jax.jit(jax.vmap(lambda k, d, p: idn.run_identification(k, d, p, cfg),
                           in_axes=(0, None, None)))
     t0 = time.perf_counter()
-    compiled = fn.lower(keys, data, params).compile()
+    compiled = fn.lower(keys[0], data, params).compile()
     t_compile = time.perf_counter() - t0
-    jax.block_until_ready(compiled(keys, data, params))  # warm-up
+    jax.block_until_ready(compiled(keys[0], data, params))  # warm-up
     t0 = time.perf_counter()
-    out = jax.block_until_ready(compiled(keys, data, params))
+    calls = 0
+    for i in range(n_chunks):
+        out = jax.block_until_ready(compiled(keys[i], data, params))
+        calls += int(np.asarray(out.checkpoints.calls)[:, -1].sum())
     t_run = time.perf_counter() - t0
-    return t_compile, t_run, int(np.asarray(out.checkpoints.calls)[:, -1].sum())
+    return t_compile, t_run, calls, n_chunks * chunk
 
 
 def main(argv=None):
@@ -68,6 +77,7 @@ def main(argv=None):
     ap.add_argument("--K", type=int, default=10)
     ap.add_argument("--max-frac", type=float, default=0.2)
     ap.add_argument("--reps", type=int, default=512, help="jaxeval replicates")
+    ap.add_argument("--chunk", type=int, default=64, help="jaxeval replicates per compiled call")
     ap.add_argument("--np-reps", type=int, default=4, help="NumPy reference replicates")
     ap.add_argument("--be-reps", type=int, default=4, help="banditeval replicates")
     ap.add_argument("--rank", type=int, default=8)
@@ -111,9 +121,10 @@ def main(argv=None):
         return np.stack([g.permutation(n) for _ in range(K)])
 
     # --- PULSE
-    tc, tr, calls = _time_jax("pulse", data, params, K, n, budgets, 1, args.reps, args.seed)
-    assert calls == args.reps * calls_per_rep
-    j_pulse = add("jaxeval PULSE (b=1)", args.reps, tr, tc)
+    tc, tr, calls, reps = _time_jax("pulse", data, params, K, n, budgets, 1, args.reps,
+                                    args.chunk, args.seed)
+    assert calls == reps * calls_per_rep
+    j_pulse = add("jaxeval PULSE (b=1)", reps, tr, tc)
     t0 = time.perf_counter()
     for r in range(args.np_reps):
         S = pool_s[instances[r % len(instances)]]
@@ -123,8 +134,9 @@ def main(argv=None):
     # --- UCB-E
     res_u = {}
     for b in (1, 32):
-        tc, tr, _ = _time_jax("ucbe", data, params, K, n, budgets, b, args.reps, args.seed)
-        res_u[b] = add(f"jaxeval UCB-E (b={b})", args.reps, tr, tc)
+        tc, tr, _, reps = _time_jax("ucbe", data, params, K, n, budgets, b, args.reps,
+                                    args.chunk, args.seed)
+        res_u[b] = add(f"jaxeval UCB-E (b={b})", reps, tr, tc)
     t0 = time.perf_counter()
     for r in range(args.np_reps):
         ref.ucbe(pool_s[instances[r % len(instances)]], orders_for(r), budgets, a=1.0)
