@@ -125,7 +125,27 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _setup_jax(args: argparse.Namespace) -> None:
+_DIST_ENV = "_JAXEVAL_DISTRIBUTED"
+# jax.distributed.initialize must run before anything touches a JAX backend, which
+# importing a library may do; so `run --coordinator` restarts the interpreter with
+# this launcher, which initialises first and imports jaxeval afterwards.
+_DIST_LAUNCHER = """
+import json, os, sys
+import jax
+cfg = json.loads(os.environ["_JAXEVAL_DISTRIBUTED"])
+if cfg["gloo"]:
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(
+    coordinator_address=cfg["coordinator"],
+    num_processes=cfg["num_processes"],
+    process_id=cfg["process_id"],
+)
+from jaxeval._cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _setup_jax(args: argparse.Namespace, argv: list[str]) -> None:
     """Global JAX settings the user asked for on the command line (never on import)."""
     import jax
 
@@ -134,14 +154,20 @@ def _setup_jax(args: argparse.Namespace) -> None:
         path.mkdir(parents=True, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", str(path))
     coord = getattr(args, "coordinator", None)
-    if coord is not None:
+    if coord is not None and _DIST_ENV not in os.environ:
         if args.num_processes is None or args.process_id is None:
             raise SystemExit("jaxeval run: --coordinator needs --num-processes and --process-id")
-        if os.environ.get("JAX_PLATFORMS", "").startswith("cpu") or not _has_accelerator():
-            jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(
-            coordinator_address=coord, num_processes=args.num_processes, process_id=args.process_id
-        )
+        cpu = os.environ.get("JAX_PLATFORMS", "").startswith("cpu") or not _has_accelerator()
+        cfg = {
+            "coordinator": coord,
+            "num_processes": args.num_processes,
+            "process_id": args.process_id,
+            "gloo": cpu,
+        }
+        env = dict(os.environ, **{_DIST_ENV: json.dumps(cfg)})
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, [sys.executable, "-c", _DIST_LAUNCHER, *argv], env)
 
 
 def _has_accelerator() -> bool:
@@ -283,6 +309,7 @@ def _cmd_main(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``jaxeval`` command."""
     parser = _parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.version:
         import jaxeval
@@ -295,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "example":
         print(json.dumps(_example(args.kind), indent=1))
         return 0
-    _setup_jax(args)
+    _setup_jax(args, argv)
     from jaxeval._study import (
         StudyConfigError,
         StudyFolderError,

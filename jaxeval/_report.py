@@ -324,6 +324,7 @@ def _plt():
         raise ImportError("plots need matplotlib: pip install 'jaxeval[plots]'") from e
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
+    import matplotlib.ticker  # noqa: F401  (used as matplotlib.ticker)
 
     plt.rcParams.update(
         {
@@ -364,8 +365,31 @@ def _style(name: str, entry: Mapping[str, Any], i: int) -> dict:
     return {"color": color, "label": label}
 
 
+def _bottom_legend(fig: Any, ax: Any) -> None:
+    """One legend for all panels, centred below them."""
+    handles, labels = ax.get_legend_handles_labels()
+    ncols = min(len(labels), 3)
+    rows = -(-len(labels) // max(ncols, 1))
+    fig.legend(handles, labels, loc="lower center", ncols=ncols, fontsize=8)
+    h = fig.get_figheight()
+    fig.tight_layout(rect=(0, (0.2 * rows + 0.05) / h, 1, 1 - 0.3 / h))
+
+
+def _budget_axis(ax: Any, fr: np.ndarray) -> None:
+    """Log x axis of budgets in % of K·n, with plain-number ticks inside the data range."""
+    ax.set_xscale("log")
+    ticks = [t for t in (0.5, 1, 2, 5, 10, 20, 50, 100) if fr.min() * 0.99 <= t <= fr.max() * 1.01]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{t:g}" for t in ticks])
+    ax.minorticks_off()
+    ax.set_xlim(fr.min() / 1.15, fr.max() * 1.15)
+    ax.set_xlabel("LLM calls (% of K·n, log scale)")
+
+
 def _identification_plots(s: Mapping[str, Any], out: Path) -> list[Path]:
     plt = _plt()
+    import matplotlib
+
     paths = []
     fr = np.asarray(s["budget_fractions"]) * 100
     title = f"{s['dataset']}, K={s['num_arms']}, {s['replicates']} replicates"
@@ -381,14 +405,11 @@ def _identification_plots(s: Mapping[str, Any], out: Path) -> list[Path]:
         ax.plot(fr, acc, "o-", ms=3.5, lw=1.8, color=st["color"], label=lab)
         ax.fill_between(fr, lo, hi, color=st["color"], alpha=0.12, lw=0)
     ax.axhline(TARGET_ACCURACY, color="k", ls="--", lw=1)
+    _budget_axis(ax, fr)
     ax.text(fr[0], TARGET_ACCURACY + 0.01, "95%", va="bottom", fontsize=9)
-    ax.set_xscale("log")
-    ax.set_xlabel("LLM calls (% of K·n, log scale)")
     ax.set_ylabel("P(recommended model is the best)")
     lowest = float(np.nanmin([min(e["accuracy"]) for e in s["policies"].values()]))
     ax.set_ylim(min(0.5, lowest) - 0.03, 1.01)
-    ax.set_xticks([0.5, 1, 2, 5, 10, 20, 50, 100])
-    ax.set_xticklabels(["0.5", "1", "2", "5", "10", "20", "50", "100"])
     ax.set_title(f"Best-model identification — {title}", fontsize=10)
     ax.legend(title="policy (calls to 95%)", fontsize=9, title_fontsize=9, loc="lower right")
     fig.tight_layout()
@@ -400,41 +421,63 @@ def _identification_plots(s: Mapping[str, Any], out: Path) -> list[Path]:
     kinds = list(next(iter(s["policies"].values()))["coverage"])
     nominal = s["nominal_coverage"]
     band = binomial_band(nominal, s["replicates"])
-    fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 3.8), squeeze=False)
-    for ax, kind in zip(axes[0], kinds):
-        ax.axhspan(*band, color="0.85", lw=0, label="binomial 95% band")
+    naive = [
+        (name, e) for name, e in s["policies"].items() if e.get("naive_coverage_family") is not None
+    ]
+    lows = [band[0] - 0.03]
+    for e in s["policies"].values():
+        lows += [min(e["coverage"][k]["family_wise"]) - 0.02 for k in kinds]
+    for _, e in naive:
+        lows.append(min(e["naive_coverage_family"]) - 0.02)
+    ymin = max(0.0, min(lows))
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 4.4), squeeze=False)
+    for j, (ax, kind) in enumerate(zip(axes[0], kinds)):
+        ax.axhspan(*band, color="0.88", lw=0, label=f"binomial 95% band ({s['replicates']} reps)")
         ax.axhline(nominal, color="k", ls="--", lw=1, label=f"nominal {100 * nominal:.0f}%")
         for i, (name, e) in enumerate(s["policies"].items()):
             st = _style(name, e, i)
             cov = np.asarray(e["coverage"][kind]["family_wise"])
-            ax.plot(fr, cov, "o-", ms=3, lw=1.5, color=st["color"], label=st["label"])
-        ax.set_xscale("log")
-        ax.set_ylim(min(band[0] - 0.05, 0.85), 1.005)
-        ax.set_xlabel("LLM calls (% of K·n)")
-        ax.set_ylabel("family-wise coverage")
+            ax.plot(fr, cov, "o-", ms=3.5, lw=1.6, color=st["color"], label=st["label"])
+        if j == 0:
+            for i, (name, e) in enumerate(naive):
+                st = _style(name, e, i)
+                ax.plot(
+                    fr,
+                    e["naive_coverage_family"],
+                    "x:",
+                    ms=4,
+                    lw=1.2,
+                    color=st["color"],
+                    label=f"{st['label']}: same widths around the naive pooled estimate",
+                )
+        _budget_axis(ax, fr)
+        ax.set_ylim(ymin, 1.01)
+        ax.set_ylabel("P(all K intervals hold)")
         ax.set_title(f"{kind} confidence sequences", fontsize=10)
-    axes[0][0].legend(fontsize=8, loc="lower left")
-    fig.suptitle(f"Coverage of all K intervals — {title}", fontsize=10)
-    fig.tight_layout()
+    _bottom_legend(fig, axes[0][0])
+    fig.suptitle(f"Family-wise coverage at each budget — {title}", fontsize=10)
     paths.append(out / "identification_coverage.png")
     fig.savefig(paths[-1])
     plt.close(fig)
 
     # 3. widths
-    fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 4.4), squeeze=False)
     for ax, kind in zip(axes[0], kinds):
         for i, (name, e) in enumerate(s["policies"].items()):
             st = _style(name, e, i)
-            w = np.asarray(e["coverage"][kind]["mean_width"])
-            ax.plot(fr, w, "o-", ms=3, lw=1.5, color=st["color"], label=st["label"])
-        ax.set_xscale("log")
+            w = np.asarray(e["coverage"][kind]["mean_width"], dtype=float)
+            w = np.where(w > 0, w, np.nan)  # fully evaluated arms are exact (width 0)
+            ax.plot(fr, w, "o-", ms=3.5, lw=1.6, color=st["color"], label=st["label"])
+        _budget_axis(ax, fr)
         ax.set_yscale("log")
-        ax.set_xlabel("LLM calls (% of K·n)")
+        fmt = matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:g}")
+        ax.yaxis.set_major_formatter(fmt)
+        ax.yaxis.set_minor_formatter(fmt)
+        ax.tick_params(axis="y", which="minor", labelsize=7)
         ax.set_ylabel("mean interval width (accuracy)")
         ax.set_title(f"{kind} confidence sequences", fontsize=10)
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"Interval widths — {title}", fontsize=10)
-    fig.tight_layout()
+    _bottom_legend(fig, axes[0][0])
+    fig.suptitle(f"Interval widths (mean over arms and replicates) — {title}", fontsize=10)
     paths.append(out / "identification_widths.png")
     fig.savefig(paths[-1])
     plt.close(fig)
@@ -451,7 +494,7 @@ def plot_calls_bars(summaries: Sequence[Mapping[str, Any]], path: str | Path) ->
     for s in summaries:
         names += [n for n in s["policies"] if n not in names]
     width = 0.8 / max(len(names), 1)
-    fig, ax = plt.subplots(figsize=(max(4.5, 1.6 * len(groups) * max(1, len(names) / 3)), 3.8))
+    fig, ax = plt.subplots(figsize=(2.2 + max(3.0, 0.45 * len(groups) * len(names)), 3.8))
     for i, name in enumerate(names):
         xs, ys, missing = [], [], []
         st = None
@@ -480,8 +523,9 @@ def plot_calls_bars(summaries: Sequence[Mapping[str, Any]], path: str | Path) ->
     ax.set_xticklabels(groups)
     ax.set_ylabel("LLM calls to 95% accuracy (% of K·n)")
     ax.set_title("Cost of finding the best model (lower is better)", fontsize=10)
-    ax.legend(fontsize=8, ncols=min(len(names), 4))
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="x", visible=False)
+    ax.set_ylim(0, 105)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path)
