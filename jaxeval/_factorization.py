@@ -151,7 +151,7 @@ def predictive_logit_variance(hessian: jax.Array, item_factors: ItemFactors) -> 
     Example:
       >>> import jax.numpy as jnp
       >>> f = ItemFactors(jnp.ones((3, 1)), jnp.zeros(3), jnp.zeros(1))
-      >>> predictive_logit_variance(2.0 * jnp.ones((1, 1)), f).tolist()
+      >>> predictive_logit_variance(2.0 * jnp.ones((1, 1)), f).round(4).tolist()
       [0.5, 0.5, 0.5]
     """
     V = item_factors.V

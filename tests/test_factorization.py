@@ -244,6 +244,7 @@ def test_fit_recovers_planted_factors(planted):
     )
 
 
+@pytest.mark.slow  # benchmarks/bench_factorization.py re-checks the optimum on real data
 def test_fit_reaches_the_scipy_optimum():
     scipy_opt = pytest.importorskip("scipy.optimize")
     _, _, _, _, S = _planted(jax.random.key(22), 25, 20, 2)
@@ -313,7 +314,6 @@ def test_fit_vmapped_over_seeds_and_rho_equals_looped(planted):
 
 
 def test_fit_does_not_retrace_for_new_seed_or_rho():
-    # same shapes and static arguments as test_fit_reaches_the_scipy_optimum
     S = jnp.asarray(np.random.default_rng(0).uniform(size=(25, 20)) < 0.5, jnp.float32)
     M = jnp.ones_like(S, bool)
     kw = dict(rank=2, learning_rate=0.1, num_steps=2000)
