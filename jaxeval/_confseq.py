@@ -366,12 +366,13 @@ def _betting_fns(grid_size: int, truncation: float):
         d_lo = mu_ - right
         cap_lo = truncation / jnp.maximum(right - lo_, _EPS)
         l_lo = jnp.clip(d_lo / (v_ + d_lo**2), 0.0, cap_lo)
-        logk_lo = state.logk_lo + jnp.log1p(l_lo * (y_ - right))
+        # in exact arithmetic l * (y - m) >= -truncation; the clamp only absorbs rounding
+        logk_lo = state.logk_lo + jnp.log1p(jnp.maximum(l_lo * (y_ - right), -truncation))
         # upper side: test at the cell's left edge, bet that the mean is below it
         d_hi = left - mu_
         cap_hi = truncation / jnp.maximum(hi_ - left, _EPS)
         l_hi = jnp.clip(d_hi / (v_ + d_hi**2), 0.0, cap_hi)
-        logk_hi = state.logk_hi + jnp.log1p(l_hi * (left - y_))
+        logk_hi = state.logk_hi + jnp.log1p(jnp.maximum(l_hi * (left - y_), -truncation))
         maxlog_lo = jnp.maximum(state.maxlog_lo, logk_lo)
         maxlog_hi = jnp.maximum(state.maxlog_hi, logk_hi)
         alive = (maxlog_lo < log_thr[..., None]) & (maxlog_hi < log_thr[..., None])

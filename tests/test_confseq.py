@@ -189,6 +189,21 @@ def test_shapes_active_mask_finalize(kind):
     np.testing.assert_array_equal(flo[~active], lo[~active])
 
 
+@pytest.mark.parametrize("kind", cs_mod.KINDS)
+def test_finite_when_term_rounds_outside_a_tiny_range(kind):
+    """Ranges narrower than the internal floor and a term a rounding error outside them."""
+    cs = cs_mod.get(kind, grid_size=16)
+    lo = jnp.array([0.3, 0.3, 0.5], jnp.float32)
+    hi = lo + jnp.array([0.0, 1e-9, 1e-3], jnp.float32)
+    y = lo - 2e-6
+    st = cs.init((3,))
+    for _ in range(3):
+        st = cs.update(st, y, lo, hi, lo, jnp.float32(0.05))
+    lower, upper = cs.bounds(st)
+    assert bool(jnp.all(jnp.isfinite(lower) & jnp.isfinite(upper)))
+    assert all(bool(jnp.all(jnp.isfinite(leaf))) for leaf in jax.tree.leaves(st))
+
+
 def test_get_registry_and_errors():
     assert cs_mod.get("eb") is cs_mod.get("eb")
     assert cs_mod.get("betting", grid_size=64) is not cs_mod.get("betting", grid_size=32)
