@@ -37,6 +37,9 @@ ap.add_argument("--reps", type=int, default=3, help="timed chunks per layout")
 ap.add_argument("--memory-gib", type=float, default=24.0)
 ap.add_argument("--study-replicates", type=int, default=100_000)
 ap.add_argument("--json", help="write the figures to this JSON file")
+ap.add_argument(
+    "--memory-only", action="store_true", help="compile and read memory only (no timing)"
+)
 args = ap.parse_args()
 
 os.environ["XLA_FLAGS"] = (
@@ -72,9 +75,11 @@ def measure(chunk: int, n_dev: int) -> dict:
     compiled = plan._fn.lower(key, idx, *plan.operands).compile()
     t_compile = time.perf_counter() - t0
     mem = compiled.memory_analysis()
-    jax.block_until_ready(compiled(key, idx, *plan.operands))  # warm-up
-    times = []
-    for r in range(args.reps):
+    times = [float("nan")]
+    if not args.memory_only:
+        jax.block_until_ready(compiled(key, idx, *plan.operands))  # warm-up
+        times = []
+    for r in range(0 if args.memory_only else args.reps):
         idx = plan._global(
             (np.arange(plan.chunk_size) + (r + 1) * plan.chunk_size).astype(np.uint32), plan._split
         )
@@ -91,16 +96,20 @@ def measure(chunk: int, n_dev: int) -> dict:
         "devices": n_dev,
         "compile_s": round(t_compile, 2),
         "chunk_s": round(t, 4),
-        "replicates_per_s": round(plan.chunk_size / t, 1),
-        "llm_calls_per_s": round(plan.chunk_size * budgets[-1] / t, 0),
+        "replicates_per_s": round(plan.chunk_size / t, 1) if t == t else None,
+        "llm_calls_per_s": round(plan.chunk_size * budgets[-1] / t, 0) if t == t else None,
         "temp_bytes": int(mem.temp_size_in_bytes),
         "argument_bytes": int(mem.argument_size_in_bytes),
         "output_bytes": int(mem.output_size_in_bytes),
         "output_bytes_per_replicate": out_bytes,
     }
+    rate = (
+        ""
+        if t != t
+        else f"{row['replicates_per_s']:>9.1f} rep/s  {row['llm_calls_per_s']:>12,.0f} calls/s  "
+    )
     print(
-        f"  chunk {row['chunk']:>6}  devices {n_dev}  compile {t_compile:6.1f}s  "
-        f"{row['replicates_per_s']:>9.1f} rep/s  {row['llm_calls_per_s']:>12,.0f} calls/s  "
+        f"  chunk {row['chunk']:>6}  devices {n_dev}  compile {t_compile:6.1f}s  {rate}"
         f"temp {row['temp_bytes'] / 2**20:8.2f} MiB  out {row['output_bytes'] / 2**20:7.2f} MiB",
         flush=True,
     )
@@ -114,14 +123,15 @@ print(
 )
 print("chunk-size sweep (1 device):")
 by_chunk = [measure(c, 1) for c in args.chunks]
-print(f"device sweep (chunk {args.device_chunk}):")
 by_dev = []
-for d in args.devices:
-    hit = next((x for x in by_chunk if d == 1 and x["chunk"] == args.device_chunk), None)
-    by_dev.append(hit or measure(args.device_chunk, d))
-base = by_dev[0]["replicates_per_s"]
-for r in by_dev:
-    print(f"  {r['devices']} device(s): {r['replicates_per_s'] / base:5.2f}x the 1-device rate")
+if not args.memory_only:
+    print(f"device sweep (chunk {args.device_chunk}):")
+    for d in args.devices:
+        hit = next((x for x in by_chunk if d == 1 and x["chunk"] == args.device_chunk), None)
+        by_dev.append(hit or measure(args.device_chunk, d))
+    base = by_dev[0]["replicates_per_s"]
+    for r in by_dev:
+        print(f"  {r['devices']} device(s): {r['replicates_per_s'] / base:5.2f}x the 1-device rate")
 
 # memory: fit bytes = a + b * chunk on the 1-device sweep
 ch = np.array([r["chunk"] for r in by_chunk], float)

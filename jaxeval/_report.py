@@ -533,6 +533,18 @@ def plot_calls_bars(summaries: Sequence[Mapping[str, Any]], path: str | Path) ->
     return path
 
 
+_METHOD_NAMES = {
+    "auto": "auto (recommended)",
+    "random_mean": "random anchors + mean",
+    "kmeans_ridge": "k-means anchors + ridge",
+    "random_ridge": "random anchors + ridge",
+    "anchor_points": "Anchor Points (cluster weights)",
+    "sparseeval": "SparseEval (MLP)",
+    "sparseeval_ridge": "SparseEval anchors + ridge",
+    "gpirt": "gp-IRT",
+}
+
+
 def _anchor_plots(s: Mapping[str, Any], out: Path) -> list[Path]:
     plt = _plt()
     ks = np.asarray(s["k"])
@@ -541,7 +553,8 @@ def _anchor_plots(s: Mapping[str, Any], out: Path) -> list[Path]:
         col = f"C{i % 10}"
         for ax, f in zip(axes, ("mae_pp", "tau")):
             m, sd = np.asarray(e[f]), np.asarray(e[f + "_sd"])
-            ax.errorbar(ks, m, yerr=sd, fmt="o-", ms=4, lw=1.6, capsize=3, color=col, label=name)
+            label = _METHOD_NAMES.get(name, name)
+            ax.errorbar(ks, m, yerr=sd, fmt="o-", ms=4, lw=1.6, capsize=3, color=col, label=label)
     axes[0].set_ylabel("test MAE (percentage points)")
     axes[0].set_ylim(bottom=0)
     axes[1].set_ylabel("Kendall τ-b (predicted vs true)")
