@@ -284,8 +284,9 @@ def _cmd_main(args: argparse.Namespace) -> int:
     print(f"jaxeval main: writing to {out.resolve()}", flush=True)
     _cmd_datasets(argparse.Namespace(json=False))
     summaries = []
+    suffix = "-quick" if args.quick else ""
     for sub, study in (("identification", ident), ("anchors", anchors)):
-        folder = out / sub
+        folder = out / (sub + suffix)
         print(f"\n== {study.name}: {study.kind} study -> {folder}", flush=True)
         run_study(study, folder, progress=not args.quiet)
         s = _report(folder, quiet=True)
@@ -300,7 +301,7 @@ def _cmd_main(args: argparse.Namespace) -> int:
             pass
     pngs = sorted(str(p.relative_to(out)) for p in out.rglob("*.png"))
     print(f"\nDone. Report in {out.resolve()}:")
-    print("  summaries: identification/summary.json, anchors/summary.json")
+    print(f"  summaries: identification{suffix}/summary.json, anchors{suffix}/summary.json")
     if pngs:
         print("  plots: " + ", ".join(pngs))
     return 0
