@@ -8,7 +8,8 @@ grid up to ``--max-frac`` of ``K * n`` LLM calls, checkpoints recorded at every 
   chunks of ``--chunk`` replicate keys (``fold_in(key(seed), i)``), ``--reps`` in all;
   compile time (``lower().compile()``) is reported separately and the run is timed warm.
   Chunks of ~64 replicates keep the per-step working set (a few ``[chunk, n]`` arrays)
-  in cache; one call over 512 replicates was ~3x slower per replicate on this machine.
+  small; one call over all 512 replicates ran at 4.4 PULSE replicates/s against 10 for
+  chunks of 64 (two runs under different machine load, so only indicative).
 - NumPy: ``benchmarks/numpy_reference.py`` (the same UCB-E and PULSE, a Python loop over
   steps, one replicate at a time), over ``--np-reps`` replicates.
 - banditeval (optional): its own UCB-E step, one replicate at a time (see
