@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 __all__ = [
     "SYNC_STREAM",
@@ -49,7 +50,7 @@ __all__ = [
 #: (arms are folded in with their index, which is always smaller).
 SYNC_STREAM = 0x7FFF_FFF0
 
-_KEY_MAX = jnp.int32(2**31 - 1)
+_KEY_MAX = np.int32(2**31 - 1)  # numpy: importing jaxeval must not start a JAX backend
 
 
 class SamplerState(NamedTuple):

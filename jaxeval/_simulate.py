@@ -326,7 +326,8 @@ def simulate_identification(
       a: UCB-E / naive / pulse_ucb exploration constant.
       scale: PULSE exploration scale.
       rank: rank of the offline factorization.
-      rho: prior strength of the online refit (default: the fit's ``rho_u``, else 1).
+      rho: prior strength of the online refit (default: the fit's ``online_rho``, the
+        empirical-Bayes 0.5 on whitened factors; else 1).
       lam0, shrink: λ prior and its pseudo-count.
       num_newton: Newton steps per refit.
       refit: refit the pulled arm's factor after each batch.
@@ -430,7 +431,7 @@ def simulate_identification(
                     np.asarray(factors.c, np.float32),
                     np.asarray(factors.u_mean, np.float32),
                 )
-                fit_rho = float(getattr(factors, "rho_u", 1.0))
+                fit_rho = float(getattr(factors, "online_rho", 1.0))
             if item_factors.V.shape[0] != n:
                 raise ValueError(
                     f"factors: item factors cover {item_factors.V.shape[0]} items, data has {n}"
