@@ -19,7 +19,8 @@ with the ``"ucbe"`` and ``"pulse"`` policies of :mod:`jaxeval._policies`):
 Both take explicit per-arm item orders (``orders[i]`` = the order arm ``i`` sees the
 items in), so, given the orders jaxeval's sampler generates
 (:func:`jaxeval._sampling.arm_order`), the decisions are the same; the budget grid is
-handled the same way (a batch is cut so that the calls land exactly on every checkpoint,
+handled the same way (batches are never cut at intermediate checkpoints: a checkpoint
+records the state after the last whole batch that fits within its budget,
 whose state is recorded).
 
 Example:
@@ -119,7 +120,10 @@ def ucbe(scores, orders, budgets, *, a: float = 1.0, batch_size: int = 1) -> Ref
         idx = np.where(count > 0, sum_s / nf + np.sqrt(a / nf), np.inf)
         idx[full] = -np.inf
         arm = int(np.argmax(idx))
-        take = min(batch_size, budgets[c] - calls, n - count[arm])
+        take = min(batch_size, budgets[-1] - calls, n - count[arm])
+        while c < C and calls + take > budgets[c]:  # the batch would pass this checkpoint
+            rec[c], est_rec[c], pulls_rec[c], calls_rec[c] = np.argmax(est), est, count, calls
+            c += 1
         items = orders[arm, count[arm] : count[arm] + take]
         sum_s[arm] += scores[arm, items].sum()
         count[arm] += take
@@ -305,7 +309,10 @@ def pulse(
         idx = np.where(count > 0, est + scale * hw, np.inf)
         idx[full] = -np.inf
         arm = int(np.argmax(idx))
-        take = min(batch_size, budgets[cp] - calls, n - count[arm])
+        take = min(batch_size, budgets[-1] - calls, n - count[arm])
+        while cp < C and calls + take > budgets[cp]:  # the batch would pass this checkpoint
+            record(cp)
+            cp += 1
         k0 = count[arm]
         seen, items = orders[arm, :k0], orders[arm, k0 : k0 + take]
         unseen = orders[arm, k0:]

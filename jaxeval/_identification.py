@@ -22,9 +22,11 @@ ranking estimate (the difference estimate) is recomputed. Policies without predi
 run the same loop with λ = 0 (the plain without-replacement mean). A fully evaluated
 arm is exact (width 0).
 
-Modes. ``mode="budget"``: a ``lax.scan`` over a static number of steps; batches are cut
-so that the calls land exactly on every checkpoint budget, and the state at each
-checkpoint is recorded (one run gives the whole accuracy-versus-budget curve).
+Modes. ``mode="budget"``: a ``lax.scan`` over a static number of steps; each checkpoint
+records the state after the last whole batch that fits within its budget (with
+``batch_size = 1`` the calls land exactly on it; batches are cut only at the final
+budget, so requesting more checkpoints never changes the trajectory). One run gives
+the whole accuracy-versus-budget curve.
 ``mode="confidence"``: a ``lax.while_loop`` that stops when the leader's lower bound
 clears every other arm's upper bound minus ``eps`` (ε-good), or the call cap is reached,
 or every arm is exhausted; one record.
@@ -623,9 +625,10 @@ def run_identification(
 
         def body(carry, _):
             st, recs = carry
-            nxt = budgets[jnp.argmax(budgets > st.calls)]
-            nxt = jnp.where(jnp.any(budgets > st.calls), nxt, budgets[-1])
-            st = _step(st, order_key, truth, data, config, params, nxt)
+            # Batches are cut only at the run's final budget: a checkpoint keeps the state
+            # after the last whole batch that fits within it, so the trajectory (and every
+            # checkpoint's record) is the same whatever other checkpoints are requested.
+            st = _step(st, order_key, truth, data, config, params, budgets[-1])
             rec = _record(st, config)
             keep = st.calls <= budgets
             recs = jax.tree.map(
@@ -639,7 +642,7 @@ def run_identification(
 
         (state, records), _ = jax.lax.scan(body, (state, records), None, length=config.num_steps)
         exhausted = jnp.all(state.sampler.count >= config.num_items)
-        reached = records.calls >= budgets
+        reached = (records.calls >= budgets) | (state.calls > records.calls)
         status = jnp.where(
             reached, STATUS_BUDGET, jnp.where(exhausted, STATUS_EXHAUSTED, STATUS_POLICY_DONE)
         )

@@ -81,18 +81,26 @@ def test_pulse_same_decisions(problem, batch_size=3):
     params = idn.Params.make(alpha=0.1, scale=0.7, rho=1.0, lam0=0.8, shrink=5.0)
     keys, out = _run_jax("pulse", data, params, batch_size)
     ck = out.checkpoints
+    differing = 0
     for r in range(N_REPS):
         res = ref.pulse(S, _orders(keys[r]), BUDGETS, V, c, u_mean, alpha=0.1, scale=0.7,
                         rho=1.0, lam0=0.8, shrink=5.0, batch_size=batch_size)
-        np.testing.assert_array_equal(res.pulls, ck.pulls[r])
-        np.testing.assert_array_equal(res.recommended, ck.recommended[r])
-        np.testing.assert_allclose(res.estimate, ck.estimate[r], atol=2e-4)
+        # float32 (jaxeval) and float64 (NumPy) indices can break a near-tie between two
+        # arms differently, which swaps the order of two consecutive pulls: the record at a
+        # checkpoint between them differs while the trajectories agree again right after.
+        # Allow one such (replicate, checkpoint) cell in the whole run, never at the end.
+        same = np.all(res.pulls == ck.pulls[r], axis=-1)
+        differing += int((~same).sum())
+        assert same[-1] and same[-2]
+        np.testing.assert_array_equal(res.recommended[same], ck.recommended[r][same])
+        np.testing.assert_allclose(res.estimate[same], ck.estimate[r][same], atol=2e-4)
         # the EB sums carry bets of order 1/c in float32 (jaxeval) vs float64 (NumPy):
         # the bounds agree to rounding of those sums, not to 1e-6
-        np.testing.assert_allclose(res.lower, ck.lower[r, :, 0], atol=1e-2)
-        np.testing.assert_allclose(res.upper, ck.upper[r, :, 0], atol=1e-2)
+        np.testing.assert_allclose(res.lower[same], ck.lower[r, same, 0], atol=1e-2)
+        np.testing.assert_allclose(res.upper[same], ck.upper[r, same, 0], atol=1e-2)
         # the last checkpoint spends the whole matrix: every arm is exact
         np.testing.assert_allclose(res.estimate[-1], S.mean(1), atol=1e-6)
+    assert differing <= 1, differing
 
 
 def test_reference_orders_are_used():
@@ -113,12 +121,6 @@ def test_reference_refuses_bad_shapes():
         ref.ucbe(S, np.zeros((2, 5), int), (5, 3))
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="jaxeval._identification cuts a batch at every checkpoint and does not finish it "
-    "afterwards, so with batch_size > 1 the trajectory (and the accuracy at a budget) "
-    "depends on which other checkpoints were requested",
-)
 def test_checkpoints_do_not_change_the_trajectory():
     """The state at budget 40 must not depend on an extra checkpoint at budget 5."""
 
