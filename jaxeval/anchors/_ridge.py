@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 __all__ = [
     "LinearMap",
@@ -27,7 +28,7 @@ __all__ = [
 ]
 
 #: Relative ridge strengths tried on validation models.
-RIDGE_GRID = tuple(float(x) for x in jnp.logspace(-4.0, 2.0, 13).tolist())
+RIDGE_GRID = tuple(float(x) for x in np.logspace(-4.0, 2.0, 13))
 
 
 class LinearMap(NamedTuple):
