@@ -699,7 +699,7 @@ def default_study(quick: bool = False) -> tuple[IdentificationStudy, AnchorStudy
         name="main-identification",
         data=DataSource(dataset="oll2_ifeval"),
         num_arms=10,
-        n_replicates=128 if quick else 512,
+        n_replicates=128 if quick else 256,
         chunk_size=128,
         n_instances=16,
     )
@@ -708,7 +708,7 @@ def default_study(quick: bool = False) -> tuple[IdentificationStudy, AnchorStudy
         data=DataSource(dataset="oll2_musr"),
         methods=("random_mean", "kmeans_ridge", "auto"),
         k=(20, 100),
-        n_seeds=2 if quick else 5,
+        n_seeds=2 if quick else 3,
     )
     return ident, anchors
 
