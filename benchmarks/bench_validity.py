@@ -1,18 +1,27 @@
 """Family-wise coverage of every confidence-sequence kind (SPEC 2.4, 5).
 
-For each truth source (the OLL v2 sets, TailoredBench GSM8K from ../shared/data, and
-synthetic low-rank truth) and each kind of predictions (the fitted factorization,
-biased by +0.3, random, adversarial ``1 - S``), PULSE runs ``--reps`` replicates and we
-count the replicates in which *all K intervals hold at every checkpoint at once*
-(anytime, simultaneous). Validity requires coverage >= 1 - alpha within the binomial
-tolerance ``3 sqrt(alpha (1 - alpha) / R)``. The same widths centred on the naive
-pooled estimate (observed scores plus raw predictions, no correction) show naive
-pooling's coverage collapsing under biased predictions.
+For each truth source (the OLL v2 sets, TailoredBench GSM8K and the eight metabench
+OLL v1 files from ../shared/data, and synthetic low-rank truth) and each kind of
+predictions (the fitted factorization, biased by +0.3, random, adversarial ``1 - S``),
+PULSE runs ``--reps`` replicates and we count the replicates in which *all K intervals
+hold at every checkpoint at once* (anytime, simultaneous). Validity requires coverage
+>= 1 - alpha within the binomial tolerance ``3 sqrt(alpha (1 - alpha) / R)``. The same
+widths centred on the naive pooled estimate (observed scores plus raw predictions, no
+correction) show naive pooling's coverage collapsing under biased predictions.
 
 Usage (from the repository root):
 
     python benchmarks/bench_validity.py --reps 2000
     python benchmarks/bench_validity.py --reps 2000 --sources synthetic --preds none biased
+    python benchmarks/bench_validity.py --reps 2000 --sources metabench --preds biased
+
+``--sources metabench`` expands to the eight ``mb_*`` sources. The metabench files are
+loaded with ``duplicate_names="rename"``; the truth for identification is always the
+row mean over the file's items (never the file's ``full_score_pct`` target). Candidate
+models with missing cells (only in ``mb_aggregate``, six benchmark-level scores) are
+dropped, since the simulation needs each candidate's full row; with its six items the
+factorization rank is capped at 3 and the 1/3/5/10% checkpoints round to 1, 2 and 3
+calls out of K*n = 30.
 
 Prints a markdown table; exits non-zero if a DR interval misses its target.
 """
@@ -35,13 +44,39 @@ SOURCES = {
     "arc": "oll2_arc_challenge",
     "math5": "oll2_math_lvl5",
     "gsm8k_tb": str(SHARED / "tailoredbench_gsm8k.npz"),
+    "mb_aggregate": str(SHARED / "metabench_oll1_aggregate_6bench.npz"),
+    "mb_arc": str(SHARED / "metabench_oll1_arc_selected.npz"),
+    "mb_arc_v2": str(SHARED / "metabench_oll1_arc_v2_selected.npz"),
+    "mb_gsm8k": str(SHARED / "metabench_oll1_gsm8k_selected.npz"),
+    "mb_gsm8k_v2": str(SHARED / "metabench_oll1_gsm8k_v2_selected.npz"),
+    "mb_mmlu": str(SHARED / "metabench_oll1_mmlu_selected.npz"),
+    "mb_truthfulqa": str(SHARED / "metabench_oll1_truthfulqa_selected.npz"),
+    "mb_winogrande": str(SHARED / "metabench_oll1_winogrande_selected.npz"),
     "synthetic": None,
 }
+#: source groups accepted by ``--sources``
+GROUPS = {"metabench": [s for s in SOURCES if s.startswith("mb_")]}
+
+
+def load_source(src: str) -> jaxeval.ScoreMatrix:
+    """Load a truth source; metabench files keep repeated names (renamed) and lose
+    the models with missing cells (the simulation needs every candidate's full row)."""
+    path = SOURCES[src]
+    if not path.endswith(".npz"):
+        return jaxeval.load(path)
+    sm = jaxeval.load(path, duplicate_names="rename")
+    complete = np.asarray(sm.mask).all(axis=1)
+    if not complete.all():
+        print(f"{src}: dropping {int((~complete).sum())} of {sm.n_models} models with "
+              "missing cells", flush=True)
+        sm = sm.take(models=np.flatnonzero(complete))
+    return sm
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--sources", nargs="+", default=list(SOURCES))
+    ap.add_argument("--sources", nargs="+", default=list(SOURCES),
+                    help=f"sources {list(SOURCES)} or groups {list(GROUPS)}")
     ap.add_argument("--preds", nargs="+", default=["none", "biased", "random", "adversarial"])
     ap.add_argument("--kinds", nargs="+", default=["eb", "hoeffding", "betting"])
     ap.add_argument("--reps", type=int, default=2000)
@@ -49,15 +84,21 @@ def main(argv=None):
     ap.add_argument("--alpha", type=float, default=0.1)
     ap.add_argument("--fracs", nargs="+", type=float, default=[0.01, 0.03, 0.05, 0.1])
     ap.add_argument("--n-synthetic", type=int, default=200)
+    ap.add_argument("--rank", type=int, default=8,
+                    help="factorization rank (capped at n_items // 2 for tiny item sets)")
     ap.add_argument("--policy", default="pulse")
     ap.add_argument("--chunk", type=int, default=500)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    sources = [s for src in args.sources for s in GROUPS.get(src, [src])]
+    unknown = [s for s in sources if s not in SOURCES]
+    if unknown:
+        ap.error(f"--sources: unknown {unknown}; choose from {list(SOURCES)} or {list(GROUPS)}")
 
     tol = 3 * np.sqrt(args.alpha * (1 - args.alpha) / args.reps)
     target = 1 - args.alpha - tol
     rows, failed = [], False
-    for src in args.sources:
+    for src in sources:
         if src == "synthetic":
             data = jaxeval.SyntheticSpec(n_items=args.n_synthetic, rank=4)
             factors = None
@@ -66,10 +107,13 @@ def main(argv=None):
             if path.endswith(".npz") and not Path(path).exists():
                 print(f"skip {src}: {path} not found")
                 continue
-            data = jaxeval.load(path)
+            data = load_source(src)
             dd = data.drop_duplicates()
             train, _ = dd.split([dd.n_models // 2], seed=args.seed)
-            factors = jaxeval.fit_factorization(train, rank=8, rho=1.0, seed=args.seed,
+            rank = min(args.rank, max(1, data.n_items // 2))
+            if rank != args.rank:
+                print(f"{src}: rank {rank} (only {data.n_items} items)", flush=True)
+            factors = jaxeval.fit_factorization(train, rank=rank, rho=1.0, seed=args.seed,
                                                 num_steps=1000)
         for pred in args.preds:
             t0 = time.time()
@@ -87,7 +131,7 @@ def main(argv=None):
             print(f"{src:>9} {pred:>11}: "
                   + " ".join(f"{k}={c:.4f}" for k, c in cov.items())
                   + f" naive(min over budgets)={naive:.4f} {'ok' if ok else 'FAIL'} "
-                  f"({wall:.0f}s)", flush=True)
+                  f"(budgets {rep.budgets.tolist()} calls; {wall:.0f}s)", flush=True)
     print()
     print(f"R = {args.reps}, K = {args.K}, alpha = {args.alpha}, policy = {args.policy}, "
           f"checkpoints at {args.fracs} of K*n; target >= {target:.4f} (1 - alpha - 3 se)")
