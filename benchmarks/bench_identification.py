@@ -13,7 +13,15 @@ Usage (from the repository root; data in ../shared/data or the bundled copies):
     python benchmarks/bench_identification.py --datasets ifeval musr --K 50 --reps 20
 
 Prints a markdown table (calls to 95% as a share of K*n) and writes every curve as JSON
-to ``--out``.
+to ``--out``. ``--plot PATH`` draws the accuracy-versus-calls curves (one panel per
+dataset and K, one line per policy) to a PNG. ``--replot A.json B.json ...`` skips the
+simulation and rebuilds the table and the plot from earlier ``--out`` files (later files
+win on repeated curves), so datasets run in separate processes can be combined:
+
+    python benchmarks/bench_identification.py --K 50 --datasets ifeval --out /tmp/a.json
+    python benchmarks/bench_identification.py --K 50 --datasets musr --out /tmp/b.json
+    python benchmarks/bench_identification.py --replot /tmp/a.json /tmp/b.json \
+        --plot benchmarks/plots/identification_K50.png
 """
 
 from __future__ import annotations
@@ -40,6 +48,77 @@ def _fmt(x):
     return ">max" if not np.isfinite(x) else f"{100 * x:.1f}%"
 
 
+def _panels(curves):
+    """The (dataset, "K<k>") pairs present in ``curves``, by K then DATASETS order."""
+    order = list(DATASETS)
+    return sorted({tuple(k.split("/")[:2]) for k in curves},
+                  key=lambda t: (int(t[1][1:]), order.index(t[0]) if t[0] in order else 99))
+
+
+def print_table(curves, policies):
+    """Print the calls-to-95% (90%) markdown table from a ``curves`` dict."""
+    keys = _panels(curves)
+    print("| dataset | K | median gap | " + " | ".join(policies) + " |")
+    print("|---|---|---|" + "---|" * len(policies))
+    for ds, kk in keys:
+        cells, gap = [], float("nan")
+        for p in policies:
+            c = curves.get(f"{ds}/{kk}/{p}")
+            if c is None:
+                cells.append("not run")
+                continue
+            gap = c["median_gap"]
+            cells.append(f"{_fmt(c['calls_to_95'])} ({_fmt(c['calls_to_90'])})")
+        print(f"| {ds} | {kk[1:]} | {gap:.3f} | " + " | ".join(cells) + " |")
+
+
+def plot_curves(curves, policies, path, reps=None):
+    """Accuracy versus calls (share of K*n), one panel per (dataset, K), to a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    panels = _panels(curves)
+    if not panels:
+        raise ValueError("--plot: no curves to draw")
+    ncol = min(4, len(panels))
+    nrow = -(-len(panels) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.6 * ncol, 3.0 * nrow), squeeze=False,
+                             sharey=True)
+    for ax, (ds, kk) in zip(axes.flat, panels):
+        for p in policies:
+            c = curves.get(f"{ds}/{kk}/{p}")
+            if c is None:
+                continue
+            x = 100 * np.asarray(c["budget_fractions"])
+            ax.plot(x, c["accuracy"], marker="o", ms=3, lw=1.2, label=p)
+        gap = next(c["median_gap"] for k, c in curves.items() if k.startswith(f"{ds}/{kk}/"))
+        ax.set_xscale("log")
+        ticks = [0.5, 1, 2, 5, 10, 20, 50, 100]
+        ax.set_xticks([t for t in ticks if t <= x.max() * 1.01])
+        ax.set_xticklabels([f"{t:g}" for t in ticks if t <= x.max() * 1.01])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.axhline(0.95, color="grey", lw=0.6, ls="--")
+        ax.set_title(f"{ds}, K = {kk[1:]} (median gap {gap:.3f})", fontsize=9)
+        ax.set_xlabel("LLM calls (% of K*n)", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3, lw=0.5)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("identification accuracy", fontsize=8)
+    axes.flat[0].legend(fontsize=7, loc="lower right")
+    note = f"{reps} replicates per point; " if reps else ""
+    fig.suptitle(f"Best-model identification ({note}same instances and item orders "
+                 "for every policy)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    print(f"plot written to {path}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--datasets", nargs="+", default=list(DATASETS))
@@ -54,10 +133,29 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="/tmp/bench_identification.json")
+    ap.add_argument("--plot", default=None, help="write the accuracy-vs-calls curves here (PNG)")
+    ap.add_argument("--replot", nargs="+", default=None, metavar="JSON",
+                    help="no simulation: table and plot from earlier --out files")
     args = ap.parse_args(argv)
+    unknown = [d for d in args.datasets if d not in DATASETS]
+    if unknown:
+        ap.error(f"--datasets: unknown {unknown}; choose from {list(DATASETS)}")
+
+    if args.replot:
+        curves, reps = {}, set()
+        for path in args.replot:
+            with open(path) as fh:
+                blob = json.load(fh)
+            curves.update(blob["curves"])
+            reps.add(blob["args"]["reps"])
+        print_table(curves, args.policies)
+        if args.plot:
+            plot_curves(curves, args.policies, args.plot,
+                        reps="/".join(str(r) for r in sorted(reps)))
+        return
 
     fracs = tuple(f for f in DEFAULT_BUDGET_FRACTIONS if f <= args.max_frac + 1e-12)
-    rows, curves = [], {}
+    curves = {}
     for ds in args.datasets:
         sm = jaxeval.load(DATASETS[ds])
         # fit the factorization once per dataset on the same training rows that
@@ -93,16 +191,16 @@ def main(argv=None):
                 print(f"{ds} K={K} {pol:>9}: to95 {_fmt(res[pol][0])} to90 {_fmt(res[pol][1])} "
                       f"cov {rep.coverage_family[0]:.3f} acc@max {rep.accuracy[-1]:.3f} "
                       f"({wall:.0f}s)", flush=True)
-            rows.append((ds, K, gap, res))
+                # save after every policy so that an interrupted run keeps its curves
+                with open(args.out, "w") as fh:
+                    json.dump(dict(args=vars(args), curves=curves), fh, indent=1)
     print()
-    print("| dataset | K | median gap | " + " | ".join(args.policies) + " |")
-    print("|---|---|---|" + "---|" * len(args.policies))
-    for ds, K, gap, res in rows:
-        cells = " | ".join(f"{_fmt(res[p][0])} ({_fmt(res[p][1])})" for p in args.policies)
-        print(f"| {ds} | {K} | {gap:.3f} | {cells} |")
+    print_table(curves, args.policies)
     with open(args.out, "w") as fh:
         json.dump(dict(args=vars(args), curves=curves), fh, indent=1)
     print(f"\ncurves written to {args.out}")
+    if args.plot:
+        plot_curves(curves, args.policies, args.plot, reps=args.reps)
 
 
 if __name__ == "__main__":
