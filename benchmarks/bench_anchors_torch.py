@@ -9,14 +9,19 @@ straightforward port of the reference code); jaxeval runs all seeds in one jitte
 vmapped kernel. Reported: wall time of each, the ratio, with and without jaxeval's
 compilation, and the test MAE of both (sanity: similar accuracy).
 
+Runs alternate (jaxeval, then PyTorch) ``--rounds`` times after one jaxeval call
+that includes compilation, so a change of machine load shows up as two different
+ratios. The machine's load average is printed before, between and after.
+
     pip install -e .[bench]          # torch==2.13.0 (CPU)
     python benchmarks/bench_anchors_torch.py --dataset oll2_musr --k 100 --seeds 10 \\
-        --proxy-steps 200 --final-steps 1000 --init-steps 200
+        --init-steps 500 --proxy-steps 500 --final-steps 3000 --rounds 2
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -65,15 +70,25 @@ def train(x, y, xv, yv, steps, eval_every, use_val=True):
 
 
 def kmeans(s_tr, k, rng, iters=50):
+    """k-means on +-1 item vectors (L2-normalised over training models), nearest item each.
+
+    Random distinct items as initial centroids, then Lloyd; distances by the expansion
+    ``|x|^2 - 2 x.c + |c|^2`` (one matrix product per iteration).
+    """
     x = (2 * s_tr - 1).T
     x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-    cent = x[rng.choice(x.shape[0], k, replace=False)]
+    cent = x[rng.choice(x.shape[0], k, replace=False)].copy()
+    sq = (x**2).sum(1)
+
+    def dist(c):
+        return sq[:, None] - 2 * x @ c.T + (c**2).sum(1)[None, :]
+
     for _ in range(iters):
-        lab = ((x[:, None, :] - cent[None]) ** 2).sum(-1).argmin(1)
+        lab = dist(cent).argmin(1)
         for c in range(k):
             if np.any(lab == c):
                 cent[c] = x[lab == c].mean(0)
-    d = ((x[:, None, :] - cent[None]) ** 2).sum(-1)
+    d = dist(cent)
     taken, out = set(), []
     for c in range(k):
         for j in np.argsort(d[:, c]):
@@ -114,42 +129,78 @@ def torch_protocol(sp, k, seed, st: Settings):
     return 100 * np.mean(np.abs(pred - sp.test.true_score()))
 
 
+def _load():
+    one, five, _ = os.getloadavg()
+    return f"{one:.2f} (1 min) / {five:.2f} (5 min)"
+
+
+def _jax_run(sm, k, seeds, st):
+    t0 = time.perf_counter()
+    r = evaluate_protocol(sm, k, ("sparseeval",), seeds, st)
+    return time.perf_counter() - t0, r.mae_pp[0]
+
+
+def _torch_run(sm, k, seeds, st):
+    t0 = time.perf_counter()
+    maes = np.array([torch_protocol(sm.protocol_split(s), k, s, st) for s in seeds])
+    return time.perf_counter() - t0, maes
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", default="oll2_musr")
     ap.add_argument("--k", type=int, default=100)
     ap.add_argument("--seeds", type=int, default=10)
-    ap.add_argument("--proxy-steps", type=int, default=200)
-    ap.add_argument("--final-steps", type=int, default=1000)
-    ap.add_argument("--init-steps", type=int, default=200)
+    ap.add_argument("--proxy-steps", type=int, default=500)
+    ap.add_argument("--final-steps", type=int, default=3000)
+    ap.add_argument("--init-steps", type=int, default=500)
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="alternate (jaxeval, PyTorch) this many times; one ratio per round")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     a = ap.parse_args(argv)
+    if a.seeds < 1 or a.rounds < 1 or a.k < 1:
+        raise ValueError(f"--seeds, --rounds and --k must be >= 1, got "
+                         f"{a.seeds}, {a.rounds}, {a.k}")
     if a.threads:
         torch.set_num_threads(a.threads)
     st = Settings(proxy_steps=a.proxy_steps, final_steps=a.final_steps, init_steps=a.init_steps)
     sm = jaxeval.load(a.dataset).drop_duplicates()
     seeds = tuple(42 + r for r in range(a.seeds))
+    print(f"jaxeval from {jaxeval.__file__}; torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads; {os.cpu_count()} CPUs")
+    print(f"SparseEval protocol, {a.dataset} k={a.k} ({sm.n_models} models, {sm.n_items} "
+          f"items), {a.seeds} seeds, steps init/proxy/final = {a.init_steps}/"
+          f"{a.proxy_steps}/{a.final_steps}, R = {st.num_swaps}, eval every {st.eval_every}")
+    print(f"load average before: {_load()}", flush=True)
 
-    t0 = time.perf_counter()
-    r1 = evaluate_protocol(sm, a.k, ("sparseeval",), seeds, st)
-    t_jax_first = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    r2 = evaluate_protocol(sm, a.k, ("sparseeval",), seeds, st)
-    t_jax = time.perf_counter() - t0
-    assert np.allclose(r1.mae_pp, r2.mae_pp)
+    t_first, mae_first = _jax_run(sm, a.k, seeds, st)
+    print(f"jaxeval first call (incl. compile): {t_first:.1f} s, test MAE "
+          f"{mae_first.mean():.2f} pp; load {_load()}", flush=True)
+    rows = []
+    for rnd in range(a.rounds):
+        t_jax, mae_jax = _jax_run(sm, a.k, seeds, st)
+        assert np.allclose(mae_jax, mae_first), "jaxeval is not deterministic across calls"
+        print(f"round {rnd + 1}: jaxeval {t_jax:.1f} s; load {_load()}", flush=True)
+        t_torch, mae_torch = _torch_run(sm, a.k, seeds, st)
+        print(f"round {rnd + 1}: PyTorch {t_torch:.1f} s, test MAE {mae_torch.mean():.2f} pp; "
+              f"load {_load()}", flush=True)
+        rows.append((t_jax, t_torch, mae_torch))
 
-    t0 = time.perf_counter()
-    maes = [torch_protocol(sm.protocol_split(s), a.k, s, st) for s in seeds]
-    t_torch = time.perf_counter() - t0
-
-    print(f"SparseEval protocol, {a.dataset} k={a.k}, {a.seeds} seeds, steps "
-          f"init/proxy/final = {a.init_steps}/{a.proxy_steps}/{a.final_steps}, "
-          f"R = {st.num_swaps}, torch threads {torch.get_num_threads()}")
-    print(f"  PyTorch loop over seeds : {t_torch:8.1f} s   test MAE {np.mean(maes):.2f} pp")
-    print(f"  jaxeval (vmapped seeds) : {t_jax:8.1f} s   test MAE {r2.mae_pp.mean():.2f} pp "
-          f"(first call incl. compile {t_jax_first:.1f} s)")
-    print(f"  ratio torch / jaxeval   : {t_torch / t_jax:.2f}x  "
-          f"(incl. compile {t_torch / t_jax_first:.2f}x)")
+    print(f"\nload average after: {_load()}")
+    print("\n| round | jaxeval (s) | PyTorch (s) | ratio PyTorch / jaxeval |"
+          " ratio incl. compile |")
+    print("|---|---|---|---|---|")
+    for rnd, (t_jax, t_torch, _) in enumerate(rows):
+        print(f"| {rnd + 1} | {t_jax:.1f} | {t_torch:.1f} | {t_torch / t_jax:.2f}x | "
+              f"{t_torch / t_first:.2f}x |")
+    print(f"\njaxeval first call incl. compile: {t_first:.1f} s")
+    print(f"test MAE (pp), mean ± sd over seeds: jaxeval {mae_first.mean():.2f} ± "
+          f"{mae_first.std():.2f}; PyTorch " + ", ".join(
+              f"round {i + 1} {m.mean():.2f} ± {m.std():.2f}" for i, (_, _, m) in enumerate(rows)))
+    print("per-seed MAE jaxeval:", np.round(mae_first, 2).tolist())
+    for i, (_, _, m) in enumerate(rows):
+        print(f"per-seed MAE PyTorch round {i + 1}:", np.round(m, 2).tolist())
 
 
 if __name__ == "__main__":

@@ -1,0 +1,292 @@
+"""Issue 5's full anchors grid: every dataset x k x method, 10 seeds, resumable.
+
+For every dataset of ``bench_anchors.DATASETS`` and every k in {100, 20, 60, 40, 80}
+(k = 100 first for all datasets; only k < number of items), one call of
+``evaluate_protocol`` (SPEC 6.2 splits, seeds 42..51 vmapped) runs the issue-5 methods
+and appends one JSON line per finished (dataset, k) cell to ``--out``: per-seed test
+MAE (pp), Kendall tau-b, split-conformal coverage and width of the 90% interval, their
+means and sds, the wall time, the settings and the git commit of the jaxeval that ran.
+A cell already in the file with the same settings, seeds and methods is skipped, so an
+interrupted grid continues where it stopped.
+
+    # run (or continue) the grid; point PYTHONPATH at a frozen jaxeval checkout
+    PYTHONPATH=/path/to/snapshot nice -n 19 python benchmarks/anchors_grid.py
+    # the markdown tables from what is in the file
+    python benchmarks/anchors_grid.py --table
+
+Coverage check: with ``n`` calibration (validation) models the split-conformal coverage
+of one split is Beta(r, n + 1 - r) distributed, ``r = ceil((n + 1)(1 - alpha))``, when
+the map was not tuned on those models; averaged over ``h`` test models and ``S``
+independent splits its sd is ``sqrt((Var_beta + E[c(1 - c)] / h) / S)``. ``--table``
+marks a method's mean coverage outside ``r/(n+1) +- 2 sd``. The MLP checkpoints and the
+ridge strength are chosen on the same validation models, so a small shortfall there is
+expected and is reported, not hidden.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jaxeval
+from jaxeval.anchors import Settings
+from jaxeval.anchors._protocol import evaluate_protocol
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_anchors import DATASETS, load  # noqa: E402
+
+#: The methods of issue 5, in table order.
+METHODS = ("random_mean", "anchor_points", "random_linear", "random_ridge", "random_mlp",
+           "pirt", "gpirt", "sparseeval")
+#: k = 100 for every dataset first, then the rest in this order.
+K_ORDER = (100, 20, 60, 40, 80)
+SEEDS = tuple(range(42, 52))
+ALPHA = 0.1
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "anchors_grid.jsonl"
+
+
+def _commit() -> str:
+    """Git commit of the jaxeval checkout that is imported (``unknown`` outside git)."""
+    root = Path(jaxeval.__file__).resolve().parents[1]
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, check=True, timeout=30)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "jaxeval"],
+                               capture_output=True, text=True, timeout=30).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _settings_key(st: Settings, seeds, methods) -> str:
+    return json.dumps({"settings": repr(st), "seeds": list(seeds), "methods": list(methods)},
+                      sort_keys=True)
+
+
+def read_cells(path: Path) -> list[dict]:
+    """Every record of the results file (an absent file holds none)."""
+    if not path.exists():
+        return []
+    recs = []
+    with open(path) as f:
+        for i, line in enumerate(f):
+            line = line.strip()
+            if line:
+                try:
+                    recs.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}: line {i + 1} is not JSON ({e})") from None
+    return recs
+
+
+def _load_avg() -> list[float]:
+    return [round(v, 2) for v in os.getloadavg()]
+
+
+def run_cell(name: str, sm: jaxeval.ScoreMatrix, k: int, st: Settings, seeds, methods) -> dict:
+    """Run one (dataset, k) cell and return its JSON record."""
+    load_before = _load_avg()
+    t0 = time.perf_counter()
+    r = evaluate_protocol(sm, k, tuple(methods), tuple(seeds), st, alpha=ALPHA, dr_items=0)
+    secs = time.perf_counter() - t0
+    n_models = int(r.info["n_models"])
+    h = 200 if n_models >= 1000 else int(round(0.2 * n_models))
+    per = {}
+    for i, m in enumerate(r.methods):
+        mae, tau = r.mae_pp[i], r.tau_b[i]
+        cov, wid = r.coverage[i], 100 * r.width[i]
+        per[m] = {
+            "mae_pp": mae.tolist(), "tau_b": tau.tolist(), "coverage": cov.tolist(),
+            "width_pp": wid.tolist(),
+            "mae_mean": float(mae.mean()), "mae_sd": float(mae.std(ddof=1)),
+            "tau_mean": float(tau.mean()), "tau_sd": float(tau.std(ddof=1)),
+            "coverage_mean": float(cov.mean()), "width_mean_pp": float(wid.mean()),
+        }
+    return {
+        "dataset": name, "k": int(k), "source": str(r.info["dataset"]),
+        "n_models": n_models, "n_items": int(r.info["n_items"]), "n_test": h, "n_val": h,
+        "external_target": bool(r.info["external_target"]),
+        "seeds": list(seeds), "methods": list(methods), "alpha": ALPHA,
+        "results": per, "seconds": secs, "settings": repr(st),
+        "settings_fields": {f.name: repr(getattr(st, f.name)) for f in dataclasses.fields(st)},
+        "key": _settings_key(st, seeds, methods), "commit": _commit(),
+        "jaxeval_path": str(Path(jaxeval.__file__).resolve().parent),
+        "load_before": load_before, "load_after": _load_avg(), "cpus": os.cpu_count(),
+        "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def conformal_tolerance(n_val: int, n_test: int, n_seeds: int, alpha: float = ALPHA):
+    """Expected split-conformal coverage and the sd of its mean over seeds.
+
+    Args:
+      n_val: calibration models per split.
+      n_test: test models per split.
+      n_seeds: independent splits averaged.
+      alpha: miscoverage level.
+
+    Returns:
+      ``(mean, sd)`` of the seed-averaged test coverage for a map not tuned on the
+      calibration models (exchangeable, continuous residuals).
+    """
+    if n_val < 1 or n_test < 1 or n_seeds < 1:
+        raise ValueError(f"n_val, n_test, n_seeds must be >= 1, got {n_val}, {n_test}, {n_seeds}")
+    r = math.ceil((n_val + 1) * (1 - alpha))
+    if r > n_val:
+        return 1.0, 0.0
+    a, b = r, n_val + 1 - r
+    mu = a / (a + b)
+    var_beta = a * b / ((a + b) ** 2 * (a + b + 1))
+    e_binom = mu * (1 - mu) - var_beta
+    return mu, math.sqrt((var_beta + e_binom / n_test) / n_seeds)
+
+
+def print_tables(recs: list[dict]) -> None:
+    """Markdown tables (MAE, tau-b, coverage/width) and the k = 100 winners."""
+    if not recs:
+        print("no finished cells")
+        return
+    cells = {}
+    for rec in recs:  # the last record of a (dataset, k) wins
+        cells[(rec["dataset"], rec["k"])] = rec
+    order = {d: i for i, d in enumerate(DATASETS)}
+    keys = sorted(cells, key=lambda c: (order.get(c[0], 99), c[1]))
+    methods = list(METHODS)
+    for rec in cells.values():
+        methods += [m for m in rec["methods"] if m not in methods]
+    head = "| dataset | k | " + " | ".join(methods) + " |\n|---|---|" + "---|" * len(methods)
+
+    print(f"### Test MAE (pp), mean ± sd over seeds; best per row in bold\n\n{head}")
+    for c in keys:
+        res = cells[c]["results"]
+        best = min(res[m]["mae_mean"] for m in res)
+        row = []
+        for m in methods:
+            if m not in res:
+                row.append("–")
+                continue
+            s = f"{res[m]['mae_mean']:.2f} ± {res[m]['mae_sd']:.2f}"
+            row.append(f"**{s}**" if res[m]["mae_mean"] == best else s)
+        print(f"| {c[0]} | {c[1]} | " + " | ".join(row) + " |")
+
+    print(f"\n### Kendall τ-b, mean ± sd over seeds; best per row in bold\n\n{head}")
+    for c in keys:
+        res = cells[c]["results"]
+        best = max(res[m]["tau_mean"] for m in res)
+        row = []
+        for m in methods:
+            if m not in res:
+                row.append("–")
+                continue
+            s = f"{res[m]['tau_mean']:.3f} ± {res[m]['tau_sd']:.3f}"
+            row.append(f"**{s}**" if res[m]["tau_mean"] == best else s)
+        print(f"| {c[0]} | {c[1]} | " + " | ".join(row) + " |")
+
+    print("\n### 90% split-conformal interval on test models: coverage / mean width (pp)\n")
+    print("Expected coverage ± 2 sd (Beta-binomial, see the module docstring) per row; "
+          "a coverage outside that band is marked with `!`.\n")
+    print("| dataset | k | expected ± 2 sd | " + " | ".join(methods) + " |\n|---|---|---|"
+          + "---|" * len(methods))
+    for c in keys:
+        rec = cells[c]
+        mu, sd = conformal_tolerance(rec["n_val"], rec["n_test"], len(rec["seeds"]),
+                                     rec.get("alpha", ALPHA))
+        row = []
+        for m in methods:
+            if m not in rec["results"]:
+                row.append("–")
+                continue
+            v = rec["results"][m]
+            flag = "" if abs(v["coverage_mean"] - mu) <= 2 * sd else " !"
+            row.append(f"{v['coverage_mean']:.3f}{flag} / {v['width_mean_pp']:.1f}")
+        print(f"| {c[0]} | {c[1]} | {mu:.3f} ± {2 * sd:.3f} | " + " | ".join(row) + " |")
+
+    print("\n### Cells: models, wall time, machine load, commit\n")
+    print("| dataset | k | models (train/val/test) | target | wall (s) | load before → after "
+          "(1 min) | commit |\n|---|---|---|---|---|---|---|")
+    for c in keys:
+        rec = cells[c]
+        tr = rec["n_models"] - 2 * rec["n_test"]
+        print(f"| {c[0]} | {c[1]} | {rec['n_models']} ({tr}/{rec['n_val']}/{rec['n_test']}) | "
+              f"{'full score' if rec['external_target'] else 'row mean'} | "
+              f"{rec['seconds']:.0f} | {rec['load_before'][0]} → {rec['load_after'][0]} | "
+              f"{rec['commit'][:7]} |")
+
+    print("\n### k = 100: lowest test MAE per dataset\n")
+    print("| dataset | winner (MAE pp) | runner-up | sparseeval (rank) |\n|---|---|---|---|")
+    for c in keys:
+        if c[1] != 100:
+            continue
+        res = cells[c]["results"]
+        ranked = sorted(res, key=lambda m: res[m]["mae_mean"])
+        se = (f"{res['sparseeval']['mae_mean']:.2f} ({ranked.index('sparseeval') + 1} of "
+              f"{len(ranked)})" if "sparseeval" in res else "–")
+        print(f"| {c[0]} | {ranked[0]} ({res[ranked[0]]['mae_mean']:.2f}) | {ranked[1]} "
+              f"({res[ranked[1]]['mae_mean']:.2f}) | {se} |")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--table", action="store_true", help="print the tables from --out and exit")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--datasets", nargs="*", default=list(DATASETS))
+    ap.add_argument("--k", nargs="*", type=int, default=list(K_ORDER))
+    ap.add_argument("--methods", nargs="*", default=list(METHODS))
+    ap.add_argument("--seeds", type=int, default=len(SEEDS), help="r seeds -> 42 .. 42 + r - 1")
+    ap.add_argument("--init-steps", type=int, default=500)
+    ap.add_argument("--proxy-steps", type=int, default=500)
+    ap.add_argument("--final-steps", type=int, default=3000)
+    ap.add_argument("--max-cells", type=int, default=0, help="stop after this many (0 = all)")
+    a = ap.parse_args(argv)
+
+    if a.table:
+        print_tables(read_cells(a.out))
+        return
+    bad = [d for d in a.datasets if d not in DATASETS]
+    if bad:
+        raise ValueError(f"--datasets: unknown {bad}; expected names from {list(DATASETS)}")
+    if a.seeds < 1 or any(k < 1 for k in a.k):
+        raise ValueError(f"--seeds and --k must be >= 1, got {a.seeds}, {a.k}")
+    st = Settings(init_steps=a.init_steps, proxy_steps=a.proxy_steps,
+                  final_steps=a.final_steps)
+    seeds = tuple(42 + r for r in range(a.seeds))
+    key = _settings_key(st, seeds, a.methods)
+    done = {(r["dataset"], r["k"]) for r in read_cells(a.out) if r.get("key") == key}
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    print(f"jaxeval {jaxeval.__file__} (commit {_commit()}); {st}; seeds {seeds}; "
+          f"{len(done)} cells already in {a.out}", flush=True)
+
+    n_items = {}
+    ran = 0
+    for k in a.k:
+        for d in a.datasets:
+            if (d, k) in done:
+                continue
+            if d not in n_items:
+                n_items[d] = load(d).drop_duplicates().n_items
+            if k >= n_items[d]:
+                print(f"skip {d} k={k}: only {n_items[d]} items", flush=True)
+                continue
+            if a.max_cells and ran >= a.max_cells:
+                return
+            sm = load(d)
+            print(f"{time.strftime('%H:%M:%S')} start {d} k={k}, load {_load_avg()}", flush=True)
+            rec = run_cell(d, sm, k, st, seeds, a.methods)
+            with open(a.out, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+            ran += 1
+            res = rec["results"]
+            print(f"{time.strftime('%H:%M:%S')} done {d} k={k} in {rec['seconds']:.0f} s: "
+                  + ", ".join(f"{m} {res[m]['mae_mean']:.2f}" for m in a.methods), flush=True)
+
+
+if __name__ == "__main__":
+    main()
