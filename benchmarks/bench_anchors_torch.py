@@ -6,8 +6,10 @@ AIS/CIS swaps with a proxy MLP retrained at each step, and the final MLP with it
 checkpoint chosen on validation models; MLP ``k -> 128 -> 64 -> 32 -> 1``, GELU,
 dropout 0.1, sigmoid, MSE, Adam 5e-4, full batch. PyTorch loops over the seeds (the
 straightforward port of the reference code); jaxeval runs all seeds in one jitted,
-vmapped kernel. Reported: wall time of each, the ratio, with and without jaxeval's
-compilation, and the test MAE of both (sanity: similar accuracy).
+vmapped kernel. Reported: wall time and process CPU time (all threads) of each, the
+ratios, with and without jaxeval's compilation, and the test MAE of both (sanity:
+similar accuracy). On a shared machine the CPU-time ratio is the steadier figure:
+a process with more runnable threads gets a larger share of a loaded CPU.
 
 Runs alternate (jaxeval, then PyTorch) ``--rounds`` times after one jaxeval call
 that includes compilation, so a change of machine load shows up as two different
@@ -135,15 +137,17 @@ def _load():
 
 
 def _jax_run(sm, k, seeds, st):
-    t0 = time.perf_counter()
+    """(wall s, process CPU s, per-seed test MAE) of jaxeval's vmapped protocol."""
+    t0, c0 = time.perf_counter(), time.process_time()
     r = evaluate_protocol(sm, k, ("sparseeval",), seeds, st)
-    return time.perf_counter() - t0, r.mae_pp[0]
+    return time.perf_counter() - t0, time.process_time() - c0, r.mae_pp[0]
 
 
 def _torch_run(sm, k, seeds, st):
-    t0 = time.perf_counter()
+    """(wall s, process CPU s, per-seed test MAE) of the PyTorch loop over seeds."""
+    t0, c0 = time.perf_counter(), time.process_time()
     maes = np.array([torch_protocol(sm.protocol_split(s), k, s, st) for s in seeds])
-    return time.perf_counter() - t0, maes
+    return time.perf_counter() - t0, time.process_time() - c0, maes
 
 
 def main(argv=None):
@@ -174,33 +178,35 @@ def main(argv=None):
           f"{a.proxy_steps}/{a.final_steps}, R = {st.num_swaps}, eval every {st.eval_every}")
     print(f"load average before: {_load()}", flush=True)
 
-    t_first, mae_first = _jax_run(sm, a.k, seeds, st)
-    print(f"jaxeval first call (incl. compile): {t_first:.1f} s, test MAE "
+    t_first, c_first, mae_first = _jax_run(sm, a.k, seeds, st)
+    print(f"jaxeval first call (incl. compile): {t_first:.1f} s (CPU {c_first:.1f} s), test MAE "
           f"{mae_first.mean():.2f} pp; load {_load()}", flush=True)
     rows = []
     for rnd in range(a.rounds):
-        t_jax, mae_jax = _jax_run(sm, a.k, seeds, st)
+        t_jax, c_jax, mae_jax = _jax_run(sm, a.k, seeds, st)
         assert np.allclose(mae_jax, mae_first), "jaxeval is not deterministic across calls"
-        print(f"round {rnd + 1}: jaxeval {t_jax:.1f} s; load {_load()}", flush=True)
-        t_torch, mae_torch = _torch_run(sm, a.k, seeds, st)
-        print(f"round {rnd + 1}: PyTorch {t_torch:.1f} s, test MAE {mae_torch.mean():.2f} pp; "
-              f"load {_load()}", flush=True)
-        rows.append((t_jax, t_torch, mae_torch))
+        print(f"round {rnd + 1}: jaxeval {t_jax:.1f} s (CPU {c_jax:.1f} s); load {_load()}",
+              flush=True)
+        t_torch, c_torch, mae_torch = _torch_run(sm, a.k, seeds, st)
+        print(f"round {rnd + 1}: PyTorch {t_torch:.1f} s (CPU {c_torch:.1f} s), test MAE "
+              f"{mae_torch.mean():.2f} pp; load {_load()}", flush=True)
+        rows.append((t_jax, t_torch, mae_torch, c_jax, c_torch))
 
     print(f"\nload average after: {_load()}")
-    print("\n| round | jaxeval (s) | PyTorch (s) | ratio PyTorch / jaxeval |"
-          " ratio incl. compile |")
-    print("|---|---|---|---|---|")
-    for rnd, (t_jax, t_torch, _) in enumerate(rows):
+    print("\n| round | jaxeval wall (s) | PyTorch wall (s) | wall ratio | wall ratio incl. "
+          "compile | jaxeval CPU (s) | PyTorch CPU (s) | CPU ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    for rnd, (t_jax, t_torch, _, c_jax, c_torch) in enumerate(rows):
         print(f"| {rnd + 1} | {t_jax:.1f} | {t_torch:.1f} | {t_torch / t_jax:.2f}x | "
-              f"{t_torch / t_first:.2f}x |")
-    print(f"\njaxeval first call incl. compile: {t_first:.1f} s")
+              f"{t_torch / t_first:.2f}x | {c_jax:.1f} | {c_torch:.1f} | "
+              f"{c_torch / c_jax:.2f}x |")
+    print(f"\njaxeval first call incl. compile: {t_first:.1f} s wall, {c_first:.1f} s CPU")
     print(f"test MAE (pp), mean ± sd over seeds: jaxeval {mae_first.mean():.2f} ± "
           f"{mae_first.std():.2f}; PyTorch " + ", ".join(
-              f"round {i + 1} {m.mean():.2f} ± {m.std():.2f}" for i, (_, _, m) in enumerate(rows)))
-    print("per-seed MAE jaxeval:", np.round(mae_first, 2).tolist())
-    for i, (_, _, m) in enumerate(rows):
-        print(f"per-seed MAE PyTorch round {i + 1}:", np.round(m, 2).tolist())
+              f"round {i + 1} {r[2].mean():.2f} ± {r[2].std():.2f}" for i, r in enumerate(rows)))
+    print("per-seed MAE jaxeval:", np.round(mae_first.astype(float), 2).tolist())
+    for i, r in enumerate(rows):
+        print(f"per-seed MAE PyTorch round {i + 1}:", np.round(r[2].astype(float), 2).tolist())
 
 
 if __name__ == "__main__":
