@@ -16,6 +16,7 @@ interrupted run keeps what it finished) and printed as markdown rows.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -62,7 +63,13 @@ SPARSEEVAL_ROWS = {("oll2_musr", 100), ("oll2_ifeval", 100), ("oll2_arc", 100),
 
 BASELINES = ("random_mean", "anchor_points", "random_linear", "random_ridge", "kmeans_ridge",
              "pirt", "gpirt")
-STRONG = ("greedy_ridge", "aiscis_ridge", "kmeans_blend", "greedy_blend", "auto")
+STRONG = ("greedy_ridge", "aiscis_ridge", "kmeans_blend", "greedy_blend", "random_shrunk",
+          "greedy_shrunk", "auto")
+#: order of the SPEC rows for ``--rows spec`` (the rows whose target was missed or not
+#: measured first, so an interrupted run keeps the most informative cells).
+SPEC_ORDER = (("oll2_arc", 100), ("tailored_gsm8k", 100), ("mb_gsm8k", 100), ("mb_gsm8k", 20),
+              ("mb_arc_v2", 100), ("oll2_musr", 100), ("oll2_musr", 20), ("oll2_ifeval", 100),
+              ("oll2_math5", 100), ("mb_mmlu", 50))
 MLPS = ("random_mlp", "sparseeval", "sparseeval_ridge")
 
 
@@ -87,10 +94,13 @@ def main(argv=None):
     ap.add_argument("--init-steps", type=int, default=500)
     ap.add_argument("--dr-items", type=int, default=100)
     ap.add_argument("--out", default="benchmarks/results_anchors.jsonl")
+    ap.add_argument("--resume", action="store_true",
+                    help="skip (dataset, k) cells already in --out with the same seeds, "
+                         "methods and settings")
     a = ap.parse_args(argv)
 
     if a.rows == "spec":
-        cells = [c for c in SPEC_ROWS if c[0] in a.datasets]
+        cells = [c for c in SPEC_ORDER if c[0] in a.datasets]
     else:
         cells = []
         for d in a.datasets:
@@ -100,6 +110,12 @@ def main(argv=None):
                   init_steps=a.init_steps)
     seeds = tuple(42 + r for r in range(a.seeds))
     print(f"settings: {st}\nseeds: {seeds}")
+    done = set()
+    if a.resume and Path(a.out).exists():
+        for line in Path(a.out).read_text().splitlines():
+            rec = json.loads(line)
+            done.add((rec["dataset"], rec["k"], tuple(rec["seeds"]), tuple(rec["methods"]),
+                      rec["settings"]))
     cache = {}
     for d, k in cells:
         if d not in cache:
@@ -111,6 +127,10 @@ def main(argv=None):
         want_mlp = a.mlp == "always" or (a.mlp == "auto" and (d, k) in SPARSEEVAL_ROWS)
         if want_mlp and not a.methods:
             methods = list(BASELINES) + list(MLPS) + list(STRONG)
+        st_cell = repr(dataclasses.replace(st, external=sm.target is not None))
+        if (d, k, seeds, tuple(methods), st_cell) in done:
+            print(f"\n### {d} k={k}: already in {a.out}, skipped (--resume)")
+            continue
         t0 = time.perf_counter()
         r = evaluate_protocol(sm, k, tuple(methods), seeds, st, dr_items=a.dr_items)
         secs = time.perf_counter() - t0
@@ -127,12 +147,16 @@ def main(argv=None):
             print(f"| unbiased DR (auto anchors + {r.dr['m']} random) | "
                   f"{r.dr['mae_pp'].mean():.2f} ± {r.dr['mae_pp'].std():.2f} | – | "
                   f"{r.dr['coverage'].mean():.3f} | {100 * r.dr['width'].mean():.2f} |")
+        if r.info.get("auto_picks"):
+            print(f"\nauto chose by {r.info['auto_choice']}: {r.info['auto_picks']}")
         rec = {
             "dataset": d, "k": k, "seeds": list(seeds), "methods": list(r.methods),
             "mae_pp": r.mae_pp.tolist(), "tau_b": r.tau_b.tolist(),
             "coverage": r.coverage.tolist(), "width": r.width.tolist(),
             "dr": None if r.dr is None else {kk: np.asarray(v).tolist() for kk, v in r.dr.items()},
-            "seconds": secs, "settings": repr(st), "spec_best": best,
+            "seconds": secs, "settings": r.info["settings"], "spec_best": best,
+            "auto_choice": r.info.get("auto_choice"), "auto_picks": r.info.get("auto_picks"),
+            "cv_mse": r.info.get("cv_mse"),
             "n_models": r.info["n_models"], "n_test": int(round(0.2 * r.info["n_models"]))
             if r.info["n_models"] < 1000 else 200,
         }

@@ -1,5 +1,7 @@
 """Tests of jaxeval.anchors: selectors, AIS/CIS, maps, intervals, the numpy surface."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -128,6 +130,7 @@ def test_train_mlp_learns_and_keeps_best_checkpoint():
 @pytest.mark.parametrize(
     "methods",
     [("random_ridge", "kmeans_ridge", "anchor_points"),
+     ("random_shrunk", "greedy_shrunk"),
      pytest.param(("random_mlp",), marks=pytest.mark.slow)],
 )
 def test_vmapped_seeds_equal_looped_seeds(methods):
@@ -239,3 +242,83 @@ def test_leakage_guard_test_rows_do_not_matter():
     r2 = evaluate_protocol(sm2, 5, methods, seeds=(42,), settings=FAST, dedup=False)
     np.testing.assert_array_equal(r1.anchors, r2.anchors)
     assert not np.allclose(r1.mae_pp, r2.mae_pp)  # the test rows did change
+
+
+def test_shrunk_ridge_never_worse_on_validation_than_ridge_or_mean():
+    """The shrunk map's grid holds the ridge grid and (nearly) the plain mean."""
+    s, y, _ = _planted(seed=4, m=120, n=60)
+    y = s.mean(1)  # row-mean target: the plain anchor mean is unbiased
+    d = SplitData(*(jnp.asarray(a) for a in (s[:60], y[:60], s[60:], y[60:])))
+    key = jax.random.key(0)
+    val = lambda f: float(jnp.mean((apply_map(f, d.s_val[:, f.anchors]) - d.y_val) ** 2))
+    sh = fit_method(key, d, 20, "random_shrunk", FAST)
+    rr = fit_method(key, d, 20, "random_ridge", FAST)
+    mean = fit_method(key, d, 20, "random_mean", FAST)
+    np.testing.assert_array_equal(sh.anchors, rr.anchors)
+    assert sh.kind == "linear"
+    assert val(sh) <= val(rr) + 1e-7
+    # a constant shift of the mean is in the family (lam -> inf); allow the finite grid
+    shifted = mean.params["w"], float(jnp.mean(d.y_tr - d.s_tr[:, mean.anchors] @ mean.params["w"]))
+    x_val = d.s_val[:, mean.anchors]
+    mse_shift = float(jnp.mean((x_val @ shifted[0] + shifted[1] - d.y_val) ** 2))
+    assert val(sh) <= mse_shift * 1.01
+
+
+def test_cv_folds_partition_pooled_rows():
+    from jaxeval.anchors._methods import cv_folds
+
+    m_tr, m_val, n = 37, 12, 5
+    s = np.arange((m_tr + m_val) * n, dtype=np.float32).reshape(-1, n)
+    y = s[:, 0].copy()  # row id * n: identifies the model
+    d = SplitData(s[:m_tr], y[:m_tr], s[m_tr:], y[m_tr:])
+    folds, s_ho, y_ho = cv_folds(d, 5, seed=1)
+    h = (m_tr + m_val) // 5
+    assert s_ho.shape == (5, h, n) and folds.s_val.shape == (5, h, n)
+    assert folds.s_tr.shape == (5, m_tr + m_val - 2 * h, n)
+    held = set()
+    for f in range(5):
+        tr, va, ho = (set(folds.y_tr[f].tolist()), set(folds.y_val[f].tolist()),
+                      set(y_ho[f].tolist()))
+        assert not (tr & va) and not (tr & ho) and not (va & ho)
+        assert tr | va | ho == set(y.tolist())
+        np.testing.assert_array_equal(s_ho[f][:, 0], y_ho[f])
+        held |= ho
+    assert len(held) == 5 * h
+    with pytest.raises(ValueError, match="folds"):
+        cv_folds(d, 2, seed=1)
+
+
+def test_auto_by_cross_validation_ignores_test_rows():
+    """Small validation -> auto picks by CV on train + validation; test rows never matter."""
+    from jaxeval.anchors._protocol import evaluate_protocol
+
+    s, y, _ = _planted(m=150, n=40)
+    sm = jaxeval.ScoreMatrix(s)
+    sp = sm.protocol_split(43)
+    test_rows = np.isin(sm.models, sp.test.models)
+    s2 = s.copy()
+    s2[test_rows] = 1.0 - s2[test_rows]
+    sm2 = jaxeval.ScoreMatrix(s2)
+    methods = ("random_ridge", "auto")
+    r1 = evaluate_protocol(sm, 5, methods, seeds=(43,), settings=FAST, dedup=False)
+    r2 = evaluate_protocol(sm2, 5, methods, seeds=(43,), settings=FAST, dedup=False)
+    assert r1.info["auto_choice"] == "cv"  # 30 validation models < 50
+    assert r1.info["auto_picks"] == r2.info["auto_picks"]
+    np.testing.assert_array_equal(r1.info["cv_mse"], r2.info["cv_mse"])
+    np.testing.assert_array_equal(r1.anchors, r2.anchors)
+    assert not np.allclose(r1.mae_pp, r2.mae_pp)
+    pick = r1.info["auto_picks"][0]
+    from jaxeval.anchors import AUTO_CANDIDATES
+
+    assert pick == AUTO_CANDIDATES[int(np.argmin(r1.info["cv_mse"][0]))]
+
+
+def test_fit_anchors_auto_uses_cv_when_validation_small(small_sm):
+    pred = fit_anchors(small_sm, 6, seed=0, settings=FAST)  # 32 validation models
+    info = pred.info
+    assert info["auto_choice"] == "cv"
+    assert pred.method == min(info["cv_mse"], key=info["cv_mse"].get)
+    big = dataclasses.replace(FAST, auto_cv_below=10)
+    pred2 = fit_anchors(small_sm, 6, seed=0, settings=big)
+    assert pred2.info["auto_choice"] == "validation"
+    assert pred2.method == min(pred2.info["validation_mse"], key=pred2.info["validation_mse"].get)

@@ -25,6 +25,8 @@ from jaxeval.anchors._methods import (
     Settings,
     SplitData,
     apply_map,
+    candidate_cv_mse,
+    cv_folds,
     fit_method,
 )
 
@@ -341,6 +343,7 @@ def _fit_many(key, d: SplitData, k: int, methods: tuple, st: Settings, with_fact
 
 
 _fit_jit = jax.jit(_fit_many, static_argnums=(2, 3, 4, 5))
+_cv_jit = jax.jit(candidate_cv_mse, static_argnums=(4, 5, 6))
 
 
 def fit_anchors(
@@ -361,8 +364,10 @@ def fit_anchors(
         matrix has one, else the row mean).
       k: number of anchor items (``1 <= k < n_items``).
       method: ``"auto"`` (default; chooses among :data:`AUTO_CANDIDATES` on
-        validation models) or one of :data:`METHODS` (``"sparseeval"`` is the
-        faithful SparseEval protocol).
+        validation models, or by cross-validation over training + validation
+        models when there are fewer than ``settings.auto_cv_below`` validation
+        models) or one of :data:`METHODS` (``"sparseeval"`` is the faithful
+        SparseEval protocol).
       seed: int seed or PRNG key.
       validation: models for the choices made on validation (ridge strength,
         method, MLP checkpoint) and for the conformal interval; by default a seeded
@@ -427,13 +432,30 @@ def fit_anchors(
     for name, (f, vp) in zip(cands, fits):
         vp = np.clip(np.asarray(vp, np.float64), 0, 1)
         results[name] = (f, vp, float(np.mean((vp - y_val) ** 2)))
-    best = min(results, key=lambda s: results[s][2])
+    cv_mse = None
+    if method == "auto" and validation.n_models < st.auto_cv_below:
+        split_seed = int(seed) if isinstance(seed, (int, np.integer)) else 0
+        folds, s_ho, y_ho = cv_folds(d, st.auto_folds, split_seed)
+        if folds.s_tr.shape[1] < 8 or folds.s_val.shape[1] < 2:
+            raise ValueError(
+                f"train: {train.n_models + validation.n_models} models are too few for "
+                f"auto's {st.auto_folds}-fold cross-validation; pass a larger validation "
+                "set or a method name"
+            )
+        errs = np.asarray(_cv_jit(key, jax.tree.map(jnp.asarray, folds), jnp.asarray(s_ho),
+                                  jnp.asarray(y_ho), int(k), tuple(cands), st), np.float64)
+        cv_mse = dict(zip(cands, errs.tolist()))
+        best = min(cv_mse, key=cv_mse.get)
+    else:
+        best = min(results, key=lambda s: results[s][2])
     f, vp, _ = results[best]
     radius = float(conformal_quantile(jnp.asarray(vp - y_val), alpha))
     info = {
         "seed": int(seed) if isinstance(seed, (int, np.integer)) else None,
         "requested_method": method,
         "validation_mse": {s: r[2] for s, r in results.items()},
+        "auto_choice": None if method != "auto" else ("cv" if cv_mse else "validation"),
+        "cv_mse": cv_mse,
         "n_train": train.n_models,
         "n_validation": validation.n_models,
         "settings": repr(st),

@@ -10,7 +10,8 @@ Maps (``kind`` -> ``params`` pytree, see :func:`apply_map`):
 
 - ``"weighted_mean"``: ``x @ w`` (uniform weights = plain mean; cluster-size
   weights = Anchor Points).
-- ``"linear"``: ``x @ w + b`` (ridge or least squares).
+- ``"linear"``: ``x @ w + b`` (ridge, least squares, or ridge shrunk toward the
+  plain anchor mean).
 - ``"mlp"``: the SparseEval MLP.
 - ``"irt"``: ``cal_a * (lam * x @ w + (1 - lam) * pIRT) + cal_b`` (p-IRT: ``lam = 0``).
 - ``"blend"``: ``beta * ridge + (1 - beta) * calibrated p-IRT``.
@@ -28,6 +29,8 @@ import jax.numpy as jnp
 from jaxeval.anchors._irt import IRTConfig, fit_item_factors, pirt_estimate
 from jaxeval.anchors._mlp import init_mlp, mlp_apply, train_mlp
 from jaxeval.anchors._ridge import (
+    RIDGE_GRID,
+    LinearMap,
     apply_linear,
     fit_ridge,
     fit_ridge_validated,
@@ -44,6 +47,8 @@ __all__ = [
     "fit_method",
     "METHODS",
     "AUTO_CANDIDATES",
+    "cv_folds",
+    "candidate_cv_mse",
 ]
 
 # purposes for fold_in
@@ -51,6 +56,10 @@ _K_RANDOM, _K_KMEANS, _K_MLP, _K_REFINE, _K_IRT, _K_FINAL = range(1, 7)
 
 #: Blend / gp-IRT weights tried on validation models.
 _WEIGHT_GRID = tuple(i / 10 for i in range(11))
+
+#: Relative strengths of the shrunk ridge: the ridge grid plus two very strong ones
+#: (toward the plain anchor mean, strong shrinkage is the random-mean estimator).
+SHRINK_GRID = RIDGE_GRID + (1e3, 1e4)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,9 +75,14 @@ class Settings:
       guard: keep a swap only when the proxy's validation MSE does not rise.
       kmeans_iters: Lloyd iterations.
       ridge_swaps: AIS/CIS swaps when the proxy is the ridge map.
-      greedy_lams: relative ridge strengths tried by greedy selection.
+      greedy_lams: relative ridge strengths tried by greedy selection (the strong
+        ones keep the search sane when there are fewer training models than anchors).
       irt: factorization settings.
       external: the target is an external full-benchmark score (calibrate IRT).
+      auto_cv_below: ``auto`` chooses its candidate by ``auto_folds``-fold
+        cross-validation over the training + validation models (never test models)
+        when there are fewer validation models than this; else on validation models.
+      auto_folds: folds of that cross-validation.
     """
 
     proxy_steps: int = 2000
@@ -79,9 +93,11 @@ class Settings:
     guard: bool = False
     kmeans_iters: int = 50
     ridge_swaps: int = 30
-    greedy_lams: tuple = (1e-3, 1e-2, 1e-1)
+    greedy_lams: tuple = (1e-3, 1e-2, 1e-1, 1.0, 10.0)
     irt: IRTConfig = IRTConfig()
     external: bool = False
+    auto_cv_below: int = 50
+    auto_folds: int = 5
 
 
 class SplitData(NamedTuple):
@@ -130,6 +146,28 @@ def _mse(a, b):
 def _fit_ridge_map(anchors, d: SplitData) -> Fitted:
     lin, lam, _ = fit_ridge_validated(d.s_tr[:, anchors], d.y_tr, d.s_val[:, anchors], d.y_val)
     return Fitted(anchors, "linear", {"lin": lin, "lam": lam})
+
+
+def _fit_shrunk_map(anchors, d: SplitData) -> Fitted:
+    """Ridge shrunk toward the plain anchor mean, or toward zero: both on validation.
+
+    With the prior ``w0 = 1/k`` the ridge fits the residual ``y - x @ w0``, so strong
+    shrinkage gives the (intercept-corrected) random-mean estimator and weak shrinkage
+    the plain ridge map; the prior (``w0`` or 0) and the strength are chosen on
+    validation models. The result is an ordinary ``"linear"`` map.
+    """
+    x_tr, x_val = d.s_tr[:, anchors], d.s_val[:, anchors]
+    k = anchors.shape[0]
+    w0 = jnp.full((k,), 1.0 / k, x_tr.dtype)
+    lams = jnp.asarray(SHRINK_GRID, x_tr.dtype)
+    lin0, lam0, mse0 = fit_ridge_validated(x_tr, d.y_tr, x_val, d.y_val, lams)
+    lin1, lam1, mse1 = fit_ridge_validated(
+        x_tr, d.y_tr - x_tr @ w0, x_val, d.y_val - x_val @ w0, lams
+    )
+    lin1 = LinearMap(lin1.w + w0, lin1.b)
+    use1 = mse1 <= mse0
+    lin = jax.tree.map(lambda a, b: jnp.where(use1, a, b), lin1, lin0)
+    return Fitted(anchors, "linear", {"lin": lin, "lam": jnp.where(use1, lam1, lam0)})
 
 
 def _fit_mlp_map(key, anchors, d: SplitData, st: Settings) -> Fitted:
@@ -267,15 +305,20 @@ METHODS = (
     "aiscis_ridge",
     "kmeans_blend",
     "greedy_blend",
+    "random_shrunk",
+    "greedy_shrunk",
 )
 
-#: Candidates of ``method="auto"`` (chosen by validation MSE).
+#: Candidates of ``method="auto"`` (chosen by validation MSE, or by cross-validation
+#: over training + validation models when validation is small, see :class:`Settings`).
 AUTO_CANDIDATES = (
     "kmeans_ridge",
     "greedy_ridge",
     "aiscis_ridge",
     "kmeans_blend",
     "greedy_blend",
+    "random_shrunk",
+    "greedy_shrunk",
 )
 
 
@@ -360,4 +403,73 @@ def fit_method(
         return _fit_blend_map(factors(), sh.a_km, d, st)
     if method == "greedy_blend":
         return _fit_blend_map(factors(), greedy(), d, st)
+    if method == "random_shrunk":
+        return _fit_shrunk_map(sh.a_rand, d)
+    if method == "greedy_shrunk":
+        return _fit_shrunk_map(greedy(), d)
     raise ValueError(f"method must be one of {METHODS + ('auto',)}, got {method!r}")
+
+
+# ------------------------------------------------------- auto by cross-validation
+def cv_folds(d, folds: int, seed: int):
+    """Cross-validation splits of the pooled training + validation models (numpy).
+
+    The ``m`` pooled models are permuted with ``default_rng(seed)`` and cut into
+    ``folds`` blocks of ``h = m // folds`` (the ``m mod folds`` leftovers only ever
+    train). For fold ``f`` block ``f`` is held out, block ``f + 1`` (cyclically) is
+    the inner validation set of the candidate's own choices, and the rest trains, so
+    every fold has the same shapes and the folds are vmapped. Test models are never
+    involved: the caller passes training and validation rows only.
+
+    Args:
+      d: a :class:`SplitData` of host or device arrays.
+      folds: number of folds (>= 3).
+      seed: permutation seed.
+
+    Returns:
+      ``(SplitData [folds, ...], s_ho [folds, h, n], y_ho [folds, h])``.
+    """
+    import numpy as np
+
+    if folds < 3:
+        raise ValueError(f"folds: expected at least 3, got {folds}")
+    s = np.concatenate([np.asarray(d.s_tr), np.asarray(d.s_val)])
+    y = np.concatenate([np.asarray(d.y_tr), np.asarray(d.y_val)])
+    m = s.shape[0]
+    h = m // folds
+    if h < 2:
+        raise ValueError(f"folds: {folds} folds of {m} models leave fewer than 2 per fold")
+    perm = np.random.default_rng(seed).permutation(m)
+    blocks = [perm[f * h:(f + 1) * h] for f in range(folds)]
+    rest = perm[folds * h:]
+    tr, va, ho = [], [], []
+    for f in range(folds):
+        g = (f + 1) % folds
+        tr.append(np.concatenate([b for i, b in enumerate(blocks) if i not in (f, g)] + [rest]))
+        va.append(blocks[g])
+        ho.append(blocks[f])
+    tr, va, ho = np.stack(tr), np.stack(va), np.stack(ho)
+    out = SplitData(s[tr], y[tr], s[va], y[va])
+    return out, s[ho], y[ho]
+
+
+def candidate_cv_mse(key, folds: SplitData, s_ho, y_ho, k: int, methods: tuple, st: Settings):
+    """Mean held-out MSE ``[len(methods)]`` of each method refitted on every fold.
+
+    Pure and jittable (``k``, ``methods``, ``st`` static); ``folds`` has a leading
+    fold axis as built by :func:`cv_folds`. Predictions are clipped to ``[0, 1]``
+    like the protocol's.
+    """
+
+    def one(i, d, s, y):
+        fkey = jax.random.fold_in(key, 1000 + i)
+        cache: dict = {}
+        errs = []
+        for name in methods:
+            f = fit_method(fkey, d, k, name, st, cache)
+            pred = jnp.clip(apply_map(f, s[:, f.anchors]), 0.0, 1.0)
+            errs.append(_mse(pred, y))
+        return jnp.stack(errs)
+
+    n_f = folds.s_tr.shape[0]
+    return jnp.mean(jax.vmap(one)(jnp.arange(n_f), folds, s_ho, y_ho), axis=0)

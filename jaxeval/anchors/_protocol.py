@@ -9,11 +9,13 @@ when the file has one). All splits of a dataset have the same shapes, so the
 seeds are stacked and the whole comparison is one jitted kernel vmapped over seeds.
 
 ``"auto"`` is scored exactly as a user would get it: per seed, the candidate of
-:data:`AUTO_CANDIDATES` with the lowest validation MSE. Each method's 90% interval
-is split-conformal on validation models; coverage and width are measured on test
-models. For row-mean targets the unbiased estimate (anchors of ``"auto"`` plus
-``m`` random non-anchor items, DR-corrected with the factorization's predictions)
-is also scored.
+:data:`AUTO_CANDIDATES` with the lowest validation MSE, or, when there are fewer
+than ``Settings.auto_cv_below`` validation models, the lowest cross-validated MSE
+over the training + validation models (:func:`cv_folds`; test models never enter).
+Each method's 90% interval is split-conformal on validation models; coverage and
+width are measured on test models. For row-mean targets the unbiased estimate
+(anchors of ``"auto"`` plus ``m`` random non-anchor items, DR-corrected with the
+factorization's predictions) is also scored.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from jaxeval.anchors._methods import (
     Settings,
     SplitData,
     apply_map,
+    candidate_cv_mse,
+    cv_folds,
     fit_method,
 )
 
@@ -52,12 +56,15 @@ def protocol_kernel(
     st: Settings,
     dr_items: int,
     alpha: float | jax.Array,
+    auto_pick: jax.Array | int = -1,
 ):
     """One split: validation and test predictions and anchors of every method.
 
     Returns a dict of arrays: ``val`` ``[M, h_val]``, ``test`` ``[M, h]``, ``anchors``
     ``[M, k]``, and with ``dr_items > 0`` the unbiased estimate ``dr`` ``[3, h]``
-    (estimate, lower, upper) on the anchors of the best auto candidate.
+    (estimate, lower, upper) on the anchors of the auto candidate: position
+    ``auto_pick`` of the candidates present, or (``auto_pick < 0``) the one with the
+    lowest validation MSE.
     """
     cache: dict = {}
     vals, tests, ancs = [], [], []
@@ -70,7 +77,8 @@ def protocol_kernel(
     if dr_items > 0:
         auto = [methods.index(m) for m in AUTO_CANDIDATES if m in methods]
         mse = jnp.mean((out["val"][jnp.array(auto)] - d.y_val) ** 2, axis=1)
-        anchors = out["anchors"][jnp.array(auto)][jnp.argmin(mse)]
+        pick = jnp.where(jnp.asarray(auto_pick) >= 0, auto_pick, jnp.argmin(mse))
+        anchors = out["anchors"][jnp.array(auto)][pick]
         F = cache["F"] if "F" in cache else fit_item_factors(
             jax.random.fold_in(key, 5), d.s_tr, st.irt
         )
@@ -88,8 +96,12 @@ def protocol_kernel(
 
 
 _kernel_jit = jax.jit(
-    jax.vmap(protocol_kernel, in_axes=(0, 0, 0, None, None, None, None, None)),
+    jax.vmap(protocol_kernel, in_axes=(0, 0, 0, None, None, None, None, None, 0)),
     static_argnums=(3, 4, 5, 6),
+)
+_cv_jit = jax.jit(
+    jax.vmap(candidate_cv_mse, in_axes=(0, 0, 0, 0, None, None, None)),
+    static_argnums=(4, 5, 6),
 )
 
 
@@ -189,19 +201,34 @@ def evaluate_protocol(
     keys = jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
     dr_m = 0 if external else int(dr_items)
     t0 = time.perf_counter()
-    out = _kernel_jit(keys, d, s_te, int(k), tuple(fit_names), st, dr_m, alpha)
+    S = len(seeds)
+    names = list(fit_names)
+    cv_mse = None
+    picks = np.full(S, -1, np.int32)
+    use_cv = "auto" in methods and d.y_val.shape[1] < st.auto_cv_below
+    if use_cv:
+        fs = [cv_folds(jax.tree.map(lambda a, i=i: a[i], d), st.auto_folds, int(s))
+              for i, s in enumerate(seeds)]
+        fd = jax.tree.map(lambda *a: jnp.asarray(np.stack(a)), *[f[0] for f in fs])
+        cv_mse = np.asarray(_cv_jit(
+            keys, fd, jnp.asarray(np.stack([f[1] for f in fs])),
+            jnp.asarray(np.stack([f[2] for f in fs])), int(k), AUTO_CANDIDATES, st,
+        ), np.float64)  # [S, C]
+        present = [m for m in AUTO_CANDIDATES if m in names]
+        picks = np.array([present.index(AUTO_CANDIDATES[c]) for c in cv_mse.argmin(1)], np.int32)
+    out = _kernel_jit(keys, d, s_te, int(k), tuple(fit_names), st, dr_m, alpha,
+                      jnp.asarray(picks))
     out = jax.tree.map(np.asarray, out)
     secs = time.perf_counter() - t0
     val = np.clip(out["val"].astype(np.float64), 0, 1)  # [S, M, hv]
     test = np.clip(out["test"].astype(np.float64), 0, 1)
     anchors = out["anchors"]
     y_val = np.asarray(d.y_val, np.float64)
-    names = list(fit_names)
     if "auto" in methods:
         idx = [names.index(m) for m in AUTO_CANDIDATES]
         mse = ((val[:, idx] - y_val[:, None]) ** 2).mean(-1)  # [S, C]
-        pick = np.array(idx)[mse.argmin(1)]
-        S = len(seeds)
+        crit = cv_mse if use_cv else mse
+        pick = np.array(idx)[crit.argmin(1)]
         val = np.concatenate([val, val[np.arange(S), pick][:, None]], 1)
         test = np.concatenate([test, test[np.arange(S), pick][:, None]], 1)
         anchors = np.concatenate([anchors, anchors[np.arange(S), pick][:, None]], 1)
@@ -238,6 +265,9 @@ def evaluate_protocol(
         "settings": repr(st),
         "seconds": secs,
         "alpha": alpha,
+        "auto_choice": "cv" if use_cv else "validation",
+        "auto_picks": [names[i] for i in pick] if "auto" in methods else None,
+        "cv_mse": None if cv_mse is None else cv_mse.tolist(),
     }
     return ProtocolResult(
         tuple(methods), tuple(int(s) for s in seeds), mae, tau, cov, width,
