@@ -15,6 +15,17 @@ interrupted run keeps what it finished) and printed as markdown rows.
 
 from __future__ import annotations
 
+import os
+
+# jaxlib 0.10.2 runs batched LAPACK calls (the vmapped ridge eigh / solve, the
+# factorization's Cholesky) by fanning the batch out onto XLA:CPU's intra-op pool and
+# blocking a pool thread until the chunks finish. When as many independent batched
+# calls run concurrently as the pool has threads (2 on a 2-core machine), every
+# thread waits and the process hangs at 0% CPU. A larger pool (the PjRt CPU client
+# reads NPROC before creating it) makes that practically impossible; it must be set
+# before JAX starts its backend.
+os.environ.setdefault("NPROC", "32")
+
 import argparse
 import dataclasses
 import json
