@@ -9,6 +9,17 @@ the pair of the last item it drew; the next batch is the ``b`` smallest pairs ab
 the threshold, found by ``b`` arg-max passes over the masked, order-reversed keys:
 ``O(b n)`` work per pull and no ``[K, n]`` seen-mask in the state.
 
+**Blocks.** For large ``n`` the loop streams the items in blocks of a static size
+(``jaxeval._identification.Config.item_block``) instead of holding rows of length
+``n``: :func:`keys_at` regenerates the keys of any item indices (the same keys as
+:func:`arm_keys`, bit for bit, under JAX's default partitionable threefry), and
+:func:`block_top` / :func:`merge_top` / :func:`finish_top` find the next batch by a
+running top-``b`` merge across blocks (the same items and the same new state as
+:func:`take_batch` on the whole row). :func:`bits_at`, :func:`uniform_at` and
+:func:`normal_at` are the counter-based generators behind it: element ``j`` of
+``jax.random.bits / uniform / normal(key, shape)`` is a function of ``(key, j)`` only
+(``j`` the flat index), so any slice can be regenerated on its own.
+
 The *synchronized* variant regenerates one stream per replicate shared by all arms
 (``fold_in(order_key, SYNC_STREAM)``), so every arm sees the items in the same order
 (what SySRs needs); each arm still keeps its own count and threshold.
@@ -34,6 +45,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.random import threefry2x32_p
 
 __all__ = [
     "SYNC_STREAM",
@@ -41,9 +53,18 @@ __all__ = [
     "arm_keys",
     "arm_order",
     "arm_view",
+    "bits_at",
+    "block_top",
+    "empty_top",
+    "finish_top",
     "init",
+    "keys_at",
+    "merge_top",
+    "normal_at",
     "seen_mask",
     "take_batch",
+    "TopB",
+    "uniform_at",
 ]
 
 #: ``fold_in`` constant for the stream shared by all arms in the synchronized variant
@@ -90,9 +111,15 @@ def arm_keys(order_key: jax.Array, arm: jax.Array | int, n: int, synchronized: b
     return (bits >> 1).astype(jnp.int32)
 
 
-def seen_mask(keys: jax.Array, thr_key: jax.Array, thr_idx: jax.Array) -> jax.Array:
-    """Items at or below the threshold pair ``(thr_key, thr_idx)``: those already drawn."""
-    idx = jnp.arange(keys.shape[-1], dtype=jnp.int32)
+def seen_mask(
+    keys: jax.Array, thr_key: jax.Array, thr_idx: jax.Array, idx: jax.Array | None = None
+) -> jax.Array:
+    """Items at or below the threshold pair ``(thr_key, thr_idx)``: those already drawn.
+
+    ``idx`` are the items' indices (default ``0 .. len(keys) - 1``, the whole row).
+    """
+    if idx is None:
+        idx = jnp.arange(keys.shape[-1], dtype=jnp.int32)
     return (keys < thr_key) | ((keys == thr_key) & (idx <= thr_idx))
 
 
@@ -166,3 +193,181 @@ def arm_order(order_key: jax.Array, arm: jax.Array | int, n: int, synchronized: 
     idx = jnp.arange(n, dtype=jnp.int32)
     _, order = jax.lax.sort((keys, idx), num_keys=2)
     return order
+
+
+# ----------------------------------------------------------- counter-based generators
+def _threefry_data(key: jax.Array) -> jax.Array:
+    """The two uint32 words of a threefry key (typed or raw)."""
+    key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        impl = str(jax.random.key_impl(key))
+        if impl != "threefry2x32":
+            raise ValueError(
+                f"key: the blockwise generators need a threefry2x32 key, got impl {impl!r}"
+            )
+        return jax.random.key_data(key)
+    if key.dtype != jnp.uint32 or key.shape[-1:] != (2,):
+        raise ValueError(
+            f"key: expected a typed PRNG key or raw uint32 [2] key data, got dtype "
+            f"{key.dtype} and shape {key.shape}"
+        )
+    return key
+
+
+def bits_at(key: jax.Array, counters: jax.Array) -> jax.Array:
+    """Element ``counters`` of ``jax.random.bits(key, shape, uint32)`` (flat indices).
+
+    Under JAX's default ``jax_threefry_partitionable=True`` the element with flat index
+    ``j`` of ``jax.random.bits(key, shape)`` is ``threefry2x32(key, (0, j))`` with its
+    two output words xor-ed, whatever the shape; this computes it for any array of
+    indices (``< 2**32``), so a block of a long row costs only the block.
+    ``tests/test_blocks.py`` pins the equality with :func:`jax.random.bits`.
+
+    Args:
+      key: a threefry key (typed, or raw uint32 ``[2]``).
+      counters: integer array of flat indices.
+
+    Returns:
+      uint32 array shaped like ``counters``.
+    """
+    kd = _threefry_data(key)
+    lo = jnp.asarray(counters).astype(jnp.uint32)
+    b1, b2 = threefry2x32_p.bind(kd[..., 0], kd[..., 1], jnp.zeros_like(lo), lo)
+    return b1 ^ b2
+
+
+def uniform_at(key: jax.Array, counters: jax.Array, minval=0.0, maxval=1.0) -> jax.Array:
+    """Elements ``counters`` of ``jax.random.uniform(key, shape, float32, minval, maxval)``.
+
+    The same float32 operations as JAX's sampler (23 random mantissa bits, then an
+    affine map and a floor at ``minval``), applied to :func:`bits_at`.
+    """
+    f32 = jnp.float32
+    minval = jnp.asarray(minval, f32)
+    maxval = jnp.asarray(maxval, f32)
+    bits = bits_at(key, counters)
+    float_bits = jax.lax.shift_right_logical(bits, jnp.asarray(32 - 23, jnp.uint32))
+    float_bits = jax.lax.bitwise_or(
+        float_bits, jnp.asarray(np.array(1.0, np.float32).view(np.uint32), jnp.uint32)
+    )
+    floats = jax.lax.bitcast_convert_type(float_bits, f32) - jnp.asarray(1.0, f32)
+    return jax.lax.max(minval, floats * (maxval - minval) + minval)
+
+
+def normal_at(key: jax.Array, counters: jax.Array) -> jax.Array:
+    """Elements ``counters`` of ``jax.random.normal(key, shape, float32)`` (flat indices).
+
+    JAX draws ``sqrt(2) * erfinv(u)`` with ``u`` uniform on ``(-1, 1)``; so does this.
+    For ``normal(key, (n, r))`` the element ``[j, k]`` has counter ``j * r + k``.
+    """
+    lo = np.nextafter(np.float32(-1.0), np.float32(0.0), dtype=np.float32)
+    u = uniform_at(key, counters, lo, np.float32(1.0))
+    return jax.lax.mul(jnp.asarray(np.sqrt(2), jnp.float32), jax.lax.erf_inv(u))
+
+
+def keys_at(
+    order_key: jax.Array, arm: jax.Array | int, idx: jax.Array, synchronized: bool = False
+) -> jax.Array:
+    """The arm's order keys of the items ``idx``: ``arm_keys(...)[idx]`` without the row.
+
+    Bit-identical to :func:`arm_keys` under JAX's default (partitionable) threefry.
+    """
+    stream = jnp.int32(SYNC_STREAM) if synchronized else jnp.asarray(arm, jnp.int32)
+    bits = bits_at(jax.random.fold_in(order_key, stream), idx)
+    return (bits >> 1).astype(jnp.int32)
+
+
+# ------------------------------------------------------------- blockwise top-b
+class TopB(NamedTuple):
+    """A running set of the ``b`` best candidates, best first.
+
+    Attributes:
+      score: int32 ``[b]`` ``KEY_MAX - key`` (larger is earlier in the order); ``-1``
+        for an empty slot.
+      item: int32 ``[b]`` item indices.
+      payload: a pytree of ``[b]`` arrays carried with the items (e.g. their scores).
+    """
+
+    score: jax.Array
+    item: jax.Array
+    payload: tuple
+
+
+def empty_top(batch_size: int, payload) -> TopB:
+    """An empty :class:`TopB`; ``payload`` gives the dtypes of the carried values."""
+    pl = jax.tree.map(
+        lambda x: jnp.zeros((batch_size,) + jnp.shape(x)[1:], jnp.asarray(x).dtype), payload
+    )
+    return TopB(
+        jnp.full((batch_size,), -1, jnp.int32), jnp.zeros((batch_size,), jnp.int32), pl
+    )
+
+
+def _top_passes(score, item, payload, batch_size):
+    """``batch_size`` arg-max passes (first position on ties) over candidate arrays."""
+
+    def pick(sc, _):
+        j = jnp.argmax(sc).astype(jnp.int32)
+        out = (sc[j], item[j], jax.tree.map(lambda x: x[j], payload))
+        return sc.at[j].set(-1), out
+
+    _, (top, items, pl) = jax.lax.scan(pick, score, None, length=batch_size)
+    return TopB(top, items.astype(jnp.int32), pl)
+
+
+def block_top(keys: jax.Array, idx: jax.Array, eligible: jax.Array, batch_size: int,
+              payload=()) -> TopB:
+    """The ``b`` smallest ``(key, index)`` pairs among the eligible items of one block.
+
+    Args:
+      keys: int32 ``[B]`` order keys of the block's items.
+      idx: int32 ``[B]`` their item indices, increasing.
+      eligible: bool ``[B]``: unseen and owned by this block.
+      batch_size: static ``b``.
+      payload: pytree of ``[B]`` arrays to carry along with the chosen items.
+
+    Returns:
+      A :class:`TopB`, best first (ties broken by the lower index).
+    """
+    score = jnp.where(eligible, _KEY_MAX - keys, jnp.int32(-1))
+    return _top_passes(score, idx, payload, batch_size)
+
+
+def merge_top(a: TopB, b: TopB, batch_size: int) -> TopB:
+    """The best ``b`` of two :class:`TopB` sets, where every item of ``a`` has a lower
+    index than every item of ``b`` (blocks visited in increasing index order).
+
+    Concatenating ``a`` before ``b`` and taking first-position arg-maxes breaks equal
+    keys by the lower index, i.e. exactly the ``(key, index)`` order.
+    """
+    if batch_size == 1:
+        take_b = b.score[0] > a.score[0]
+        return jax.tree.map(lambda x, y: jnp.where(take_b, y, x), a, b)
+    cat = jax.tree.map(lambda x, y: jnp.concatenate([x, y]), a, b)
+    return _top_passes(cat.score, cat.item, cat.payload, batch_size)
+
+
+def finish_top(top: TopB, state: SamplerState, arm: jax.Array | int, limit=None):
+    """Turn the merged :class:`TopB` into a batch and the new sampler state.
+
+    The counterpart of :func:`take_batch` for the blockwise search: the same ``valid``
+    slots, the same items in them and the same new state.
+
+    Returns:
+      ``(items int32 [b], valid bool [b], new_state, payload)``.
+    """
+    batch_size = top.score.shape[0]
+    valid = top.score >= 0
+    if limit is not None:
+        valid = valid & (jnp.arange(batch_size) < limit)
+    n_new = jnp.sum(valid, dtype=jnp.int32)
+    last = jnp.maximum(n_new - 1, 0)
+    moved = n_new > 0
+    new_state = SamplerState(
+        count=state.count.at[arm].add(n_new),
+        thr_key=state.thr_key.at[arm].set(
+            jnp.where(moved, _KEY_MAX - top.score[last], state.thr_key[arm])
+        ),
+        thr_idx=state.thr_idx.at[arm].set(jnp.where(moved, top.item[last], state.thr_idx[arm])),
+    )
+    return top.item, valid, new_state, top.payload
