@@ -38,9 +38,27 @@ Truth sources (``Config.truth``):
   ``instance_of(r)`` chosen from the key, or, when ``Config.instance_per_replicate`` is
   False, ``data.instance_index`` is used by the caller per replicate.
 - ``"synthetic"``: a low-rank logistic truth regenerated per replicate from its key, one
-  row at a time (no ``[K, n]`` array is ever stored, so memory stays flat in ``n``):
+  row (or one block of a row) at a time, never a ``[K, n]`` array:
   ``V ~ N(0, 1/r)``, ``c ~ N(mean_c, scale_c^2)``, ``u_i ~ N(0, scale_u^2)``,
   ``S_ij ~ Bernoulli(sigmoid(u_i . v_j + c_j))``. Predictions use the true ``V, c``.
+
+Memory. The loop state is O(K) per replicate. Rows of up to ``Config.item_block``
+items (default :data:`ITEM_BLOCK`) are handled whole: each step builds the pulled arm's
+rows of length ``n`` (order keys, seen mask, truth, predictions before and after the
+refit), O(n r) temporaries per replicate. Longer rows are streamed: every pass over the
+items is a ``lax.scan`` over ``ceil(n / item_block)`` blocks that regenerates the
+block's keys and truth (counter-based draws, bit-identical to the whole-row ones) and
+carries O(r^2 + b) aggregates: the next batch by a running top-b merge
+(:func:`jaxeval._sampling.merge_top`), the unseen predictions' sum / min / max, the
+refit's gradient, Hessian and line-search objective
+(:func:`jaxeval._factorization.update_model_factor_blocked`) and the new predictions'
+sums. Peak temporaries are then O(item_block r) per replicate whatever ``n``. The
+item orders and the truth are bit-identical to the whole-row kernel's; without
+predictions the whole trajectory is too; with predictions the sums over items are
+added in another order, so estimates differ by float32 rounding (~1e-7) and the
+trajectory is the same unless such a difference decides a near-tie of the policy
+index (``tests/test_blocks.py``). A step reads the blocks ``2 + 2 num_newton`` times with a refit
+(``1`` without predictions), trading recomputation for memory.
 
 Deliberately bad predictions for validity studies (``Config.corruption``): ``"biased"``
 (``clip(S_hat + bias)``), ``"random"`` (i.i.d. uniform, fixed per arm),
@@ -62,11 +80,17 @@ import jax
 import jax.numpy as jnp
 
 from jaxeval import _confseq, _estimators, _policies, _sampling
-from jaxeval._factorization import ItemFactors, predict_scores, update_model_factors
+from jaxeval._factorization import (
+    ItemFactors,
+    predict_scores,
+    update_model_factor_blocked,
+    update_model_factors,
+)
 
 __all__ = [
     "CS_KINDS",
     "Config",
+    "ITEM_BLOCK",
     "IdentificationOutput",
     "Params",
     "ProblemData",
@@ -99,6 +123,10 @@ _PURPOSE_INSTANCE = 2
 _PURPOSE_TRUTH = 3
 _PURPOSE_PRED = 4
 
+#: Default :attr:`Config.item_block`: rows up to this many items are handled whole (as
+#: before blocks existed); longer rows are streamed in blocks of this size.
+ITEM_BLOCK = 2048
+
 
 # --------------------------------------------------------------- containers
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +152,11 @@ class Config:
       truth: ``"real"`` or ``"synthetic"``.
       rank: factor rank (synthetic truth).
       corruption: ``"none"``, ``"biased"``, ``"random"`` or ``"adversarial"``.
+      item_block: items per block (static). With ``num_items <= item_block`` every
+        per-step row (order keys, truth, predictions, refit sums) is one array of
+        length ``n``; above it the rows are streamed in ``ceil(n / item_block)``
+        blocks by ``lax.scan`` so the peak memory per replicate is ``O(item_block)``
+        whatever ``n`` (the same trajectory up to float32 summation order).
     """
 
     policy: str
@@ -142,8 +175,18 @@ class Config:
     truth: str = "real"
     rank: int = 4
     corruption: str = "none"
+    item_block: int = ITEM_BLOCK
 
     def __post_init__(self):
+        if isinstance(self.item_block, bool) or not isinstance(self.item_block, int) or (
+            self.item_block < 1
+        ):
+            raise ValueError(f"item_block: expected an int >= 1, got {self.item_block!r}")
+        if self.truth == "synthetic" and self.num_items * max(self.rank, 1) >= 2**32:
+            raise ValueError(
+                f"num_items * rank must stay below 2**32 for synthetic truth (counter-based "
+                f"generators), got num_items={self.num_items}, rank={self.rank}"
+            )
         if self.policy not in _policies.POLICIES:
             raise ValueError(f"policy: expected one of {_policies.POLICIES}, got {self.policy!r}")
         if self.mode not in ("budget", "confidence"):
@@ -180,6 +223,15 @@ class Config:
             return ()
         horizon = self.budgets[-1] if self.horizon is None else self.horizon
         return _policies.sr_phase_lengths(self.num_arms, horizon, self.num_items)
+
+    @property
+    def blocked(self) -> bool:
+        """True when the items are streamed in blocks (``num_items > item_block``)."""
+        return self.num_items > self.item_block
+
+    @property
+    def num_blocks(self) -> int:
+        return -(-self.num_items // self.item_block)
 
     @property
     def num_steps(self) -> int:
@@ -346,6 +398,136 @@ def _rank(config: Config, data: ProblemData) -> int:
     return data.item_factors.V.shape[1]
 
 
+# ------------------------------------------------------- blocked truth sources
+# With ``num_items > item_block`` nothing of length ``n`` is built: every per-step pass
+# over the items is a ``lax.scan`` over blocks of ``item_block`` items that regenerates
+# the block's order keys, truth and predictions from the keys (counter-based
+# generators of :mod:`jaxeval._sampling`, bit-identical to the whole-row draws) or
+# slices them from the operands.
+class _ArmTruth(NamedTuple):
+    """Per-arm handle on the truth for the blocked passes."""
+
+    row: jax.Array  # int32 pool row (real)
+    u: jax.Array  # [r] true factor (synthetic)
+    draw_key: jax.Array  # key of the Bernoulli draws (synthetic)
+    pred_key: jax.Array  # key of the "random" corruption
+
+
+def _block(k, config: Config):
+    """Block ``k``: its first index, its item indices and the items it owns.
+
+    Blocks are ``[k B, (k + 1) B)``; the last one is shifted back to end at ``n`` (so
+    every index is a real item and slices stay in bounds) and owns only the items that
+    no earlier block covered.
+    """
+    B, n = config.item_block, config.num_items
+    start = jnp.minimum(k * B, n - B)
+    idx = start + jnp.arange(B, dtype=jnp.int32)
+    return start, idx, idx >= k * B
+
+
+def _arm_truth(truth: _Truth, arm, config: Config, params: Params) -> _ArmTruth:
+    pred_key = jax.random.fold_in(truth.pred_key, arm)
+    if config.truth == "real":
+        return _ArmTruth(truth.rows[arm], jnp.zeros((1,), jnp.float32), truth.key, pred_key)
+    ku, ks = jax.random.split(jax.random.fold_in(jax.random.fold_in(truth.key, 1), arm))
+    u = params.scale_u * jax.random.normal(ku, (config.rank,), jnp.float32)
+    return _ArmTruth(jnp.zeros((), jnp.int32), u, ks, pred_key)
+
+
+def _u_mean(data: ProblemData, config: Config):
+    if config.truth == "real":
+        return data.item_factors.u_mean
+    return jnp.zeros((config.rank,), jnp.float32)
+
+
+def _factors_block(truth: _Truth, data: ProblemData, start, idx, config: Config, params: Params):
+    """The item factors of a block (rows ``idx`` of :func:`_item_factors`)."""
+    B = config.item_block
+    if config.truth == "real":
+        f = data.item_factors
+        r = f.V.shape[1]
+        return ItemFactors(
+            jax.lax.dynamic_slice(f.V, (start, 0), (B, r)),
+            jax.lax.dynamic_slice(f.c, (start,), (B,)),
+            f.u_mean,
+        )
+    r = config.rank
+    kv, kc = jax.random.split(jax.random.fold_in(truth.key, 0))
+    counters = idx[:, None] * r + jnp.arange(r, dtype=jnp.int32)
+    V = _sampling.normal_at(kv, counters) / math.sqrt(r)
+    c = params.mean_c + params.scale_c * _sampling.normal_at(kc, idx)
+    return ItemFactors(V, c, jnp.zeros((r,), jnp.float32))
+
+
+def _row_block(at: _ArmTruth, data: ProblemData, factors: ItemFactors, start, config: Config):
+    """The arm's true scores on a block (elements of :func:`_row`)."""
+    B = config.item_block
+    if config.truth == "real":
+        return jax.lax.dynamic_slice(data.pool, (at.row, start), (1, B))[0]
+    p = jax.nn.sigmoid(factors.V @ at.u + factors.c)
+    idx = start + jnp.arange(B, dtype=jnp.int32)
+    return (_sampling.uniform_at(at.draw_key, idx) < p).astype(jnp.float32)
+
+
+def _predict_block(u_arm, s, at: _ArmTruth, factors, idx, config: Config, params: Params):
+    """The arm's predictions on a block (elements of :func:`_predict`)."""
+    p = predict_scores(u_arm, factors)
+    kind = config.corruption
+    if kind == "biased":
+        p = jnp.clip(p + params.bias, 0.0, 1.0)
+    elif kind == "random":
+        p = _sampling.uniform_at(at.pred_key, idx)
+    elif kind == "adversarial":
+        p = 1.0 - s
+    return p
+
+
+def _block_mean(fn, config: Config):
+    """``(1/n) sum_j fn(block)_j`` over the owned items of every block."""
+
+    def body(acc, k):
+        start, idx, own = _block(k, config)
+        return acc + jnp.sum(jnp.where(own, fn(start, idx), 0.0)), None
+
+    total, _ = jax.lax.scan(
+        body, jnp.zeros((), jnp.float32), jnp.arange(config.num_blocks, dtype=jnp.int32)
+    )
+    return total / config.num_items
+
+
+def _theta_blocked(truth, data, config: Config, params: Params):
+    def one(arm):
+        at = _arm_truth(truth, arm, config, params)
+
+        def row(start, idx):
+            f = _factors_block(truth, data, start, idx, config, params)
+            return _row_block(at, data, f, start, config)
+
+        return _block_mean(row, config)
+
+    return jax.lax.map(one, jnp.arange(config.num_arms))
+
+
+def _prior_mean_blocked(truth, data, config: Config, params: Params):
+    """Each arm's mean prior prediction (``u = u_mean``), block by block."""
+    u0 = _u_mean(data, config)
+
+    def one(arm):
+        at = _arm_truth(truth, arm, config, params)
+
+        def pred(start, idx):
+            f = _factors_block(truth, data, start, idx, config, params)
+            if config.corruption == "adversarial":
+                # the prior prediction of an adversary is 1 - S as well
+                return 1.0 - _row_block(at, data, f, start, config)
+            return _predict_block(u0, None, at, f, idx, config, params)
+
+        return _block_mean(pred, config)
+
+    return jax.lax.map(one, jnp.arange(config.num_arms))
+
+
 # --------------------------------------------------------------------- kernel
 def _bounds(cs, sum_s, count, config: Config):
     """Lower/upper ``[Q, K]`` of every kind, exact for fully evaluated arms."""
@@ -381,7 +563,10 @@ def _record(state: LoopState, config: Config) -> Record:
 def _init_state(truth, data, config: Config, params: Params) -> LoopState:
     K, n = config.num_arms, config.num_items
     r = _rank(config, data) if config.predictions else 1
-    if config.predictions:
+    if config.predictions and config.blocked:
+        u = jnp.broadcast_to(_u_mean(data, config), (K, r)).astype(jnp.float32)
+        est0 = naive0 = _prior_mean_blocked(truth, data, config, params)
+    elif config.predictions:
         factors = _item_factors(truth, data, config, params)
         u = jnp.broadcast_to(factors.u_mean, (K, r)).astype(jnp.float32)
         zero_s = jnp.zeros((n,), jnp.float32)
@@ -435,9 +620,23 @@ def _half_width(state: LoopState, config: Config):
     return jnp.where(state.sampler.count > 0, jnp.minimum(hw, 1.0), jnp.inf)
 
 
-def _step(state: LoopState, order_key, truth, data, config: Config, params: Params, cap_calls):
-    """One pull of one arm (a no-op once stopped or when nothing can be pulled)."""
-    K, n, b = config.num_arms, config.num_items, config.batch_size
+class _Batch(NamedTuple):
+    """The pulled arm's next batch and what the DR terms need, frozen before it."""
+
+    items: jax.Array  # [b] int32
+    valid: jax.Array  # [b] bool (already & active)
+    sampler: _sampling.SamplerState
+    s_b: jax.Array  # [b] scores of the drawn items (0 where invalid)
+    p_b: jax.Array  # [b] their predictions (0 where invalid)
+    sum_pu: jax.Array  # sum of the predictions over the unseen items
+    max_pu: jax.Array
+    min_pu: jax.Array
+    lam: jax.Array
+
+
+def _choose(state: LoopState, config: Config, params: Params, cap_calls):
+    """The policy's arm, how many items it may draw and whether the step does anything."""
+    n, b = config.num_items, config.batch_size
     count = state.sampler.count
     full = count >= n
     view = _policies.ArmView(
@@ -453,45 +652,124 @@ def _step(state: LoopState, order_key, truth, data, config: Config, params: Para
     )
     limit = jnp.minimum(jnp.minimum(item_cap, cap_calls - state.calls), b)
     active = ok & (limit > 0) & ~state.stopped
+    return arm, limit, active, pstate
 
-    # --- the arm's view: order, truth row, predictions frozen before the batch
+
+def _batch_lambda(state: LoopState, arm, config: Config, params: Params):
+    if config.predictions:
+        return _estimators.plugin_lambda(
+            _take(state.lam_stats, arm), params.lam0, shrink=params.shrink
+        )
+    return jnp.zeros((), jnp.float32)
+
+
+def _batch_whole(state, arm, limit, active, order_key, truth, data, config, params):
+    """The batch from whole rows of length ``n`` (``num_items <= item_block``)."""
+    n, b = config.num_items, config.batch_size
+    count = state.sampler.count
     keys, seen = _sampling.arm_view(order_key, state.sampler, arm, n, config.sync)
     s_row = _row(truth, data, arm, config, params)
-    n_seen = count[arm]
-    n_unseen = n - n_seen
+    n_unseen = n - count[arm]
     unseen = ~seen
     if config.predictions:
         factors = _item_factors(truth, data, config, params)
         p_row = _predict(state.u[arm], s_row, arm, truth, factors, config, params)
-        lam = _estimators.plugin_lambda(
-            _take(state.lam_stats, arm), params.lam0, shrink=params.shrink
-        )
     else:
         factors = None
         p_row = jnp.zeros((n,), jnp.float32)
-        lam = jnp.zeros((), jnp.float32)
+    lam = _batch_lambda(state, arm, config, params)
     sum_pu = jnp.sum(jnp.where(unseen, p_row, 0.0))
     max_pu = jnp.max(jnp.where(unseen, p_row, -jnp.inf))
     min_pu = jnp.min(jnp.where(unseen, p_row, jnp.inf))
     max_pu = jnp.where(n_unseen > 0, max_pu, 0.0)
     min_pu = jnp.where(n_unseen > 0, min_pu, 0.0)
-    sum_s_arm = state.sum_s[arm]
-    center = jnp.asarray(state.estimate[arm], jnp.float32)
-
-    # --- the batch, one martingale term per item (items move from U to O one at a time)
     items, valid, sampler = _sampling.take_batch(keys, seen, state.sampler, arm, b, limit)
     valid = valid & active
     vf = valid.astype(jnp.float32)
-    s_b = s_row[items] * vf
-    p_b = p_row[items] * vf
+    batch = _Batch(
+        items=items,
+        valid=valid,
+        sampler=sampler,
+        s_b=s_row[items] * vf,
+        p_b=p_row[items] * vf,
+        sum_pu=sum_pu,
+        max_pu=max_pu,
+        min_pu=min_pu,
+        lam=lam,
+    )
+    return batch, (s_row, seen, factors)
+
+
+def _batch_blocked(state, arm, limit, active, order_key, truth, data, config, params):
+    """The same batch with the items streamed in blocks (one pass, running top-b)."""
+    n, b = config.num_items, config.batch_size
+    at = _arm_truth(truth, arm, config, params)
+    thr_key = state.sampler.thr_key[arm]
+    thr_idx = state.sampler.thr_idx[arm]
+    u_arm = state.u[arm]
+    f32 = jnp.float32
+
+    def body(carry, k):
+        sum_pu, max_pu, min_pu, top = carry
+        start, idx, own = _block(k, config)
+        keys = _sampling.keys_at(order_key, arm, idx, config.sync)
+        unseen = own & ~_sampling.seen_mask(keys, thr_key, thr_idx, idx)
+        f = _factors_block(truth, data, start, idx, config, params)
+        s = _row_block(at, data, f, start, config)
+        if config.predictions:
+            p = _predict_block(u_arm, s, at, f, idx, config, params)
+        else:
+            p = jnp.zeros_like(s)
+        sum_pu = sum_pu + jnp.sum(jnp.where(unseen, p, 0.0))
+        max_pu = jnp.maximum(max_pu, jnp.max(jnp.where(unseen, p, -jnp.inf)))
+        min_pu = jnp.minimum(min_pu, jnp.min(jnp.where(unseen, p, jnp.inf)))
+        cand = _sampling.block_top(keys, idx, unseen, b, (s, p))
+        return (sum_pu, max_pu, min_pu, _sampling.merge_top(top, cand, b)), None
+
+    zero = jnp.zeros((), f32)
+    init = (zero, zero - jnp.inf, zero + jnp.inf, _sampling.empty_top(b, (zero[None], zero[None])))
+    (sum_pu, max_pu, min_pu, top), _ = jax.lax.scan(
+        body, init, jnp.arange(config.num_blocks, dtype=jnp.int32)
+    )
+    n_unseen = n - state.sampler.count[arm]
+    max_pu = jnp.where(n_unseen > 0, max_pu, 0.0)
+    min_pu = jnp.where(n_unseen > 0, min_pu, 0.0)
+    # an inactive step draws nothing (the caller discards it anyway)
+    items, valid, sampler, (s_top, p_top) = _sampling.finish_top(
+        top, state.sampler, arm, jnp.where(active, limit, 0)
+    )
+    vf = valid.astype(f32)
+    batch = _Batch(
+        items=items,
+        valid=valid,
+        sampler=sampler,
+        s_b=s_top * vf,
+        p_b=p_top * vf,
+        sum_pu=sum_pu,
+        max_pu=max_pu,
+        min_pu=min_pu,
+        lam=_batch_lambda(state, arm, config, params),
+    )
+    return batch, at
+
+
+def _martingale(state: LoopState, arm, batch: _Batch, config: Config, params: Params):
+    """One DR term per drawn item (items move from U to O one at a time)."""
+    K, n, b = config.num_arms, config.num_items, config.batch_size
+    n_unseen = n - state.sampler.count[arm]
+    sum_s_arm = state.sum_s[arm]
+    center = jnp.asarray(state.estimate[arm], jnp.float32)
+    s_b, p_b, lam = batch.s_b, batch.p_b, batch.lam
     excl_s = jnp.cumsum(s_b) - s_b
     excl_p = jnp.cumsum(p_b) - p_b
     k_b = jnp.arange(b, dtype=jnp.int32)
     nu_k = n_unseen - k_b
     so_k = sum_s_arm + excl_s
-    spu_k = sum_pu - excl_p
+    spu_k = batch.sum_pu - excl_p
     y = _estimators.dr_term(so_k, spu_k, jnp.maximum(nu_k, 1), s_b, p_b, lam, n)
-    lo, hi = _estimators.dr_range(so_k, spu_k, jnp.maximum(nu_k, 0), max_pu, min_pu, lam, n)
+    lo, hi = _estimators.dr_range(
+        so_k, spu_k, jnp.maximum(nu_k, 0), batch.max_pu, batch.min_pu, lam, n
+    )
     center_k = jnp.clip(center, lo, hi)
     alpha_arm = params.alpha / K
 
@@ -510,45 +788,131 @@ def _step(state: LoopState, order_key, truth, data, config: Config, params: Para
     (cs_arm, ls_arm), _ = jax.lax.scan(
         item_body,
         (cs_arm, _take(state.lam_stats, arm)),
-        (y, lo, hi, center_k, s_b, p_b, valid),
+        (y, lo, hi, center_k, s_b, p_b, batch.valid),
     )
-    n_new = jnp.sum(valid, dtype=jnp.int32)
-    sum_s_new = sum_s_arm + jnp.sum(s_b)
-    count_new = n_seen + n_new
+    return cs_arm, ls_arm
 
-    # --- refit the arm's factor on its observed items; new ranking estimate
-    seen_new = seen | jnp.zeros((n,), bool).at[items].max(valid)
+
+def _estimates(sum_s_new, count_new, sp_obs, sp_all, ls_arm, config: Config, params: Params):
+    """Ranking (difference) estimate and naive pooled estimate after the refit."""
+    n = config.num_items
     if config.predictions:
-        u_arm = state.u[arm]
-        if config.refit:
-            u_new, _ = update_model_factors(
-                factors, s_row[None], seen_new[None], u_arm[None], params.rho, config.num_newton
-            )
-            u_new = u_new[0]
-        else:
-            u_new = u_arm
-        p_new = _predict(u_new, s_row, arm, truth, factors, config, params)
         lam_next = _estimators.plugin_lambda(ls_arm, params.lam0, shrink=params.shrink)
-        sp_obs = jnp.sum(jnp.where(seen_new, p_new, 0.0))
-        sp_all = jnp.sum(p_new)
         est_arm = _estimators.difference_estimate(
             sum_s_new, sp_obs, count_new, sp_all, lam_next, n
         )
         naive_arm = _estimators.naive_pooled(sum_s_new, sp_all - sp_obs, n)
     else:
-        u_new = state.u[arm]
         est_arm = sum_s_new / jnp.maximum(count_new, 1).astype(jnp.float32)
         est_arm = jnp.where(count_new > 0, est_arm, 0.5)
         naive_arm = sum_s_new / n
-    est_arm = jnp.where(count_new >= n, sum_s_new / n, est_arm)
+    return jnp.where(count_new >= n, sum_s_new / n, est_arm), naive_arm
+
+
+def _refit_whole(state, arm, batch, whole, truth, config, params):
+    """Refit the arm's factor on whole rows; the sums of its new predictions."""
+    n = config.num_items
+    s_row, seen, factors = whole
+    seen_new = seen | jnp.zeros((n,), bool).at[batch.items].max(batch.valid)
+    u_arm = state.u[arm]
+    if config.refit:
+        u_new, _ = update_model_factors(
+            factors, s_row[None], seen_new[None], u_arm[None], params.rho, config.num_newton
+        )
+        u_new = u_new[0]
+    else:
+        u_new = u_arm
+    p_new = _predict(u_new, s_row, arm, truth, factors, config, params)
+    sp_obs = jnp.sum(jnp.where(seen_new, p_new, 0.0))
+    sp_all = jnp.sum(p_new)
+    return u_new, sp_obs, sp_all
+
+
+def _refit_blocked(state, arm, batch, at, order_key, truth, data, config, params):
+    """The same refit with every sum over items accumulated block by block."""
+    thr_key = batch.sampler.thr_key[arm]
+    thr_idx = batch.sampler.thr_idx[arm]
+    u_arm = state.u[arm]
+
+    def block(k):
+        start, idx, own = _block(k, config)
+        keys = _sampling.keys_at(order_key, arm, idx, config.sync)
+        seen_new = own & _sampling.seen_mask(keys, thr_key, thr_idx, idx)
+        f = _factors_block(truth, data, start, idx, config, params)
+        s = _row_block(at, data, f, start, config)
+        return idx, own, seen_new, f, s
+
+    if config.refit:
+
+        def newton_block(k):
+            _, _, m, f, s = block(k)
+            return f.V, f.c, s, m
+
+        u_new = update_model_factor_blocked(
+            newton_block,
+            config.num_blocks,
+            u_arm,
+            _u_mean(data, config),
+            params.rho,
+            config.num_newton,
+            return_hessian=False,
+        )
+    else:
+        u_new = u_arm
+
+    def sums(carry, k):
+        sp_obs, sp_all = carry
+        idx, own, m, f, s = block(k)
+        p = _predict_block(u_new, s, at, f, idx, config, params)
+        sp_obs = sp_obs + jnp.sum(jnp.where(m, p, 0.0))
+        return (sp_obs, sp_all + jnp.sum(jnp.where(own, p, 0.0))), None
+
+    zero = jnp.zeros((), jnp.float32)
+    (sp_obs, sp_all), _ = jax.lax.scan(
+        sums, (zero, zero), jnp.arange(config.num_blocks, dtype=jnp.int32)
+    )
+    return u_new, sp_obs, sp_all
+
+
+def _step(state: LoopState, order_key, truth, data, config: Config, params: Params, cap_calls):
+    """One pull of one arm (a no-op once stopped or when nothing can be pulled)."""
+    arm, limit, active, pstate = _choose(state, config, params, cap_calls)
+
+    # --- the arm's view: order, truth row, predictions frozen before the batch
+    if config.blocked:
+        batch, at = _batch_blocked(
+            state, arm, limit, active, order_key, truth, data, config, params
+        )
+    else:
+        batch, whole = _batch_whole(
+            state, arm, limit, active, order_key, truth, data, config, params
+        )
+
+    # --- the batch, one martingale term per item
+    cs_arm, ls_arm = _martingale(state, arm, batch, config, params)
+    n_new = jnp.sum(batch.valid, dtype=jnp.int32)
+    sum_s_new = state.sum_s[arm] + jnp.sum(batch.s_b)
+    count_new = state.sampler.count[arm] + n_new
+
+    # --- refit the arm's factor on its observed items; new ranking estimate
+    if config.predictions:
+        if config.blocked:
+            u_new, sp_obs, sp_all = _refit_blocked(
+                state, arm, batch, at, order_key, truth, data, config, params
+            )
+        else:
+            u_new, sp_obs, sp_all = _refit_whole(state, arm, batch, whole, truth, config, params)
+    else:
+        u_new, sp_obs, sp_all = state.u[arm], None, None
+    est_arm, naive_arm = _estimates(sum_s_new, count_new, sp_obs, sp_all, ls_arm, config, params)
 
     new = LoopState(
-        sampler=sampler,
+        sampler=batch.sampler,
         pstate=pstate,
         sum_s=state.sum_s.at[arm].set(sum_s_new),
         u=state.u.at[arm].set(u_new),
         lam_stats=_put(state.lam_stats, arm, ls_arm),
-        lam=state.lam.at[arm].set(lam),
+        lam=state.lam.at[arm].set(batch.lam),
         estimate=state.estimate.at[arm].set(est_arm),
         naive=state.naive.at[arm].set(naive_arm),
         cs=tuple(_put(st, arm, ca) for st, ca in zip(state.cs, cs_arm)),
@@ -586,9 +950,12 @@ def _setup(rep_key, data: ProblemData, config: Config, params: Params):
         key=jax.random.fold_in(rep_key, _PURPOSE_TRUTH),
         pred_key=jax.random.fold_in(rep_key, _PURPOSE_PRED),
     )
-    theta = jax.lax.map(
-        lambda a: jnp.mean(_row(truth, data, a, config, params)), jnp.arange(config.num_arms)
-    )
+    if config.blocked:
+        theta = _theta_blocked(truth, data, config, params)
+    else:
+        theta = jax.lax.map(
+            lambda a: jnp.mean(_row(truth, data, a, config, params)), jnp.arange(config.num_arms)
+        )
     return order_key, truth, inst, theta
 
 
