@@ -93,9 +93,9 @@ def _load_avg() -> list[float]:
 def run_cell(name: str, sm: jaxeval.ScoreMatrix, k: int, st: Settings, seeds, methods) -> dict:
     """Run one (dataset, k) cell and return its JSON record."""
     load_before = _load_avg()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     r = evaluate_protocol(sm, k, tuple(methods), tuple(seeds), st, alpha=ALPHA, dr_items=0)
-    secs = time.perf_counter() - t0
+    secs, cpu = time.perf_counter() - t0, time.process_time() - c0
     n_models = int(r.info["n_models"])
     h = 200 if n_models >= 1000 else int(round(0.2 * n_models))
     per = {}
@@ -114,7 +114,7 @@ def run_cell(name: str, sm: jaxeval.ScoreMatrix, k: int, st: Settings, seeds, me
         "n_models": n_models, "n_items": int(r.info["n_items"]), "n_test": h, "n_val": h,
         "external_target": bool(r.info["external_target"]),
         "seeds": list(seeds), "methods": list(methods), "alpha": ALPHA,
-        "results": per, "seconds": secs, "settings": repr(st),
+        "results": per, "seconds": secs, "cpu_seconds": cpu, "settings": repr(st),
         "settings_fields": {f.name: repr(getattr(st, f.name)) for f in dataclasses.fields(st)},
         "key": _settings_key(st, seeds, methods), "commit": _commit(),
         "jaxeval_path": str(Path(jaxeval.__file__).resolve().parent),
@@ -209,14 +209,16 @@ def print_tables(recs: list[dict]) -> None:
         print(f"| {c[0]} | {c[1]} | {mu:.3f} ± {2 * sd:.3f} | " + " | ".join(row) + " |")
 
     print("\n### Cells: models, wall time, machine load, commit\n")
-    print("| dataset | k | models (train/val/test) | target | wall (s) | load before → after "
-          "(1 min) | commit |\n|---|---|---|---|---|---|---|")
+    print("| dataset | k | models (train/val/test) | target | wall (s) | CPU (s) | load before → "
+          "after (1 min) | commit |\n|---|---|---|---|---|---|---|---|")
     for c in keys:
         rec = cells[c]
         tr = rec["n_models"] - 2 * rec["n_test"]
         print(f"| {c[0]} | {c[1]} | {rec['n_models']} ({tr}/{rec['n_val']}/{rec['n_test']}) | "
               f"{'full score' if rec['external_target'] else 'row mean'} | "
-              f"{rec['seconds']:.0f} | {rec['load_before'][0]} → {rec['load_after'][0]} | "
+              f"{rec['seconds']:.0f} | "
+              + (f"{rec['cpu_seconds']:.0f}" if "cpu_seconds" in rec else "not recorded")
+              + f" | {rec['load_before'][0]} → {rec['load_after'][0]} | "
               f"{rec['commit'][:7]} |")
 
     print("\n### k = 100: lowest test MAE per dataset\n")
