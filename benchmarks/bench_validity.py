@@ -2,9 +2,9 @@
 
 For each truth source (the OLL v2 sets, TailoredBench GSM8K and the eight metabench
 OLL v1 files from ../shared/data, and synthetic low-rank truth) and each kind of
-predictions (the fitted factorization, biased by +0.3, random, adversarial ``1 - S``),
-PULSE runs ``--reps`` replicates and we count the replicates in which *all K intervals
-hold at every checkpoint at once* (anytime, simultaneous). Validity requires coverage
+predictions (the fitted factorization, biased by ``--bias`` (+0.3), random, adversarial
+``1 - S``), PULSE runs ``--reps`` replicates and we count the replicates in which *all K
+intervals hold at every checkpoint at once* (anytime, simultaneous). Validity requires coverage
 >= 1 - alpha within the binomial tolerance ``3 sqrt(alpha (1 - alpha) / R)``. The same
 widths centred on the naive pooled estimate (observed scores plus raw predictions, no
 correction) show naive pooling's coverage collapsing under biased predictions.
@@ -86,6 +86,7 @@ def main(argv=None):
     ap.add_argument("--n-synthetic", type=int, default=200)
     ap.add_argument("--rank", type=int, default=8,
                     help="factorization rank (capped at n_items // 2 for tiny item sets)")
+    ap.add_argument("--bias", type=float, default=0.3, help="shift of the biased predictions")
     ap.add_argument("--policy", default="pulse")
     ap.add_argument("--chunk", type=int, default=500)
     ap.add_argument("--seed", type=int, default=0)
@@ -120,7 +121,7 @@ def main(argv=None):
             rep = jaxeval.simulate_identification(
                 data, args.policy, K=args.K, budget_fractions=args.fracs, alpha=args.alpha,
                 n_replicates=args.reps, seed=args.seed, cs_kinds=tuple(args.kinds),
-                corruption=pred, bias=0.3, factors=factors, chunk_size=args.chunk,
+                corruption=pred, bias=args.bias, factors=factors, chunk_size=args.chunk,
             )
             wall = time.time() - t0
             cov = dict(zip(rep.cs_kinds, rep.coverage_family))
@@ -134,6 +135,7 @@ def main(argv=None):
                   f"(budgets {rep.budgets.tolist()} calls; {wall:.0f}s)", flush=True)
     print()
     print(f"R = {args.reps}, K = {args.K}, alpha = {args.alpha}, policy = {args.policy}, "
+          f"bias = {args.bias}, "
           f"checkpoints at {args.fracs} of K*n; target >= {target:.4f} (1 - alpha - 3 se)")
     print()
     print("| truth | predictions | " + " | ".join(args.kinds)
