@@ -241,15 +241,20 @@ def _newton_direction(g, H, eye):
     return jnp.where(jnp.all(jnp.isfinite(d)), d, -g / scale)
 
 
-def _armijo_step(f, g, d, steps):
-    """The largest trial step with sufficient decrease (``f`` at every trial step).
+def _armijo_index(f, g, d, steps):
+    """Index of the largest trial step with sufficient decrease (``f`` at every step).
 
     The slack absorbs float32 rounding near the optimum, where the full step is right;
     ``steps[-1] = 0`` always satisfies the rule.
     """
     slack = 1e-6 * (jnp.abs(f[-1]) + 1.0)
     ok = f <= f[-1] + 1e-4 * steps * jnp.dot(g, d) + slack
-    return steps[jnp.argmax(ok)]
+    return jnp.argmax(ok)
+
+
+def _armijo_step(f, g, d, steps):
+    """The largest trial step with sufficient decrease (see :func:`_armijo_index`)."""
+    return steps[_armijo_index(f, g, d, steps)]
 
 
 def _newton_row(u0, V, c, s, m, u_mean, rho, VV, num_newton):
@@ -356,6 +361,9 @@ def update_model_factor_blocked(
     rho: jax.Array,
     num_newton: int = 3,
     return_hessian: bool = True,
+    *,
+    data_grad_hess=None,
+    trial_sums=None,
 ):
     """One model's MAP factor, as :func:`update_model_factors`, with items streamed in blocks.
 
@@ -367,22 +375,36 @@ def update_model_factor_blocked(
     :func:`update_model_factors` on the concatenated row up to float32 summation order
     (about 1e-6 relative; ``tests/test_blocks.py``). Each Newton step reads every block
     twice (derivatives, then the line search); the final Hessian costs one more pass
-    (skip it with ``return_hessian=False``).
+    (skip it with ``return_hessian=False``). Two hooks let a caller that streams the
+    same blocks anyway save passes: ``data_grad_hess`` replaces the first derivative
+    pass, and ``trial_sums`` rides on the last line-search pass.
 
     Args:
-      block_fn: ``k -> (V [B, r], c [B], scores [B], mask [B] bool)`` for block ``k``
-        (int32 scalar); items outside the row (padding) must have ``mask`` False.
+      block_fn: ``k -> (V [B, r], c [B], scores [B], mask [B] bool, *extra)`` for block
+        ``k`` (int32 scalar); items outside the row (padding) must have ``mask`` False.
       num_blocks: static number of blocks.
       u_init: ``[r]`` warm start.
       u_mean: ``[r]`` prior centre.
       rho: scalar prior strength.
       num_newton: number of Newton steps (static).
       return_hessian: also return the Hessian at the returned ``u``.
+      data_grad_hess: optional ``(g [r], H [r, r], count)``: the data part (no prior) of
+        the gradient and Hessian at ``u_init`` and the number of observed items, already
+        accumulated by the caller; the first derivative pass is then skipped.
+      trial_sums: optional ``fn(z [T, B], block) -> pytree of [T] arrays`` with ``block``
+        what ``block_fn`` returned and ``z`` the block's logits at each of the ``T``
+        trial steps of the last Newton step; the sums over blocks at the accepted step
+        are returned too (e.g. sums of the new predictions without a pass of their own;
+        they are taken at ``u_init``'s last Newton iterate, before the empty-row rule).
+        Needs ``num_newton >= 1``.
 
     Returns:
-      ``(u [r], hessian [r, r])``, or ``u`` alone when ``return_hessian`` is False. A row
-      with no observed item returns ``u_mean`` exactly.
+      ``(u [r], hessian [r, r])``, or ``u`` alone when ``return_hessian`` is False, with
+      the ``trial_sums`` appended when given. A row with no observed item returns
+      ``u_mean`` exactly.
     """
+    if trial_sums is not None and num_newton < 1:
+        raise ValueError(f"trial_sums needs num_newton >= 1, got num_newton={num_newton}")
     dtype = jnp.result_type(float)
     u_init = jnp.asarray(u_init, dtype)
     u_mean = jnp.asarray(u_mean, dtype)
@@ -393,14 +415,18 @@ def update_model_factor_blocked(
     ks = jnp.arange(num_blocks, dtype=jnp.int32)
 
     def block(k):
-        V, c, s, m = block_fn(k)
+        out = block_fn(k)
+        V, c, s, m = out[:4]
         m = jnp.asarray(m, bool)
-        return V.astype(dtype), c.astype(dtype), jnp.where(m, s, 0.0).astype(dtype), m
+        return (V.astype(dtype), c.astype(dtype), jnp.where(m, s, 0.0).astype(dtype), m), out
+
+    def with_prior(g, H, cnt, u):
+        return g + 2.0 * rho * (u - u_mean), H + 2.0 * rho * eye, cnt
 
     def grad_hess(u):
         def acc(carry, k):
             g, H, cnt = carry
-            V, c, s, m = block(k)
+            (V, c, s, m), _ = block(k)
             p = jax.nn.sigmoid(V @ u + c)
             mf = m.astype(dtype)
             g = g + V.T @ (mf * (p - s))
@@ -410,38 +436,56 @@ def update_model_factor_blocked(
 
         init = (jnp.zeros((r,), dtype), jnp.zeros((r, r), dtype), jnp.zeros((), jnp.int32))
         (g, H, cnt), _ = jax.lax.scan(acc, init, ks)
-        g = g + 2.0 * rho * (u - u_mean)
-        H = H + 2.0 * rho * eye
-        return g, H, cnt
+        return with_prior(g, H, cnt, u)
 
-    def objective_along(u, d):
-        def acc(f, k):
-            V, c, s, m = block(k)
+    def newton_step(u, g, H, sums_fn):
+        d = _newton_direction(g, H, eye)
+
+        def acc(carry, k):
+            f, sm = carry
+            (V, c, s, m), out = block(k)
             z = (V @ u + c)[None, :] + steps[:, None] * (V @ d)[None, :]
             bce = jnp.where(m[None, :], _bce_from_logits(z, s[None, :]), 0.0)
-            return f + jnp.sum(bce, axis=1), None
+            if sums_fn is not None:
+                sm = jax.tree.map(jnp.add, sm, sums_fn(z, out))
+            return (f + jnp.sum(bce, axis=1), sm), None
 
-        f, _ = jax.lax.scan(acc, jnp.zeros(steps.shape, dtype), ks)
+        sm0 = None
+        if sums_fn is not None:
+
+            def probe(k):
+                (_, _, s, _), out = block(k)
+                return sums_fn(jnp.zeros(steps.shape + s.shape, dtype), out)
+
+            shapes = jax.eval_shape(probe, ks[0])
+            sm0 = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+        (f, sm), _ = jax.lax.scan(acc, (jnp.zeros(steps.shape, dtype), sm0), ks)
         diff = (u - u_mean)[None, :] + steps[:, None] * d[None, :]
         f = f + rho * jnp.sum(diff * diff, axis=1)
-        return jnp.where(jnp.isfinite(f), f, jnp.inf)
+        f = jnp.where(jnp.isfinite(f), f, jnp.inf)
+        j = _armijo_index(f, g, d, steps)
+        sm = None if sm is None else jax.tree.map(lambda x: x[j], sm)
+        return u + steps[j] * d, sm
 
-    def body(carry, _):
-        u, _cnt = carry
-        g, H, cnt = grad_hess(u)
-        d = _newton_direction(g, H, eye)
-        f = objective_along(u, d)
-        return (u + _armijo_step(f, g, d, steps) * d, cnt), None
-
-    (u, cnt), _ = jax.lax.scan(
-        body, (u_init, jnp.zeros((), jnp.int32)), None, length=num_newton
-    )
-    if num_newton == 0 or return_hessian:
-        _, H, cnt = grad_hess(u)
-    u = jnp.where(cnt > 0, u, u_mean)
+    if data_grad_hess is None:
+        g, H, cnt = grad_hess(u_init)
+    else:
+        g0, H0, cnt0 = data_grad_hess
+        g, H, cnt = with_prior(jnp.asarray(g0, dtype), jnp.asarray(H0, dtype),
+                               jnp.asarray(cnt0, jnp.int32), u_init)
+    u, sums = u_init, None
+    for i in range(num_newton):
+        if i > 0:
+            g, H, _ = grad_hess(u)
+        last = i == num_newton - 1
+        u, sums = newton_step(u, g, H, trial_sums if last else None)
     if return_hessian:
-        return u, H
-    return u
+        _, H, _ = grad_hess(u)
+    u = jnp.where(cnt > 0, u, u_mean)
+    out = (u, H) if return_hessian else (u,)
+    if trial_sums is not None:
+        out = out + (sums,)
+    return out if len(out) > 1 else out[0]
 
 
 # --------------------------------------------------------------------- offline fit

@@ -49,16 +49,18 @@ refit), O(n r) temporaries per replicate. Longer rows are streamed: every pass o
 items is a ``lax.scan`` over ``ceil(n / item_block)`` blocks that regenerates the
 block's keys and truth (counter-based draws, bit-identical to the whole-row ones) and
 carries O(r^2 + b) aggregates: the next batch by a running top-b merge
-(:func:`jaxeval._sampling.merge_top`), the unseen predictions' sum / min / max, the
-refit's gradient, Hessian and line-search objective
-(:func:`jaxeval._factorization.update_model_factor_blocked`) and the new predictions'
-sums. Peak temporaries are then O(item_block r) per replicate whatever ``n``. The
-item orders and the truth are bit-identical to the whole-row kernel's; without
-predictions the whole trajectory is too; with predictions the sums over items are
-added in another order, so estimates differ by float32 rounding (~1e-7) and the
-trajectory is the same unless such a difference decides a near-tie of the policy
-index (``tests/test_blocks.py``). A step reads the blocks ``2 + 2 num_newton`` times with a refit
-(``1`` without predictions), trading recomputation for memory.
+(:func:`jaxeval._sampling.merge_top`), the unseen predictions' sum / min / max and the
+refit's gradient and Hessian at the current factor; a second pass does the refit's
+line search (:func:`jaxeval._factorization.update_model_factor_blocked`) and sums the
+new predictions at every trial step. So a step reads the blocks twice with a refit and
+``num_newton = 1`` (two more passes per further Newton step), once without. Peak
+temporaries are then O(item_block r) per replicate whatever ``n``. The item orders
+and the truth are bit-identical to the whole-row kernel's; without predictions the
+whole trajectory is too; with predictions the sums over items are added in another
+order, so estimates differ by float32 rounding (~1e-7) and the trajectory is the same
+unless such a difference decides a near-tie of the policy index
+(``tests/test_blocks.py``). The blocks trade recomputation (keys and synthetic
+truth regenerated on every pass) for memory.
 
 Deliberately bad predictions for validity studies (``Config.corruption``): ``"biased"``
 (``clip(S_hat + bias)``), ``"random"`` (i.i.d. uniform, fixed per arm),
@@ -472,7 +474,11 @@ def _row_block(at: _ArmTruth, data: ProblemData, factors: ItemFactors, start, co
 
 def _predict_block(u_arm, s, at: _ArmTruth, factors, idx, config: Config, params: Params):
     """The arm's predictions on a block (elements of :func:`_predict`)."""
-    p = predict_scores(u_arm, factors)
+    return _corrupt(predict_scores(u_arm, factors), s, at, idx, config, params)
+
+
+def _corrupt(p, s, at: _ArmTruth, idx, config: Config, params: Params):
+    """Apply ``Config.corruption`` to the model's probabilities ``p`` of a block."""
     kind = config.corruption
     if kind == "biased":
         p = jnp.clip(p + params.bias, 0.0, 1.0)
@@ -663,79 +669,71 @@ def _batch_lambda(state: LoopState, arm, config: Config, params: Params):
     return jnp.zeros((), jnp.float32)
 
 
-def _batch_whole(state, arm, limit, active, order_key, truth, data, config, params):
-    """The batch from whole rows of length ``n`` (``num_items <= item_block``)."""
-    n, b = config.num_items, config.batch_size
-    count = state.sampler.count
-    keys, seen = _sampling.arm_view(order_key, state.sampler, arm, n, config.sync)
-    s_row = _row(truth, data, arm, config, params)
-    n_unseen = n - count[arm]
-    unseen = ~seen
-    if config.predictions:
-        factors = _item_factors(truth, data, config, params)
-        p_row = _predict(state.u[arm], s_row, arm, truth, factors, config, params)
-    else:
-        factors = None
-        p_row = jnp.zeros((n,), jnp.float32)
-    lam = _batch_lambda(state, arm, config, params)
-    sum_pu = jnp.sum(jnp.where(unseen, p_row, 0.0))
-    max_pu = jnp.max(jnp.where(unseen, p_row, -jnp.inf))
-    min_pu = jnp.min(jnp.where(unseen, p_row, jnp.inf))
-    max_pu = jnp.where(n_unseen > 0, max_pu, 0.0)
-    min_pu = jnp.where(n_unseen > 0, min_pu, 0.0)
-    items, valid, sampler = _sampling.take_batch(keys, seen, state.sampler, arm, b, limit)
-    valid = valid & active
-    vf = valid.astype(jnp.float32)
-    batch = _Batch(
-        items=items,
-        valid=valid,
-        sampler=sampler,
-        s_b=s_row[items] * vf,
-        p_b=p_row[items] * vf,
-        sum_pu=sum_pu,
-        max_pu=max_pu,
-        min_pu=min_pu,
-        lam=lam,
-    )
-    return batch, (s_row, seen, factors)
-
-
 def _batch_blocked(state, arm, limit, active, order_key, truth, data, config, params):
-    """The same batch with the items streamed in blocks (one pass, running top-b)."""
+    """The same batch with the items streamed in blocks (one pass, running top-b).
+
+    With predictions the same pass also accumulates what the refit needs at the arm's
+    current factor (the data part of the gradient and Hessian over the items seen
+    before the batch, and the sums of the current predictions); the drawn items carry
+    their item factors so that :func:`_refit_blocked` can add them without a pass.
+    """
     n, b = config.num_items, config.batch_size
     at = _arm_truth(truth, arm, config, params)
     thr_key = state.sampler.thr_key[arm]
     thr_idx = state.sampler.thr_idx[arm]
     u_arm = state.u[arm]
+    r = u_arm.shape[0]
     f32 = jnp.float32
+    zero = jnp.zeros((), f32)
 
     def body(carry, k):
-        sum_pu, max_pu, min_pu, top = carry
+        sums, top = carry
         start, idx, own = _block(k, config)
         keys = _sampling.keys_at(order_key, arm, idx, config.sync)
-        unseen = own & ~_sampling.seen_mask(keys, thr_key, thr_idx, idx)
+        seen = own & _sampling.seen_mask(keys, thr_key, thr_idx, idx)
+        unseen = own & ~seen
         f = _factors_block(truth, data, start, idx, config, params)
         s = _row_block(at, data, f, start, config)
         if config.predictions:
-            p = _predict_block(u_arm, s, at, f, idx, config, params)
+            p_raw = predict_scores(u_arm, f)
+            p = _corrupt(p_raw, s, at, idx, config, params)
+            payload = (s, p, p_raw, f.V, f.c)
+            mf = seen.astype(f32)
+            w = mf * p_raw * (1.0 - p_raw)
+            sums = dict(
+                sums,
+                g=sums["g"] + f.V.T @ (mf * (p_raw - s)),
+                H=sums["H"] + (f.V * w[:, None]).T @ f.V,
+                sp_seen=sums["sp_seen"] + jnp.sum(jnp.where(seen, p, 0.0)),
+                sp_all=sums["sp_all"] + jnp.sum(jnp.where(own, p, 0.0)),
+            )
         else:
             p = jnp.zeros_like(s)
-        sum_pu = sum_pu + jnp.sum(jnp.where(unseen, p, 0.0))
-        max_pu = jnp.maximum(max_pu, jnp.max(jnp.where(unseen, p, -jnp.inf)))
-        min_pu = jnp.minimum(min_pu, jnp.min(jnp.where(unseen, p, jnp.inf)))
-        cand = _sampling.block_top(keys, idx, unseen, b, (s, p))
-        return (sum_pu, max_pu, min_pu, _sampling.merge_top(top, cand, b)), None
+            payload = (s, p)
+        sums = dict(
+            sums,
+            sum_pu=sums["sum_pu"] + jnp.sum(jnp.where(unseen, p, 0.0)),
+            max_pu=jnp.maximum(sums["max_pu"], jnp.max(jnp.where(unseen, p, -jnp.inf))),
+            min_pu=jnp.minimum(sums["min_pu"], jnp.min(jnp.where(unseen, p, jnp.inf))),
+        )
+        cand = _sampling.block_top(keys, idx, unseen, b, payload)
+        return (sums, _sampling.merge_top(top, cand, b)), None
 
-    zero = jnp.zeros((), f32)
-    init = (zero, zero - jnp.inf, zero + jnp.inf, _sampling.empty_top(b, (zero[None], zero[None])))
-    (sum_pu, max_pu, min_pu, top), _ = jax.lax.scan(
-        body, init, jnp.arange(config.num_blocks, dtype=jnp.int32)
+    sums0 = dict(sum_pu=zero, max_pu=zero - jnp.inf, min_pu=zero + jnp.inf)
+    proto = (zero[None], zero[None])
+    if config.predictions:
+        sums0.update(g=jnp.zeros((r,), f32), H=jnp.zeros((r, r), f32), sp_seen=zero,
+                     sp_all=zero)
+        proto = proto + (zero[None], jnp.zeros((1, r), f32), zero[None])
+    (sums, top), _ = jax.lax.scan(
+        body, (sums0, _sampling.empty_top(b, proto)),
+        jnp.arange(config.num_blocks, dtype=jnp.int32),
     )
     n_unseen = n - state.sampler.count[arm]
-    max_pu = jnp.where(n_unseen > 0, max_pu, 0.0)
-    min_pu = jnp.where(n_unseen > 0, min_pu, 0.0)
+    max_pu = jnp.where(n_unseen > 0, sums["max_pu"], 0.0)
+    min_pu = jnp.where(n_unseen > 0, sums["min_pu"], 0.0)
     # an inactive step draws nothing (the caller discards it anyway)
-    items, valid, sampler, (s_top, p_top) = _sampling.finish_top(
+    items, valid, sampler, payload = _sampling.finish_top(
         top, state.sampler, arm, jnp.where(active, limit, 0)
     )
     vf = valid.astype(f32)
@@ -743,14 +741,14 @@ def _batch_blocked(state, arm, limit, active, order_key, truth, data, config, pa
         items=items,
         valid=valid,
         sampler=sampler,
-        s_b=s_top * vf,
-        p_b=p_top * vf,
-        sum_pu=sum_pu,
+        s_b=payload[0] * vf,
+        p_b=payload[1] * vf,
+        sum_pu=sums["sum_pu"],
         max_pu=max_pu,
         min_pu=min_pu,
         lam=_batch_lambda(state, arm, config, params),
     )
-    return batch, at
+    return batch, (at, sums, payload)
 
 
 def _martingale(state: LoopState, arm, batch: _Batch, config: Config, params: Params):
@@ -809,30 +807,30 @@ def _estimates(sum_s_new, count_new, sp_obs, sp_all, ls_arm, config: Config, par
     return jnp.where(count_new >= n, sum_s_new / n, est_arm), naive_arm
 
 
-def _refit_whole(state, arm, batch, whole, truth, config, params):
-    """Refit the arm's factor on whole rows; the sums of its new predictions."""
-    n = config.num_items
-    s_row, seen, factors = whole
-    seen_new = seen | jnp.zeros((n,), bool).at[batch.items].max(batch.valid)
+def _refit_blocked(state, arm, batch, carried, order_key, truth, data, config, params):
+    """The same refit with every sum over items accumulated block by block.
+
+    One pass with ``num_newton = 1`` (the default): the first Newton direction comes
+    from the sums of :func:`_batch_blocked` plus the drawn items, and the new
+    predictions' sums ride on the line-search pass (at every trial step; the accepted
+    one is kept). Each further Newton step adds two passes. Without a refit no pass is
+    needed at all (the predictions are those of :func:`_batch_blocked`).
+    """
+    at, sums, payload = carried
+    vf = batch.valid.astype(jnp.float32)
+    n_new = jnp.sum(batch.valid, dtype=jnp.int32)
+    s_top, p_top, praw_top, V_top, c_top = payload
     u_arm = state.u[arm]
-    if config.refit:
-        u_new, _ = update_model_factors(
-            factors, s_row[None], seen_new[None], u_arm[None], params.rho, config.num_newton
-        )
-        u_new = u_new[0]
-    else:
-        u_new = u_arm
-    p_new = _predict(u_new, s_row, arm, truth, factors, config, params)
-    sp_obs = jnp.sum(jnp.where(seen_new, p_new, 0.0))
-    sp_all = jnp.sum(p_new)
-    return u_new, sp_obs, sp_all
+    if not config.refit or config.num_newton < 1:
+        return u_arm, sums["sp_seen"] + jnp.sum(p_top * vf), sums["sp_all"]
 
-
-def _refit_blocked(state, arm, batch, at, order_key, truth, data, config, params):
-    """The same refit with every sum over items accumulated block by block."""
+    # the data part of the derivatives at u_arm over the new seen set = before + batch
+    w_b = vf * praw_top * (1.0 - praw_top)
+    g = sums["g"] + V_top.T @ (vf * (praw_top - s_top))
+    H = sums["H"] + (V_top * w_b[:, None]).T @ V_top
+    count_new = state.sampler.count[arm] + n_new
     thr_key = batch.sampler.thr_key[arm]
     thr_idx = batch.sampler.thr_idx[arm]
-    u_arm = state.u[arm]
 
     def block(k):
         start, idx, own = _block(k, config)
@@ -840,53 +838,179 @@ def _refit_blocked(state, arm, batch, at, order_key, truth, data, config, params
         seen_new = own & _sampling.seen_mask(keys, thr_key, thr_idx, idx)
         f = _factors_block(truth, data, start, idx, config, params)
         s = _row_block(at, data, f, start, config)
-        return idx, own, seen_new, f, s
+        return f.V, f.c, s, seen_new, own, idx
 
-    if config.refit:
+    def trial_sums(z, blk):
+        _, _, s, seen_new, own, idx = blk
+        p = _corrupt(jax.nn.sigmoid(z), s[None, :], at, idx, config, params)
+        p = jnp.broadcast_to(p, z.shape)
+        return (jnp.sum(jnp.where(seen_new[None, :], p, 0.0), axis=1),
+                jnp.sum(jnp.where(own[None, :], p, 0.0), axis=1))
 
-        def newton_block(k):
-            _, _, m, f, s = block(k)
-            return f.V, f.c, s, m
-
-        u_new = update_model_factor_blocked(
-            newton_block,
-            config.num_blocks,
-            u_arm,
-            _u_mean(data, config),
-            params.rho,
-            config.num_newton,
-            return_hessian=False,
-        )
-    else:
-        u_new = u_arm
-
-    def sums(carry, k):
-        sp_obs, sp_all = carry
-        idx, own, m, f, s = block(k)
-        p = _predict_block(u_new, s, at, f, idx, config, params)
-        sp_obs = sp_obs + jnp.sum(jnp.where(m, p, 0.0))
-        return (sp_obs, sp_all + jnp.sum(jnp.where(own, p, 0.0))), None
-
-    zero = jnp.zeros((), jnp.float32)
-    (sp_obs, sp_all), _ = jax.lax.scan(
-        sums, (zero, zero), jnp.arange(config.num_blocks, dtype=jnp.int32)
+    u_new, (sp_obs, sp_all) = update_model_factor_blocked(
+        block,
+        config.num_blocks,
+        u_arm,
+        _u_mean(data, config),
+        params.rho,
+        config.num_newton,
+        return_hessian=False,
+        data_grad_hess=(g, H, count_new),
+        trial_sums=trial_sums,
     )
     return u_new, sp_obs, sp_all
 
 
 def _step(state: LoopState, order_key, truth, data, config: Config, params: Params, cap_calls):
     """One pull of one arm (a no-op once stopped or when nothing can be pulled)."""
+    fn = _step_blocked if config.blocked else _step_whole
+    return fn(state, order_key, truth, data, config, params, cap_calls)
+
+
+def _step_whole(
+    state: LoopState, order_key, truth, data, config: Config, params: Params, cap_calls
+):
+    """One pull of one arm on whole rows of length ``n`` (``num_items <= item_block``).
+
+    Kept operation for operation as before blocks existed (same program, same results
+    bit for bit); :func:`_step_blocked` is the streamed counterpart.
+    """
+    K, n, b = config.num_arms, config.num_items, config.batch_size
+    count = state.sampler.count
+    full = count >= n
+    view = _policies.ArmView(
+        count=count,
+        full=full,
+        mean_obs=state.sum_s / jnp.maximum(count, 1).astype(jnp.float32),
+        estimate=state.estimate,
+        naive=state.naive,
+        half_width=_half_width(state, config),
+    )
+    arm, item_cap, ok, pstate = _policies.choose_arm(
+        config.policy, view, state.pstate, params.a, params.scale, config.phase_lengths
+    )
+    limit = jnp.minimum(jnp.minimum(item_cap, cap_calls - state.calls), b)
+    active = ok & (limit > 0) & ~state.stopped
+
+    # --- the arm's view: order, truth row, predictions frozen before the batch
+    keys, seen = _sampling.arm_view(order_key, state.sampler, arm, n, config.sync)
+    s_row = _row(truth, data, arm, config, params)
+    n_seen = count[arm]
+    n_unseen = n - n_seen
+    unseen = ~seen
+    if config.predictions:
+        factors = _item_factors(truth, data, config, params)
+        p_row = _predict(state.u[arm], s_row, arm, truth, factors, config, params)
+        lam = _estimators.plugin_lambda(
+            _take(state.lam_stats, arm), params.lam0, shrink=params.shrink
+        )
+    else:
+        factors = None
+        p_row = jnp.zeros((n,), jnp.float32)
+        lam = jnp.zeros((), jnp.float32)
+    sum_pu = jnp.sum(jnp.where(unseen, p_row, 0.0))
+    max_pu = jnp.max(jnp.where(unseen, p_row, -jnp.inf))
+    min_pu = jnp.min(jnp.where(unseen, p_row, jnp.inf))
+    max_pu = jnp.where(n_unseen > 0, max_pu, 0.0)
+    min_pu = jnp.where(n_unseen > 0, min_pu, 0.0)
+    sum_s_arm = state.sum_s[arm]
+    center = jnp.asarray(state.estimate[arm], jnp.float32)
+
+    # --- the batch, one martingale term per item (items move from U to O one at a time)
+    items, valid, sampler = _sampling.take_batch(keys, seen, state.sampler, arm, b, limit)
+    valid = valid & active
+    vf = valid.astype(jnp.float32)
+    s_b = s_row[items] * vf
+    p_b = p_row[items] * vf
+    excl_s = jnp.cumsum(s_b) - s_b
+    excl_p = jnp.cumsum(p_b) - p_b
+    k_b = jnp.arange(b, dtype=jnp.int32)
+    nu_k = n_unseen - k_b
+    so_k = sum_s_arm + excl_s
+    spu_k = sum_pu - excl_p
+    y = _estimators.dr_term(so_k, spu_k, jnp.maximum(nu_k, 1), s_b, p_b, lam, n)
+    lo, hi = _estimators.dr_range(so_k, spu_k, jnp.maximum(nu_k, 0), max_pu, min_pu, lam, n)
+    center_k = jnp.clip(center, lo, hi)
+    alpha_arm = params.alpha / K
+
+    cs_arm = tuple(_take(st, arm) for st in state.cs)
+
+    def item_body(carry, xs):
+        cs_c, ls = carry
+        y_k, lo_k, hi_k, m_k, s_k, p_k, v_k = xs
+        new_cs = []
+        for kind, st in zip(config.cs_kinds, cs_c):
+            upd = _confseq.get(kind).update(st, y_k, lo_k, hi_k, m_k, alpha_arm)
+            new_cs.append(jax.tree.map(lambda a_, b_: jnp.where(v_k, a_, b_), upd, st))
+        ls = _estimators.lambda_stats_update(ls, s_k, p_k, v_k)
+        return (tuple(new_cs), ls), None
+
+    (cs_arm, ls_arm), _ = jax.lax.scan(
+        item_body,
+        (cs_arm, _take(state.lam_stats, arm)),
+        (y, lo, hi, center_k, s_b, p_b, valid),
+    )
+    n_new = jnp.sum(valid, dtype=jnp.int32)
+    sum_s_new = sum_s_arm + jnp.sum(s_b)
+    count_new = n_seen + n_new
+
+    # --- refit the arm's factor on its observed items; new ranking estimate
+    seen_new = seen | jnp.zeros((n,), bool).at[items].max(valid)
+    if config.predictions:
+        u_arm = state.u[arm]
+        if config.refit:
+            u_new, _ = update_model_factors(
+                factors, s_row[None], seen_new[None], u_arm[None], params.rho, config.num_newton
+            )
+            u_new = u_new[0]
+        else:
+            u_new = u_arm
+        p_new = _predict(u_new, s_row, arm, truth, factors, config, params)
+        lam_next = _estimators.plugin_lambda(ls_arm, params.lam0, shrink=params.shrink)
+        sp_obs = jnp.sum(jnp.where(seen_new, p_new, 0.0))
+        sp_all = jnp.sum(p_new)
+        est_arm = _estimators.difference_estimate(
+            sum_s_new, sp_obs, count_new, sp_all, lam_next, n
+        )
+        naive_arm = _estimators.naive_pooled(sum_s_new, sp_all - sp_obs, n)
+    else:
+        u_new = state.u[arm]
+        est_arm = sum_s_new / jnp.maximum(count_new, 1).astype(jnp.float32)
+        est_arm = jnp.where(count_new > 0, est_arm, 0.5)
+        naive_arm = sum_s_new / n
+    est_arm = jnp.where(count_new >= n, sum_s_new / n, est_arm)
+
+    new = LoopState(
+        sampler=sampler,
+        pstate=pstate,
+        sum_s=state.sum_s.at[arm].set(sum_s_new),
+        u=state.u.at[arm].set(u_new),
+        lam_stats=_put(state.lam_stats, arm, ls_arm),
+        lam=state.lam.at[arm].set(lam),
+        estimate=state.estimate.at[arm].set(est_arm),
+        naive=state.naive.at[arm].set(naive_arm),
+        cs=tuple(_put(st, arm, ca) for st, ca in zip(state.cs, cs_arm)),
+        calls=state.calls + n_new,
+        stopped=state.stopped,
+        status=state.status,
+    )
+    # the policy state advances even when the pull is empty (SySRs rejections)
+    new = jax.tree.map(lambda a_, b_: jnp.where(active, a_, b_), new, state)
+    new = new._replace(pstate=jax.tree.map(
+        lambda a_, b_: jnp.where(state.stopped, b_, a_), pstate, state.pstate))
+    return new
+
+
+def _step_blocked(
+    state: LoopState, order_key, truth, data, config: Config, params: Params, cap_calls
+):
+    """One pull of one arm with the items streamed in blocks (``num_items > item_block``)."""
     arm, limit, active, pstate = _choose(state, config, params, cap_calls)
 
     # --- the arm's view: order, truth row, predictions frozen before the batch
-    if config.blocked:
-        batch, at = _batch_blocked(
-            state, arm, limit, active, order_key, truth, data, config, params
-        )
-    else:
-        batch, whole = _batch_whole(
-            state, arm, limit, active, order_key, truth, data, config, params
-        )
+    batch, carried = _batch_blocked(
+        state, arm, limit, active, order_key, truth, data, config, params
+    )
 
     # --- the batch, one martingale term per item
     cs_arm, ls_arm = _martingale(state, arm, batch, config, params)
@@ -896,12 +1020,9 @@ def _step(state: LoopState, order_key, truth, data, config: Config, params: Para
 
     # --- refit the arm's factor on its observed items; new ranking estimate
     if config.predictions:
-        if config.blocked:
-            u_new, sp_obs, sp_all = _refit_blocked(
-                state, arm, batch, at, order_key, truth, data, config, params
-            )
-        else:
-            u_new, sp_obs, sp_all = _refit_whole(state, arm, batch, whole, truth, config, params)
+        u_new, sp_obs, sp_all = _refit_blocked(
+            state, arm, batch, carried, order_key, truth, data, config, params
+        )
     else:
         u_new, sp_obs, sp_all = state.u[arm], None, None
     est_arm, naive_arm = _estimates(sum_s_new, count_new, sp_obs, sp_all, ls_arm, config, params)

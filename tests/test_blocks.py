@@ -142,6 +142,48 @@ def test_blocked_newton_equals_update_model_factors(num_newton):
     np.testing.assert_array_equal(u_empty, u_mean)  # exactly, as update_model_factors
 
 
+def test_blocked_newton_hooks():
+    """``data_grad_hess`` (derivatives accumulated by the caller) and ``trial_sums``
+    (sums riding on the last line search) give what separate passes give."""
+    rng = np.random.default_rng(9)
+    r = 2
+    V = jnp.asarray(rng.normal(size=(N, r)), jnp.float32)
+    c = jnp.asarray(rng.normal(size=N), jnp.float32)
+    s = jnp.asarray(rng.random(N) < 0.5, jnp.float32)
+    m = jnp.asarray(rng.random(N) < 0.4)
+    u0 = jnp.asarray([0.3, -0.2], jnp.float32)
+    um = jnp.zeros((r,), jnp.float32)
+    blocks = _blocks(N, BLOCK)
+    starts = jnp.asarray([b_[0] for b_ in blocks], jnp.int32)
+    owns = jnp.asarray(np.stack([b_[2] for b_ in blocks]))
+
+    def block_fn(k):
+        sl = lambda x: jax.lax.dynamic_slice_in_dim(x, starts[k], BLOCK)  # noqa: E731
+        return sl(V), sl(c), sl(s), sl(m) & owns[k], owns[k]
+
+    def sums(z, blk):
+        return jnp.sum(jnp.where(blk[4][None, :], jax.nn.sigmoid(z), 0.0), axis=1)
+
+    @jax.jit
+    def run():
+        plain = update_model_factor_blocked(block_fn, len(blocks), u0, um, 1.0, 2,
+                                            return_hessian=False)
+        p0 = jax.nn.sigmoid(V @ u0 + c) * m
+        g = V.T @ (p0 - s * m)
+        H = (V * (p0 * (1 - p0))[:, None]).T @ V
+        hooked, total = update_model_factor_blocked(
+            block_fn, len(blocks), u0, um, 1.0, 2, return_hessian=False,
+            data_grad_hess=(g, H, jnp.sum(m)), trial_sums=sums)
+        return plain, hooked, total
+
+    plain, hooked, total = run()
+    np.testing.assert_allclose(hooked, plain, rtol=1e-5, atol=1e-6)
+    want = jnp.sum(jax.nn.sigmoid(V @ hooked + c))
+    np.testing.assert_allclose(total, want, rtol=1e-5)
+    with pytest.raises(ValueError, match="num_newton"):
+        update_model_factor_blocked(block_fn, len(blocks), u0, um, 1.0, 0, trial_sums=sums)
+
+
 # ------------------------------------------------------------ trajectories
 def _real_data(K, r=3):
     rng = np.random.default_rng(4)
