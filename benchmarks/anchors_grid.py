@@ -65,9 +65,27 @@ def _commit() -> str:
         return "unknown"
 
 
-def _settings_key(st: Settings, seeds, methods) -> str:
-    return json.dumps({"settings": repr(st), "seeds": list(seeds), "methods": list(methods)},
+#: Settings fields that change the issue-5 methods' numbers; fields added later for other
+#: methods (e.g. ``auto``'s cross-validation, the greedy strengths) do not invalidate cells.
+KEY_FIELDS = ("proxy_steps", "final_steps", "init_steps", "eval_every", "num_swaps", "guard",
+              "kmeans_iters", "irt")
+
+
+def _key_from_fields(fields: dict, seeds, methods) -> str:
+    sub = {f: fields.get(f) for f in KEY_FIELDS}
+    return json.dumps({"settings": sub, "seeds": list(seeds), "methods": list(methods)},
                       sort_keys=True)
+
+
+def _settings_key(st: Settings, seeds, methods) -> str:
+    fields = {f.name: repr(getattr(st, f.name)) for f in dataclasses.fields(st)}
+    return _key_from_fields(fields, seeds, methods)
+
+
+def _record_key(rec: dict) -> str:
+    """The resume key of a stored cell, recomputed from its recorded settings fields."""
+    return _key_from_fields(rec.get("settings_fields", {}), rec.get("seeds", []),
+                            rec.get("methods", []))
 
 
 def read_cells(path: Path) -> list[dict]:
@@ -261,7 +279,7 @@ def main(argv=None):
                   final_steps=a.final_steps)
     seeds = tuple(42 + r for r in range(a.seeds))
     key = _settings_key(st, seeds, a.methods)
-    done = {(r["dataset"], r["k"]) for r in read_cells(a.out) if r.get("key") == key}
+    done = {(r["dataset"], r["k"]) for r in read_cells(a.out) if _record_key(r) == key}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     print(f"jaxeval {jaxeval.__file__} (commit {_commit()}); {st}; seeds {seeds}; "
           f"{len(done)} cells already in {a.out}", flush=True)
