@@ -181,31 +181,22 @@ def print_tables(recs: list[dict]) -> None:
         methods += [m for m in rec["methods"] if m not in methods]
     head = "| dataset | k | " + " | ".join(methods) + " |\n|---|---|" + "---|" * len(methods)
 
-    print(f"### Test MAE (pp), mean ± sd over seeds; best per row in bold\n\n{head}")
-    for c in keys:
-        res = cells[c]["results"]
-        best = min(res[m]["mae_mean"] for m in res)
-        row = []
-        for m in methods:
-            if m not in res:
-                row.append("–")
-                continue
-            s = f"{res[m]['mae_mean']:.2f} ± {res[m]['mae_sd']:.2f}"
-            row.append(f"**{s}**" if res[m]["mae_mean"] == best else s)
-        print(f"| {c[0]} | {c[1]} | " + " | ".join(row) + " |")
+    def metric_table(title, name, fmt, pick):
+        print(f"{title}\n\n{head}")
+        for c in keys:
+            res = cells[c]["results"]
+            best = pick(res[m][f"{name}_mean"] for m in res)
+            row = []
+            for m in methods:
+                if m not in res:
+                    row.append("–")
+                    continue
+                s = f"{res[m][f'{name}_mean']:{fmt}} ± {res[m][f'{name}_sd']:{fmt}}"
+                row.append(f"**{s}**" if res[m][f"{name}_mean"] == best else s)
+            print(f"| {c[0]} | {c[1]} | " + " | ".join(row) + " |")
 
-    print(f"\n### Kendall τ-b, mean ± sd over seeds; best per row in bold\n\n{head}")
-    for c in keys:
-        res = cells[c]["results"]
-        best = max(res[m]["tau_mean"] for m in res)
-        row = []
-        for m in methods:
-            if m not in res:
-                row.append("–")
-                continue
-            s = f"{res[m]['tau_mean']:.3f} ± {res[m]['tau_sd']:.3f}"
-            row.append(f"**{s}**" if res[m]["tau_mean"] == best else s)
-        print(f"| {c[0]} | {c[1]} | " + " | ".join(row) + " |")
+    metric_table("### Test MAE (pp), mean ± sd over seeds; best per row in bold", "mae", ".2f", min)
+    metric_table("\n### Kendall τ-b, mean ± sd over seeds; best per row in bold", "tau", ".3f", max)
 
     print("\n### 90% split-conformal interval on test models: coverage / mean width (pp)\n")
     print("Expected coverage ± 2 sd (Beta-binomial, see the module docstring) per row; "
