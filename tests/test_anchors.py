@@ -131,6 +131,7 @@ def test_train_mlp_learns_and_keeps_best_checkpoint():
     "methods",
     [("random_ridge", "kmeans_ridge", "anchor_points"),
      ("random_shrunk", "greedy_shrunk"),
+     ("random_lowrank", "greedy_lowrank", "greedy_mix"),
      pytest.param(("random_mlp",), marks=pytest.mark.slow)],
 )
 def test_vmapped_seeds_equal_looped_seeds(methods):
@@ -302,7 +303,7 @@ def test_auto_by_cross_validation_ignores_test_rows():
     methods = ("random_ridge", "auto")
     r1 = evaluate_protocol(sm, 5, methods, seeds=(43,), settings=FAST, dedup=False)
     r2 = evaluate_protocol(sm2, 5, methods, seeds=(43,), settings=FAST, dedup=False)
-    assert r1.info["auto_choice"] == "cv"  # 30 validation models < 50
+    assert r1.info["auto_choice"] == "cv"  # 30 validation models < 100
     assert r1.info["auto_picks"] == r2.info["auto_picks"]
     np.testing.assert_array_equal(r1.info["cv_mse"], r2.info["cv_mse"])
     np.testing.assert_array_equal(r1.anchors, r2.anchors)
@@ -322,3 +323,72 @@ def test_fit_anchors_auto_uses_cv_when_validation_small(small_sm):
     pred2 = fit_anchors(small_sm, 6, seed=0, settings=big)
     assert pred2.info["auto_choice"] == "validation"
     assert pred2.method == min(pred2.info["validation_mse"], key=pred2.info["validation_mse"].get)
+
+
+# --------------------------------------------------------- low-rank estimator
+def test_lowrank_linear_form_equals_difference_estimator():
+    """The folded linear map = the estimator written out (posterior z, then the mean)."""
+    from jaxeval.anchors._lowrank import _linear_for, lowrank_basis
+
+    s, _, _ = _planted(seed=5, m=80, n=40)
+    basis = lowrank_basis(jnp.asarray(s[:60]), 6)
+    a = jnp.array([2, 7, 8, 15, 21, 29])
+    lin = _linear_for(basis, a, jnp.asarray(3), jnp.asarray(0.2, jnp.float32))
+    mu, V = np.asarray(basis.mu, np.float64), np.asarray(basis.V, np.float64)[:, :3]
+    x = s[60:][:, np.asarray(a)].astype(np.float64)
+    Va = V[np.asarray(a)]
+    z = np.linalg.solve(Va.T @ Va + 0.2 * np.eye(3), Va.T @ (x - mu[np.asarray(a)]).T).T
+    rest = np.setdiff1d(np.arange(40), np.asarray(a))
+    want = (x.sum(1) + (mu[rest] + z @ V[rest].T).sum(1)) / 40
+    np.testing.assert_allclose(np.asarray(x @ lin.w + lin.b), want, rtol=1e-4, atol=1e-5)
+    # the same basis by hand: the centred training scores' top right singular vectors
+    _, sv, vt = np.linalg.svd(s[:60] - s[:60].mean(0), full_matrices=False)
+    np.testing.assert_allclose(np.abs(V[:, 0]), np.abs(vt[0] * sv[0] / np.sqrt(60)), rtol=1e-3,
+                               atol=1e-5)
+
+
+def test_lowrank_recovers_mean_of_low_rank_scores():
+    """On rank-2 graded scores a few anchors pin the benchmark mean almost exactly."""
+    from jaxeval.anchors._lowrank import fit_lowrank_validated, lowrank_basis
+
+    rng = np.random.default_rng(6)
+    m, n, k = 200, 80, 8
+    s = 1 / (1 + np.exp(-(rng.normal(size=(m, 2)) @ rng.normal(size=(2, n)))))
+    s = (0.5 + 0.9 * (s - 0.5)).astype(np.float32)  # smooth, rank-2-ish, inside [0, 1]
+    y = s.mean(1)
+    a = jnp.asarray(np.sort(rng.choice(n, k, replace=False)))
+    x = s[:, np.asarray(a)]
+    lin, mse = fit_lowrank_validated(lowrank_basis(jnp.asarray(s[:120])), a, x[:120], y[:120],
+                                     x[120:160], y[120:160])
+    err = np.abs(np.asarray(x[160:] @ lin.w + lin.b) - y[160:]).mean()
+    naive = np.abs(x[160:].mean(1) - y[160:]).mean()
+    assert err < 0.15 * naive and err < 0.01
+
+
+def test_cv_residuals_give_mse_and_autos_interval(small_sm):
+    from jaxeval.anchors._methods import candidate_cv_mse, candidate_cv_residuals, cv_folds
+
+    s, y, _ = _planted(m=120, n=40)
+    d = SplitData(*(jnp.asarray(a) for a in (s[:90], y[:90], s[90:], y[90:])))
+    folds, s_ho, y_ho = cv_folds(d, 5, seed=0)
+    args = (jax.random.key(0), jax.tree.map(jnp.asarray, folds), jnp.asarray(s_ho),
+            jnp.asarray(y_ho), 5, ("random_ridge", "greedy_mix"), FAST)
+    res = np.asarray(candidate_cv_residuals(*args))
+    assert res.shape == (2, 5, 24)
+    np.testing.assert_allclose(np.asarray(candidate_cv_mse(*args)), (res**2).mean((1, 2)),
+                               rtol=1e-5)
+    pred = fit_anchors(small_sm, 6, seed=0, settings=FAST)
+    assert pred.info["auto_choice"] == "cv"
+    # the radius is a conformal quantile of cross-fitted residuals, not of validation ones
+    val, tr = small_sm.split([32], seed=0)  # fit_anchors' own hold-out
+    d2 = SplitData(*(jnp.asarray(a) for a in (tr.scores, tr.true_score(), val.scores,
+                                               val.true_score())))
+    f2, h2, y2 = cv_folds(d2, 5, seed=0)
+    from jaxeval.anchors import AUTO_CANDIDATES
+
+    r2 = np.asarray(candidate_cv_residuals(
+        jax.random.key(0), jax.tree.map(jnp.asarray, f2), jnp.asarray(h2), jnp.asarray(y2), 6,
+        AUTO_CANDIDATES, FAST))
+    c = AUTO_CANDIDATES.index(pred.method)
+    np.testing.assert_allclose(pred.radius, float(conformal_quantile(jnp.asarray(r2[c].ravel()),
+                                                                     0.1)), rtol=1e-5)

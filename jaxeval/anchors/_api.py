@@ -25,7 +25,7 @@ from jaxeval.anchors._methods import (
     Settings,
     SplitData,
     apply_map,
-    candidate_cv_mse,
+    candidate_cv_residuals,
     cv_folds,
     fit_method,
 )
@@ -58,7 +58,8 @@ class AnchorPredictor:
       method: the method used (for ``"auto"``, the one chosen on validation models).
       kind: the map kind (see :mod:`jaxeval.anchors._methods`).
       params: the map's parameters (numpy arrays).
-      radius: half-width of the split-conformal interval (from validation models).
+      radius: half-width of the conformal interval (from validation models, or from
+        the cross-fitted residuals when ``"auto"`` chose by cross-validation).
       alpha: error level of the interval.
       external_target: the target was an external full-benchmark score.
       validation_mae_pp: validation MAE of the chosen method (percentage points).
@@ -343,7 +344,7 @@ def _fit_many(key, d: SplitData, k: int, methods: tuple, st: Settings, with_fact
 
 
 _fit_jit = jax.jit(_fit_many, static_argnums=(2, 3, 4, 5))
-_cv_jit = jax.jit(candidate_cv_mse, static_argnums=(4, 5, 6))
+_cv_jit = jax.jit(candidate_cv_residuals, static_argnums=(4, 5, 6))
 
 
 def fit_anchors(
@@ -442,14 +443,20 @@ def fit_anchors(
                 f"auto's {st.auto_folds}-fold cross-validation; pass a larger validation "
                 "set or a method name"
             )
-        errs = np.asarray(_cv_jit(key, jax.tree.map(jnp.asarray, folds), jnp.asarray(s_ho),
-                                  jnp.asarray(y_ho), int(k), tuple(cands), st), np.float64)
+        res = np.asarray(_cv_jit(key, jax.tree.map(jnp.asarray, folds), jnp.asarray(s_ho),
+                                 jnp.asarray(y_ho), int(k), tuple(cands), st), np.float64)
+        errs = (res**2).mean(axis=(1, 2))
         cv_mse = dict(zip(cands, errs.tolist()))
         best = min(cv_mse, key=cv_mse.get)
+        # the interval of a cross-validated choice: cross-fitted residuals of the
+        # chosen candidate (the validation models tuned its choices)
+        radius = float(conformal_quantile(jnp.asarray(res[cands.index(best)].ravel()), alpha))
     else:
         best = min(results, key=lambda s: results[s][2])
+        radius = None
     f, vp, _ = results[best]
-    radius = float(conformal_quantile(jnp.asarray(vp - y_val), alpha))
+    if radius is None:
+        radius = float(conformal_quantile(jnp.asarray(vp - y_val), alpha))
     info = {
         "seed": int(seed) if isinstance(seed, (int, np.integer)) else None,
         "requested_method": method,

@@ -10,8 +10,9 @@ Maps (``kind`` -> ``params`` pytree, see :func:`apply_map`):
 
 - ``"weighted_mean"``: ``x @ w`` (uniform weights = plain mean; cluster-size
   weights = Anchor Points).
-- ``"linear"``: ``x @ w + b`` (ridge, least squares, or ridge shrunk toward the
-  plain anchor mean).
+- ``"linear"``: ``x @ w + b`` (ridge, least squares, ridge shrunk toward the
+  plain anchor mean, the low-rank difference estimator of
+  :mod:`jaxeval.anchors._lowrank`, or the average of the last two).
 - ``"mlp"``: the SparseEval MLP.
 - ``"irt"``: ``cal_a * (lam * x @ w + (1 - lam) * pIRT) + cal_b`` (p-IRT: ``lam = 0``).
 - ``"blend"``: ``beta * ridge + (1 - beta) * calibrated p-IRT``.
@@ -27,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxeval.anchors._irt import IRTConfig, fit_item_factors, pirt_estimate
+from jaxeval.anchors._lowrank import fit_lowrank_validated, lowrank_basis
 from jaxeval.anchors._mlp import init_mlp, mlp_apply, train_mlp
 from jaxeval.anchors._ridge import (
     RIDGE_GRID,
@@ -49,6 +51,7 @@ __all__ = [
     "AUTO_CANDIDATES",
     "cv_folds",
     "candidate_cv_mse",
+    "candidate_cv_residuals",
 ]
 
 # purposes for fold_in
@@ -81,7 +84,8 @@ class Settings:
       external: the target is an external full-benchmark score (calibrate IRT).
       auto_cv_below: ``auto`` chooses its candidate by ``auto_folds``-fold
         cross-validation over the training + validation models (never test models)
-        when there are fewer validation models than this; else on validation models.
+        when there are fewer validation models than this (its interval then comes
+        from the cross-fitted residuals); else on validation models.
       auto_folds: folds of that cross-validation.
     """
 
@@ -96,7 +100,7 @@ class Settings:
     greedy_lams: tuple = (1e-3, 1e-2, 1e-1, 1.0, 10.0)
     irt: IRTConfig = IRTConfig()
     external: bool = False
-    auto_cv_below: int = 50
+    auto_cv_below: int = 100
     auto_folds: int = 5
 
 
@@ -168,6 +172,26 @@ def _fit_shrunk_map(anchors, d: SplitData) -> Fitted:
     use1 = mse1 <= mse0
     lin = jax.tree.map(lambda a, b: jnp.where(use1, a, b), lin1, lin0)
     return Fitted(anchors, "linear", {"lin": lin, "lam": jnp.where(use1, lam1, lam0)})
+
+
+def _fit_lowrank_map(basis, anchors, d: SplitData, st: Settings) -> Fitted:
+    """The low-rank difference estimator (rank and noise chosen on validation)."""
+    x_tr, x_val = d.s_tr[:, anchors], d.s_val[:, anchors]
+    lin, _ = fit_lowrank_validated(basis, anchors, x_tr, d.y_tr, x_val, d.y_val, st.external)
+    return Fitted(anchors, "linear", {"lin": lin, "lam": jnp.asarray(0.0, x_tr.dtype)})
+
+
+def _fit_mix_map(basis, anchors, d: SplitData, st: Settings) -> Fitted:
+    """Equal-weight average of the shrunk ridge and the low-rank estimator (still linear).
+
+    Both maps make their own choices on validation models; averaging two estimators
+    whose errors are not perfectly correlated lowers the variance without another
+    validation-tuned weight (which would make the validation error optimistic).
+    """
+    a = _fit_shrunk_map(anchors, d).params["lin"]
+    b = _fit_lowrank_map(basis, anchors, d, st).params["lin"]
+    lin = LinearMap(0.5 * (a.w + b.w), 0.5 * (a.b + b.b))
+    return Fitted(anchors, "linear", {"lin": lin, "lam": jnp.asarray(0.0, a.w.dtype)})
 
 
 def _fit_mlp_map(key, anchors, d: SplitData, st: Settings) -> Fitted:
@@ -307,6 +331,9 @@ METHODS = (
     "greedy_blend",
     "random_shrunk",
     "greedy_shrunk",
+    "random_lowrank",
+    "greedy_lowrank",
+    "greedy_mix",
 )
 
 #: Candidates of ``method="auto"`` (chosen by validation MSE, or by cross-validation
@@ -319,6 +346,8 @@ AUTO_CANDIDATES = (
     "greedy_blend",
     "random_shrunk",
     "greedy_shrunk",
+    "greedy_lowrank",
+    "greedy_mix",
 )
 
 
@@ -368,6 +397,11 @@ def fit_method(
             c["greedy"] = _greedy(d, k, st)
         return c["greedy"]
 
+    def basis():
+        if "basis" not in c:
+            c["basis"] = lowrank_basis(d.s_tr)
+        return c["basis"]
+
     def sparseeval():
         if "se" not in c:
             c["se"] = _sparseeval_anchors(key, d, k, st)[0]
@@ -407,6 +441,12 @@ def fit_method(
         return _fit_shrunk_map(sh.a_rand, d)
     if method == "greedy_shrunk":
         return _fit_shrunk_map(greedy(), d)
+    if method == "random_lowrank":
+        return _fit_lowrank_map(basis(), sh.a_rand, d, st)
+    if method == "greedy_lowrank":
+        return _fit_lowrank_map(basis(), greedy(), d, st)
+    if method == "greedy_mix":
+        return _fit_mix_map(basis(), greedy(), d, st)
     raise ValueError(f"method must be one of {METHODS + ('auto',)}, got {method!r}")
 
 
@@ -453,23 +493,37 @@ def cv_folds(d, folds: int, seed: int):
     return out, s[ho], y[ho]
 
 
-def candidate_cv_mse(key, folds: SplitData, s_ho, y_ho, k: int, methods: tuple, st: Settings):
-    """Mean held-out MSE ``[len(methods)]`` of each method refitted on every fold.
+def candidate_cv_residuals(
+    key, folds: SplitData, s_ho, y_ho, k: int, methods: tuple, st: Settings
+):
+    """Held-out residuals ``[len(methods), folds, h]`` of each method refitted on every fold.
 
     Pure and jittable (``k``, ``methods``, ``st`` static); ``folds`` has a leading
     fold axis as built by :func:`cv_folds`. Predictions are clipped to ``[0, 1]``
-    like the protocol's.
+    like the protocol's. Residual ``f, i`` is ``prediction - target`` of held-out
+    model ``i`` of fold ``f``, from a fit (anchors, map and its validation choices)
+    that never saw that model: these cross-fitted residuals give ``auto`` its
+    interval when it chooses by cross-validation.
     """
 
     def one(i, d, s, y):
         fkey = jax.random.fold_in(key, 1000 + i)
         cache: dict = {}
-        errs = []
+        res = []
         for name in methods:
             f = fit_method(fkey, d, k, name, st, cache)
             pred = jnp.clip(apply_map(f, s[:, f.anchors]), 0.0, 1.0)
-            errs.append(_mse(pred, y))
-        return jnp.stack(errs)
+            res.append(pred - y)
+        return jnp.stack(res)
 
     n_f = folds.s_tr.shape[0]
-    return jnp.mean(jax.vmap(one)(jnp.arange(n_f), folds, s_ho, y_ho), axis=0)
+    return jnp.moveaxis(jax.vmap(one)(jnp.arange(n_f), folds, s_ho, y_ho), 0, 1)
+
+
+def candidate_cv_mse(key, folds: SplitData, s_ho, y_ho, k: int, methods: tuple, st: Settings):
+    """Mean held-out MSE ``[len(methods)]`` of each method refitted on every fold.
+
+    The mean square of :func:`candidate_cv_residuals`.
+    """
+    res = candidate_cv_residuals(key, folds, s_ho, y_ho, k, methods, st)
+    return jnp.mean(res**2, axis=(1, 2))

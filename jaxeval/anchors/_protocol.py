@@ -12,7 +12,9 @@ seeds are stacked and the whole comparison is one jitted kernel vmapped over see
 :data:`AUTO_CANDIDATES` with the lowest validation MSE, or, when there are fewer
 than ``Settings.auto_cv_below`` validation models, the lowest cross-validated MSE
 over the training + validation models (:func:`cv_folds`; test models never enter).
-Each method's 90% interval is split-conformal on validation models; coverage and
+Each method's 90% interval is split-conformal on validation models (``"auto"``
+after a cross-validated choice: conformal on the chosen candidate's cross-fitted
+residuals, since its own choices were tuned on the validation models); coverage and
 width are measured on test models. For row-mean targets the unbiased estimate
 (anchors of ``"auto"`` plus ``m`` random non-anchor items, DR-corrected with the
 factorization's predictions) is also scored.
@@ -37,7 +39,7 @@ from jaxeval.anchors._methods import (
     Settings,
     SplitData,
     apply_map,
-    candidate_cv_mse,
+    candidate_cv_residuals,
     cv_folds,
     fit_method,
 )
@@ -100,7 +102,7 @@ _kernel_jit = jax.jit(
     static_argnums=(3, 4, 5, 6),
 )
 _cv_jit = jax.jit(
-    jax.vmap(candidate_cv_mse, in_axes=(0, 0, 0, 0, None, None, None)),
+    jax.vmap(candidate_cv_residuals, in_axes=(0, 0, 0, 0, None, None, None)),
     static_argnums=(4, 5, 6),
 )
 
@@ -210,10 +212,11 @@ def evaluate_protocol(
         fs = [cv_folds(jax.tree.map(lambda a, i=i: a[i], d), st.auto_folds, int(s))
               for i, s in enumerate(seeds)]
         fd = jax.tree.map(lambda *a: jnp.asarray(np.stack(a)), *[f[0] for f in fs])
-        cv_mse = np.asarray(_cv_jit(
+        cv_res = np.asarray(_cv_jit(
             keys, fd, jnp.asarray(np.stack([f[1] for f in fs])),
             jnp.asarray(np.stack([f[2] for f in fs])), int(k), AUTO_CANDIDATES, st,
-        ), np.float64)  # [S, C]
+        ), np.float64)  # [S, C, folds, h]
+        cv_mse = (cv_res**2).mean(axis=(2, 3))  # [S, C]
         present = [m for m in AUTO_CANDIDATES if m in names]
         picks = np.array([present.index(AUTO_CANDIDATES[c]) for c in cv_mse.argmin(1)], np.int32)
     out = _kernel_jit(keys, d, s_te, int(k), tuple(fit_names), st, dr_m, alpha,
@@ -243,6 +246,15 @@ def evaluate_protocol(
         [[float(conformal_quantile(jnp.asarray(v - yv), alpha)) for v in vs] for vs, yv in
          zip(val, y_val)]
     ).T  # [M, S]
+    if use_cv:
+        # auto chose by cross-validation: its radius comes from the cross-fitted
+        # residuals of the chosen candidate (models never used by the fit that
+        # predicted them), not from the validation models its choices were tuned on
+        c_pick = cv_mse.argmin(1)
+        rad[methods.index("auto")] = [
+            float(conformal_quantile(jnp.asarray(cv_res[i, c].ravel()), alpha))
+            for i, c in enumerate(c_pick)
+        ]
     lo = np.clip(test - rad.T[:, :, None], 0, 1)
     hi = np.clip(test + rad.T[:, :, None], 0, 1)
     cov = ((lo <= y_te[:, None]) & (y_te[:, None] <= hi)).mean(-1).T
