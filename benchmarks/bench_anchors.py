@@ -8,6 +8,11 @@ Examples::
     python benchmarks/bench_anchors.py --datasets oll2_musr --k 20 100 --methods random_ridge auto
     # the full grid of issue 5 (slow)
     python benchmarks/bench_anchors.py --rows grid --seeds 10
+    # issue 8: every dataset at k in {20, 50, 100} (the SPEC rows first), resumable
+    python benchmarks/bench_anchors.py --rows issue8 --seeds 5 --mlp never --resume \
+        --out benchmarks/results/anchors_issue8.jsonl
+    # the summary table of a results file (one line per cell; the newest record wins)
+    python benchmarks/bench_anchors.py --table benchmarks/results/anchors_issue8.jsonl
 
 Each finished (dataset, k) cell is appended as one JSON line to ``--out`` (so an
 interrupted run keeps what it finished) and printed as markdown rows.
@@ -91,9 +96,77 @@ def load(name: str) -> jaxeval.ScoreMatrix:
     return jaxeval.load(src)
 
 
+def summary_table(path: str, sparseeval_from: str | None = None) -> str:
+    """Markdown: per (dataset, k) the recommended ``auto`` against the SPEC best cell,
+    the best single method, the faithful SparseEval (when run here, or taken from the
+    same seeds of an ``anchors_grid.py`` results file), tau-b against the best
+    baseline, coverage of the 90% interval and the unbiased estimate."""
+    se_grid = {}
+    if sparseeval_from and Path(sparseeval_from).exists():
+        for line in Path(sparseeval_from).read_text().splitlines():
+            g = json.loads(line)
+            if "sparseeval" in g.get("results", {}):
+                se_grid[(g["dataset"], g["k"])] = (g["seeds"], g["results"]["sparseeval"])
+    recs = {}
+    for line in Path(path).read_text().splitlines():
+        r = json.loads(line)
+        recs[(r["dataset"], r["k"])] = r  # newest record of a cell wins
+    order = [c for c in SPEC_ORDER if c in recs] + sorted(c for c in recs if c not in SPEC_ORDER)
+    out = ["| row | SPEC best MAE / τ | `auto` MAE (pp) | ≤ SPEC best? | best single method | "
+           "SparseEval MAE | `auto` τ-b vs best baseline τ-b | `auto` 90% coverage (n) | "
+           "unbiased DR MAE / cov / width (pp) |", "|---|---|---|---|---|---|---|---|---|"]
+    met = n_spec = tau_wins = 0
+    for c in order:
+        r = recs[c]
+        names = r["methods"]
+        mae = {m: np.asarray(r["mae_pp"][i]) for i, m in enumerate(names)}
+        tau = {m: np.asarray(r["tau_b"][i]) for i, m in enumerate(names)}
+        cov = {m: np.asarray(r["coverage"][i]) for i, m in enumerate(names)}
+        if "auto" not in mae:
+            continue
+        best = r.get("spec_best")
+        ok = "–"
+        if best:
+            n_spec += 1
+            ok = "yes" if mae["auto"].mean() <= best[0] else "**no**"
+            met += ok == "yes"
+        single = min((m for m in names if m != "auto"), key=lambda m: mae[m].mean())
+        base = [m for m in BASELINES if m in tau]
+        bt = max(base, key=lambda m: tau[m].mean()) if base else None
+        if bt and tau["auto"].mean() >= tau[bt].mean():
+            tau_wins += 1
+        se = f"{mae['sparseeval'].mean():.2f}" if "sparseeval" in mae else "not run"
+        if "sparseeval" not in mae and c in se_grid:
+            gseeds, gres = se_grid[c]
+            pick = [i for i, sd in enumerate(gseeds) if sd in r["seeds"]]
+            if len(pick) == len(r["seeds"]):
+                se = f"{np.mean([gres['mae_pp'][i] for i in pick]):.2f} (grid)"
+        n_te = r["n_test"] * len(r["seeds"])
+        dr = r.get("dr")
+        drs = (f"{np.mean(dr['mae_pp']):.2f} / {np.mean(dr['coverage']):.3f} / "
+               f"{100 * np.mean(dr['width']):.1f}") if dr else "– (external target)"
+        out.append(
+            f"| {c[0]} {c[1]} | " + (f"{best[0]:.2f} / {best[1]:.2f}" if best else "–")
+            + f" | {mae['auto'].mean():.2f} ± {mae['auto'].std(ddof=1):.2f} | {ok} | "
+            f"{single} {mae[single].mean():.2f} | {se} | {tau['auto'].mean():.3f} vs "
+            + (f"{tau[bt].mean():.3f} ({bt})" if bt else "–")
+            + f" | {cov['auto'].mean():.3f} ({n_te}) | {drs} |"
+        )
+    out.append(f"\nSPEC rows met: {met} of {n_spec}; `auto` τ-b ≥ best baseline's on "
+               f"{tau_wins} of {len(order)} rows.")
+    return "\n".join(out)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--rows", choices=["spec", "grid", "custom"], default="custom")
+    ap.add_argument("--rows", choices=["spec", "issue8", "grid", "custom"], default="custom",
+                    help="spec: the ten SPEC 6.2 rows; issue8: those, then every other dataset "
+                         "at k in {20, 50, 100}; grid/custom: --datasets x --k")
+    ap.add_argument("--table", metavar="JSONL", default=None,
+                    help="only print the summary table of a results file and exit")
+    ap.add_argument("--sparseeval-from", default="benchmarks/results/anchors_grid.jsonl",
+                    help="with --table: faithful SparseEval MAE of the same seeds from an "
+                         "anchors_grid.py results file")
     ap.add_argument("--datasets", nargs="*", default=list(DATASETS))
     ap.add_argument("--k", nargs="*", type=int, default=[20, 40, 60, 80, 100])
     ap.add_argument("--methods", nargs="*", default=None)
@@ -109,9 +182,15 @@ def main(argv=None):
                     help="skip (dataset, k) cells already in --out with the same seeds, "
                          "methods and settings")
     a = ap.parse_args(argv)
+    if a.table:
+        print(summary_table(a.table, a.sparseeval_from))
+        return
 
     if a.rows == "spec":
         cells = [c for c in SPEC_ORDER if c[0] in a.datasets]
+    elif a.rows == "issue8":
+        cells = [c for c in SPEC_ORDER if c[0] in a.datasets]
+        cells += [(d, k) for d in a.datasets for k in (20, 50, 100) if (d, k) not in cells]
     else:
         cells = []
         for d in a.datasets:

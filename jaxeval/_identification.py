@@ -872,10 +872,11 @@ def _step_whole(
 ):
     """One pull of one arm on whole rows of length ``n`` (``num_items <= item_block``).
 
-    Kept operation for operation as before blocks existed (same program, same results
-    bit for bit); :func:`_step_blocked` is the streamed counterpart.
+    Computes the same values as before blocks existed (results bit for bit, pinned by
+    ``tests/test_blocks.py``); :func:`_step_blocked` is the streamed counterpart and
+    shares the martingale update (:func:`_martingale`) with it.
     """
-    K, n, b = config.num_arms, config.num_items, config.batch_size
+    n, b = config.num_items, config.batch_size
     count = state.sampler.count
     full = count >= n
     view = _policies.ArmView(
@@ -914,7 +915,6 @@ def _step_whole(
     max_pu = jnp.where(n_unseen > 0, max_pu, 0.0)
     min_pu = jnp.where(n_unseen > 0, min_pu, 0.0)
     sum_s_arm = state.sum_s[arm]
-    center = jnp.asarray(state.estimate[arm], jnp.float32)
 
     # --- the batch, one martingale term per item (items move from U to O one at a time)
     items, valid, sampler = _sampling.take_batch(keys, seen, state.sampler, arm, b, limit)
@@ -922,34 +922,8 @@ def _step_whole(
     vf = valid.astype(jnp.float32)
     s_b = s_row[items] * vf
     p_b = p_row[items] * vf
-    excl_s = jnp.cumsum(s_b) - s_b
-    excl_p = jnp.cumsum(p_b) - p_b
-    k_b = jnp.arange(b, dtype=jnp.int32)
-    nu_k = n_unseen - k_b
-    so_k = sum_s_arm + excl_s
-    spu_k = sum_pu - excl_p
-    y = _estimators.dr_term(so_k, spu_k, jnp.maximum(nu_k, 1), s_b, p_b, lam, n)
-    lo, hi = _estimators.dr_range(so_k, spu_k, jnp.maximum(nu_k, 0), max_pu, min_pu, lam, n)
-    center_k = jnp.clip(center, lo, hi)
-    alpha_arm = params.alpha / K
-
-    cs_arm = tuple(_take(st, arm) for st in state.cs)
-
-    def item_body(carry, xs):
-        cs_c, ls = carry
-        y_k, lo_k, hi_k, m_k, s_k, p_k, v_k = xs
-        new_cs = []
-        for kind, st in zip(config.cs_kinds, cs_c):
-            upd = _confseq.get(kind).update(st, y_k, lo_k, hi_k, m_k, alpha_arm)
-            new_cs.append(jax.tree.map(lambda a_, b_: jnp.where(v_k, a_, b_), upd, st))
-        ls = _estimators.lambda_stats_update(ls, s_k, p_k, v_k)
-        return (tuple(new_cs), ls), None
-
-    (cs_arm, ls_arm), _ = jax.lax.scan(
-        item_body,
-        (cs_arm, _take(state.lam_stats, arm)),
-        (y, lo, hi, center_k, s_b, p_b, valid),
-    )
+    batch = _Batch(items, valid, sampler, s_b, p_b, sum_pu, max_pu, min_pu, lam)
+    cs_arm, ls_arm = _martingale(state, arm, batch, config, params)
     n_new = jnp.sum(valid, dtype=jnp.int32)
     sum_s_new = sum_s_arm + jnp.sum(s_b)
     count_new = n_seen + n_new

@@ -7,13 +7,16 @@ Public surface:
   :class:`Settings`, :class:`SplitData`, the selectors (:func:`kmeans_anchors`,
   :func:`random_anchors`, :func:`greedy_ridge_anchors`, :func:`refine_anchors`,
   :func:`ais_scores`, :func:`cis_scores`), the SparseEval MLP (:func:`train_mlp`) and
-  the intervals (:func:`conformal_quantile`, :func:`dr_estimate`).
+  the low-rank difference estimator (:func:`lowrank_basis`,
+  :func:`fit_lowrank_validated`) and the intervals (:func:`conformal_quantile`,
+  :func:`dr_estimate`).
 - :func:`evaluate_protocol`: the SPEC 6.2 protocol (seeded splits, MAE, tau-b,
   interval coverage) for a list of methods, vmapped over seeds.
 """
 
 from jaxeval.anchors._api import AnchorPredictor, fit_anchors
 from jaxeval.anchors._intervals import conformal_quantile, dr_estimate, sample_non_anchors
+from jaxeval.anchors._lowrank import fit_lowrank_validated, lowrank_basis
 from jaxeval.anchors._methods import (
     AUTO_CANDIDATES,
     METHODS,
@@ -47,11 +50,13 @@ __all__ = [
     "conformal_quantile",
     "dr_estimate",
     "fit_anchors",
+    "fit_lowrank_validated",
     "fit_method",
     "fit_ridge",
     "fit_ridge_validated",
     "greedy_ridge_anchors",
     "kmeans_anchors",
+    "lowrank_basis",
     "random_anchors",
     "refine_anchors",
     "sample_non_anchors",
