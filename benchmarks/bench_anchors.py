@@ -96,6 +96,30 @@ def load(name: str) -> jaxeval.ScoreMatrix:
     return jaxeval.load(src)
 
 
+def _coverage_band(r: dict) -> tuple[float, float]:
+    """Expected coverage of a conformal 90% interval and the sd of its seed mean.
+
+    Conditional on its ``n_cal`` calibration residuals a split-conformal interval
+    covers a fresh model with probability ~ Beta(l, n_cal + 1 - l), ``l =
+    ceil((n_cal + 1)(1 - alpha))``; each seed adds a binomial draw over its ``n_test``
+    test models, and seeds are independent. ``n_cal`` is the validation count, or the
+    cross-fitted pool (folds x fold size) when ``auto`` chose by cross-validation.
+    """
+    import math
+
+    alpha, n_te, S = 0.1, r["n_test"], len(r["seeds"])
+    n_cal = n_te  # validation = test size in the protocol
+    if r.get("auto_choice") == "cv":
+        pooled = r["n_models"] - n_te
+        n_cal = 5 * (pooled // 5)
+    a = math.ceil((n_cal + 1) * (1 - alpha))
+    b = n_cal + 1 - a
+    mean = a / (a + b)
+    var_beta = a * b / ((a + b) ** 2 * (a + b + 1))
+    var_seed = var_beta + (mean * (1 - mean) - var_beta) / n_te
+    return mean, math.sqrt(var_seed / S)
+
+
 def summary_table(path: str, sparseeval_from: str | None = None) -> str:
     """Markdown: per (dataset, k) the recommended ``auto`` against the SPEC best cell,
     the best single method, the faithful SparseEval (when run here, or taken from the
@@ -113,9 +137,10 @@ def summary_table(path: str, sparseeval_from: str | None = None) -> str:
         recs[(r["dataset"], r["k"])] = r  # newest record of a cell wins
     order = [c for c in SPEC_ORDER if c in recs] + sorted(c for c in recs if c not in SPEC_ORDER)
     out = ["| row | SPEC best MAE / τ | `auto` MAE (pp) | ≤ SPEC best? | best single method | "
-           "SparseEval MAE | `auto` τ-b vs best baseline τ-b | `auto` 90% coverage (n) | "
+           "SparseEval MAE | `auto` τ-b vs best baseline τ-b | `auto` 90% coverage (n test; "
+           "expected ± 2 sd) | "
            "unbiased DR MAE / cov / width (pp) |", "|---|---|---|---|---|---|---|---|---|"]
-    met = n_spec = tau_wins = 0
+    met = n_spec = tau_wins = n_out = 0
     for c in order:
         r = recs[c]
         names = r["methods"]
@@ -145,15 +170,19 @@ def summary_table(path: str, sparseeval_from: str | None = None) -> str:
         dr = r.get("dr")
         drs = (f"{np.mean(dr['mae_pp']):.2f} / {np.mean(dr['coverage']):.3f} / "
                f"{100 * np.mean(dr['width']):.1f}") if dr else "– (external target)"
+        exp, sd = _coverage_band(r)
+        flag = "" if abs(cov["auto"].mean() - exp) <= 2 * sd else " !"
+        n_out += bool(flag)
         out.append(
             f"| {c[0]} {c[1]} | " + (f"{best[0]:.2f} / {best[1]:.2f}" if best else "–")
             + f" | {mae['auto'].mean():.2f} ± {mae['auto'].std(ddof=1):.2f} | {ok} | "
             f"{single} {mae[single].mean():.2f} | {se} | {tau['auto'].mean():.3f} vs "
             + (f"{tau[bt].mean():.3f} ({bt})" if bt else "–")
-            + f" | {cov['auto'].mean():.3f} ({n_te}) | {drs} |"
+            + f" | {cov['auto'].mean():.3f}{flag} ({n_te}; {exp:.3f} ± {2 * sd:.3f}) | {drs} |"
         )
     out.append(f"\nSPEC rows met: {met} of {n_spec}; `auto` τ-b ≥ best baseline's on "
-               f"{tau_wins} of {len(order)} rows.")
+               f"{tau_wins} of {len(order)} rows; `auto` coverage outside its 2-sd band "
+               f"(marked !) on {n_out} of {len(order)} rows.")
     return "\n".join(out)
 
 
