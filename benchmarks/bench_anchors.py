@@ -206,6 +206,9 @@ def main(argv=None):
     ap.add_argument("--final-steps", type=int, default=3000)
     ap.add_argument("--init-steps", type=int, default=500)
     ap.add_argument("--dr-items", type=int, default=100)
+    ap.add_argument("--auto-cv-below", type=int, default=100,
+                    help="auto cross-validates below this many validation models (the "
+                         "library default is 50; NPROC=32 above keeps 100 safe here)")
     ap.add_argument("--out", default="benchmarks/results_anchors.jsonl")
     ap.add_argument("--resume", action="store_true",
                     help="skip (dataset, k) cells already in --out with the same seeds, "
@@ -226,7 +229,7 @@ def main(argv=None):
             for k in a.k:
                 cells.append((d, k))
     st = Settings(proxy_steps=a.proxy_steps, final_steps=a.final_steps,
-                  init_steps=a.init_steps)
+                  init_steps=a.init_steps, auto_cv_below=a.auto_cv_below)
     seeds = tuple(42 + r for r in range(a.seeds))
     print(f"settings: {st}\nseeds: {seeds}")
     done = set()

@@ -303,7 +303,7 @@ def test_auto_by_cross_validation_ignores_test_rows():
     methods = ("random_ridge", "auto")
     r1 = evaluate_protocol(sm, 5, methods, seeds=(43,), settings=FAST, dedup=False)
     r2 = evaluate_protocol(sm2, 5, methods, seeds=(43,), settings=FAST, dedup=False)
-    assert r1.info["auto_choice"] == "cv"  # 30 validation models < 100
+    assert r1.info["auto_choice"] == "cv"  # 30 validation models < 50
     assert r1.info["auto_picks"] == r2.info["auto_picks"]
     np.testing.assert_array_equal(r1.info["cv_mse"], r2.info["cv_mse"])
     np.testing.assert_array_equal(r1.anchors, r2.anchors)
