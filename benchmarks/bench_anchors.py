@@ -80,7 +80,8 @@ SPARSEEVAL_ROWS = {("oll2_musr", 100), ("oll2_ifeval", 100), ("oll2_arc", 100),
 BASELINES = ("random_mean", "anchor_points", "random_linear", "random_ridge", "kmeans_ridge",
              "pirt", "gpirt")
 STRONG = ("greedy_ridge", "aiscis_ridge", "kmeans_blend", "greedy_blend", "random_shrunk",
-          "greedy_shrunk", "random_lowrank", "greedy_lowrank", "greedy_mix", "auto")
+          "greedy_shrunk", "random_lowrank", "greedy_lowrank", "greedy_mix", "greedy_resmlp",
+          "auto")
 #: order of the SPEC rows for ``--rows spec`` (the rows whose target was missed or not
 #: measured first, so an interrupted run keeps the most informative cells).
 SPEC_ORDER = (("oll2_arc", 100), ("tailored_gsm8k", 100), ("mb_gsm8k", 100), ("mb_gsm8k", 20),

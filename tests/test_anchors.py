@@ -30,6 +30,9 @@ from jaxeval.anchors._irt import IRTConfig
 from jaxeval.anchors._mlp import init_mlp, mlp_apply
 from jaxeval.anchors._select import swap_step
 
+#: fit_method compiled (eager execution of its scans is far slower than one compile)
+_fit = jax.jit(fit_method, static_argnums=(2, 3, 4))
+
 FAST = Settings(proxy_steps=60, final_steps=200, init_steps=60, eval_every=20, num_swaps=3,
                 kmeans_iters=10, ridge_swaps=5, irt=IRTConfig(num_steps=50))
 
@@ -252,9 +255,9 @@ def test_shrunk_ridge_never_worse_on_validation_than_ridge_or_mean():
     d = SplitData(*(jnp.asarray(a) for a in (s[:60], y[:60], s[60:], y[60:])))
     key = jax.random.key(0)
     val = lambda f: float(jnp.mean((apply_map(f, d.s_val[:, f.anchors]) - d.y_val) ** 2))
-    sh = fit_method(key, d, 20, "random_shrunk", FAST)
-    rr = fit_method(key, d, 20, "random_ridge", FAST)
-    mean = fit_method(key, d, 20, "random_mean", FAST)
+    sh = _fit(key, d, 20, "random_shrunk", FAST)
+    rr = _fit(key, d, 20, "random_ridge", FAST)
+    mean = _fit(key, d, 20, "random_mean", FAST)
     np.testing.assert_array_equal(sh.anchors, rr.anchors)
     assert sh.kind == "linear"
     assert val(sh) <= val(rr) + 1e-7
@@ -314,17 +317,6 @@ def test_auto_by_cross_validation_ignores_test_rows():
     assert pick == AUTO_CANDIDATES[int(np.argmin(r1.info["cv_mse"][0]))]
 
 
-def test_fit_anchors_auto_uses_cv_when_validation_small(small_sm):
-    pred = fit_anchors(small_sm, 6, seed=0, settings=FAST)  # 32 validation models
-    info = pred.info
-    assert info["auto_choice"] == "cv"
-    assert pred.method == min(info["cv_mse"], key=info["cv_mse"].get)
-    big = dataclasses.replace(FAST, auto_cv_below=10)
-    pred2 = fit_anchors(small_sm, 6, seed=0, settings=big)
-    assert pred2.info["auto_choice"] == "validation"
-    assert pred2.method == min(pred2.info["validation_mse"], key=pred2.info["validation_mse"].get)
-
-
 # --------------------------------------------------------- low-rank estimator
 def test_lowrank_linear_form_equals_difference_estimator():
     """The folded linear map = the estimator written out (posterior z, then the mean)."""
@@ -365,7 +357,7 @@ def test_lowrank_recovers_mean_of_low_rank_scores():
     assert err < 0.15 * naive and err < 0.01
 
 
-def test_cv_residuals_give_mse_and_autos_interval(small_sm):
+def test_cv_residuals_give_mse():
     from jaxeval.anchors._methods import candidate_cv_mse, candidate_cv_residuals, cv_folds
 
     s, y, _ = _planted(m=120, n=40)
@@ -373,22 +365,104 @@ def test_cv_residuals_give_mse_and_autos_interval(small_sm):
     folds, s_ho, y_ho = cv_folds(d, 5, seed=0)
     args = (jax.random.key(0), jax.tree.map(jnp.asarray, folds), jnp.asarray(s_ho),
             jnp.asarray(y_ho), 5, ("random_ridge", "greedy_mix"), FAST)
-    res = np.asarray(candidate_cv_residuals(*args))
+    res = np.asarray(jax.jit(candidate_cv_residuals, static_argnums=(4, 5, 6))(*args))
     assert res.shape == (2, 5, 24)
-    np.testing.assert_allclose(np.asarray(candidate_cv_mse(*args)), (res**2).mean((1, 2)),
-                               rtol=1e-5)
-    pred = fit_anchors(small_sm, 6, seed=0, settings=FAST)
-    assert pred.info["auto_choice"] == "cv"
-    # the radius is a conformal quantile of cross-fitted residuals, not of validation ones
+    mse = jax.jit(candidate_cv_mse, static_argnums=(4, 5, 6))(*args)
+    np.testing.assert_allclose(np.asarray(mse), (res**2).mean((1, 2)), rtol=1e-5)
+
+
+def test_fit_anchors_auto_cv_choice_and_cross_fitted_interval(small_sm):
+    """Few validation models: auto picks by CV, and its radius is a conformal quantile
+    of the chosen candidate's cross-fitted residuals (not of validation residuals);
+    with many validation models it picks on validation (residual MLP included)."""
+    from jaxeval.anchors import AUTO_CANDIDATES, AUTO_VALIDATION_EXTRA
+    from jaxeval.anchors._api import _cv_jit
+    from jaxeval.anchors._methods import cv_folds
+
+    pred = fit_anchors(small_sm, 6, seed=0, settings=FAST)  # 32 validation models
+    info = pred.info
+    assert info["auto_choice"] == "cv"
+    assert set(info["cv_mse"]) == set(AUTO_CANDIDATES)
+    assert pred.method == min(info["cv_mse"], key=info["cv_mse"].get)
     val, tr = small_sm.split([32], seed=0)  # fit_anchors' own hold-out
     d2 = SplitData(*(jnp.asarray(a) for a in (tr.scores, tr.true_score(), val.scores,
                                                val.true_score())))
     f2, h2, y2 = cv_folds(d2, 5, seed=0)
-    from jaxeval.anchors import AUTO_CANDIDATES
-
-    r2 = np.asarray(candidate_cv_residuals(
-        jax.random.key(0), jax.tree.map(jnp.asarray, f2), jnp.asarray(h2), jnp.asarray(y2), 6,
-        AUTO_CANDIDATES, FAST))
+    # the same compiled kernel fit_anchors used, on the folds rebuilt by hand
+    r2 = np.asarray(_cv_jit(jax.random.key(0), jax.tree.map(jnp.asarray, f2), jnp.asarray(h2),
+                            jnp.asarray(y2), 6, AUTO_CANDIDATES, FAST))
     c = AUTO_CANDIDATES.index(pred.method)
+    np.testing.assert_allclose((r2**2).mean((1, 2)), [info["cv_mse"][m] for m in AUTO_CANDIDATES],
+                               rtol=1e-5)
     np.testing.assert_allclose(pred.radius, float(conformal_quantile(jnp.asarray(r2[c].ravel()),
                                                                      0.1)), rtol=1e-5)
+    big = dataclasses.replace(FAST, auto_cv_below=10, resmlp_steps=40)
+    pred2 = fit_anchors(small_sm, 6, seed=0, settings=big)
+    assert pred2.info["auto_choice"] == "validation"
+    vm = pred2.info["validation_mse"]
+    assert set(vm) == set(AUTO_CANDIDATES + AUTO_VALIDATION_EXTRA)
+    assert pred2.method == min(vm, key=vm.get)
+
+
+# ------------------------------------------------------ residual (regularised) MLP
+def test_resmlp_starts_at_shrunk_ridge_and_never_loses_on_validation():
+    """Step 0 of the residual MLP is the shrunk ridge map; the checkpoint rule keeps it
+    unless a later checkpoint has a lower validation error."""
+    s, y, _ = _planted(seed=5, m=160, n=40)
+    d = SplitData(*(jnp.asarray(a) for a in (s[:100], y[:100], s[100:], y[100:])))
+    key = jax.random.key(0)
+    st = dataclasses.replace(FAST, resmlp_steps=100)
+    val = lambda f: float(jnp.mean((apply_map(f, d.s_val[:, f.anchors]) - d.y_val) ** 2))
+    sh = _fit(key, d, 8, "greedy_shrunk", st)
+    rm = _fit(key, d, 8, "greedy_resmlp", st)
+    np.testing.assert_array_equal(rm.anchors, sh.anchors)
+    assert rm.kind == "resmlp"
+    clip_sh = float(jnp.mean((jnp.clip(apply_map(sh, d.s_val[:, sh.anchors]), 0, 1)
+                              - d.y_val) ** 2))
+    assert val(rm) <= clip_sh + 1e-7
+    assert int(rm.params["best_step"]) % st.eval_every == 0
+    # at initialisation (zero last layer) the network is exactly the clipped base map
+    from jaxeval.anchors._mlp import RES_HIDDEN
+
+    params, static = init_mlp(key, 8, hidden=RES_HIDDEN, zero_last=True)
+    x = d.s_val[:, sh.anchors]
+    base = apply_map(sh, x)
+    np.testing.assert_allclose(mlp_apply(params, static, x, base=base),
+                               jnp.clip(base, 1e-4, 1 - 1e-4), rtol=1e-5, atol=1e-6)
+
+
+def test_resmlp_learns_an_interaction_ridge_cannot():
+    """Target = an AND of two items (plus noise-free mean): the MLP correction must
+    beat the linear map clearly on held-out rows, on the same anchors."""
+    rng = np.random.default_rng(7)
+    m, n = 600, 12
+    s = (rng.random((m, n)) < 0.5).astype(np.float32)
+    y = (0.2 + 0.1 * s[:, :4].mean(1) + 0.5 * s[:, 0] * s[:, 1]).astype(np.float32)
+    d = SplitData(*(jnp.asarray(a) for a in (s[:300], y[:300], s[300:450], y[300:450])))
+    st = dataclasses.replace(FAST, resmlp_steps=600, eval_every=50, resmlp_lr=1e-2)
+    key = jax.random.key(1)
+    sh = _fit(key, d, 4, "greedy_shrunk", st)
+    rm = _fit(key, d, 4, "greedy_resmlp", st)
+    x_te, y_te = jnp.asarray(s[450:]), jnp.asarray(y[450:])
+    mse = lambda f: float(jnp.mean((apply_map(f, x_te[:, f.anchors]) - y_te) ** 2))
+    assert {0, 1} <= set(np.asarray(rm.anchors).tolist())
+    assert mse(rm) < 0.25 * mse(sh), (mse(rm), mse(sh))
+
+
+def test_resmlp_save_load_roundtrip(small_sm, tmp_path):
+    st = dataclasses.replace(FAST, resmlp_steps=40)
+    pred = fit_anchors(small_sm, 5, method="greedy_resmlp", seed=0, settings=st)
+    assert pred.kind == "resmlp"
+    x = small_sm.take(items=pred.anchor_items).scores
+    pred.save(tmp_path / "r.npz")
+    back = AnchorPredictor.load(tmp_path / "r.npz", items=small_sm)
+    np.testing.assert_allclose(back.predict(x)[0], pred.predict(x)[0], rtol=1e-6)
+
+
+def test_sparseeval_mlp_save_load_roundtrip(small_sm, tmp_path):
+    st = dataclasses.replace(FAST, final_steps=40)
+    pred = fit_anchors(small_sm, 5, method="random_mlp", seed=0, settings=st)
+    x = small_sm.take(items=pred.anchor_items).scores
+    pred.save(tmp_path / "m.npz")
+    back = AnchorPredictor.load(tmp_path / "m.npz", items=small_sm)
+    np.testing.assert_allclose(back.predict(x)[0], pred.predict(x)[0], rtol=1e-6)

@@ -19,11 +19,13 @@ from jaxeval.anchors._intervals import conformal_quantile, dr_estimate, sample_n
 from jaxeval.anchors._lowrank import fit_lowrank_validated, lowrank_basis
 from jaxeval.anchors._methods import (
     AUTO_CANDIDATES,
+    AUTO_VALIDATION_EXTRA,
     METHODS,
     Fitted,
     Settings,
     SplitData,
     apply_map,
+    auto_candidates,
     fit_method,
 )
 from jaxeval.anchors._mlp import AnchorMLP, train_mlp
@@ -38,6 +40,7 @@ from jaxeval.anchors._select import (
 
 __all__ = [
     "AUTO_CANDIDATES",
+    "AUTO_VALIDATION_EXTRA",
     "METHODS",
     "AnchorMLP",
     "AnchorPredictor",
@@ -46,6 +49,7 @@ __all__ = [
     "SplitData",
     "ais_scores",
     "apply_map",
+    "auto_candidates",
     "cis_scores",
     "conformal_quantile",
     "dr_estimate",

@@ -19,12 +19,12 @@ from jaxeval._data import ScoreMatrix
 from jaxeval.anchors._intervals import conformal_quantile, dr_estimate, sample_non_anchors
 from jaxeval.anchors._irt import fit_item_factors, irt_item_predictions
 from jaxeval.anchors._methods import (
-    AUTO_CANDIDATES,
     METHODS,
     Fitted,
     Settings,
     SplitData,
     apply_map,
+    auto_candidates,
     candidate_cv_residuals,
     cv_folds,
     fit_method,
@@ -257,7 +257,7 @@ class AnchorPredictor:
                     f"that differ from the {names.size} given (e.g. missing {diff}); "
                     "refit it for this benchmark"
                 )
-        params = _rebuild(meta["kind"], meta["param_keys"], leaves)
+        params = _rebuild(meta["kind"], meta["param_keys"], leaves, int(anchor_index.size))
         return cls(
             items=saved_items,
             anchor_index=anchor_index,
@@ -284,8 +284,8 @@ def _param_paths(params: dict) -> list[str]:
     return [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
 
 
-def _rebuild(kind: str, keys: list[str], leaves: list[np.ndarray]) -> dict:
-    k = 1
+def _rebuild(kind: str, keys: list[str], leaves: list[np.ndarray], k: int) -> dict:
+    # the MLP kinds hold equinox modules whose tree structure records their widths
     tmpl = _TEMPLATES[kind](k)
     flat, treedef = jax.tree_util.tree_flatten_with_path(tmpl)
     got = [jax.tree_util.keystr(p) for p, _ in flat]
@@ -296,7 +296,7 @@ def _rebuild(kind: str, keys: list[str], leaves: list[np.ndarray]) -> dict:
 
 def _templates():
     from jaxeval._factorization import ItemFactors
-    from jaxeval.anchors._mlp import init_mlp
+    from jaxeval.anchors._mlp import RES_HIDDEN, init_mlp
     from jaxeval.anchors._ridge import LinearMap
 
     z = np.zeros(1, np.float32)
@@ -306,6 +306,10 @@ def _templates():
         "weighted_mean": lambda k: {"w": z},
         "linear": lambda k: {"lin": lin, "lam": z[0]},
         "mlp": lambda k: {"mlp": init_mlp(jax.random.key(0), k)[0], "best_step": z[0]},
+        "resmlp": lambda k: {
+            "lin": lin, "mlp": init_mlp(jax.random.key(0), k, hidden=RES_HIDDEN)[0],
+            "best_step": z[0], "decay": z[0],
+        },
         "irt": lambda k: {"F": F, "rho": z[0], "lam": z[0], "w": z, "cal": z},
         "blend": lambda k: {"F": F, "rho": z[0], "cal": z, "lin": lin, "beta": z[0]},
     }
@@ -364,11 +368,12 @@ def fit_anchors(
         target is ``train.true_score()`` (an external full-benchmark score when the
         matrix has one, else the row mean).
       k: number of anchor items (``1 <= k < n_items``).
-      method: ``"auto"`` (default; chooses among :data:`AUTO_CANDIDATES` on
-        validation models, or by cross-validation over training + validation
+      method: ``"auto"`` (default; chooses among :data:`AUTO_CANDIDATES` plus the
+        residual MLP ``greedy_resmlp`` on validation models, or among
+        :data:`AUTO_CANDIDATES` by cross-validation over training + validation
         models when there are fewer than ``settings.auto_cv_below`` validation
-        models) or one of :data:`METHODS` (``"sparseeval"`` is the faithful
-        SparseEval protocol).
+        models; see :func:`auto_candidates`) or one of :data:`METHODS`
+        (``"sparseeval"`` is the faithful SparseEval protocol).
       seed: int seed or PRNG key.
       validation: models for the choices made on validation (ridge strength,
         method, MLP checkpoint) and for the conformal interval; by default a seeded
@@ -426,7 +431,7 @@ def fit_anchors(
     )
     key = _key(seed)
     y_val = np.asarray(d.y_val, np.float64)
-    cands = AUTO_CANDIDATES if method == "auto" else (method,)
+    cands = auto_candidates(validation.n_models, st) if method == "auto" else (method,)
     with_factors = train.target is None
     fits, factors = _fit_jit(key, d, int(k), tuple(cands), st, with_factors)
     results = {}

@@ -14,6 +14,8 @@ Maps (``kind`` -> ``params`` pytree, see :func:`apply_map`):
   plain anchor mean, the low-rank difference estimator of
   :mod:`jaxeval.anchors._lowrank`, or the average of the last two).
 - ``"mlp"``: the SparseEval MLP.
+- ``"resmlp"``: a small regularised MLP correcting a linear map in logit space
+  (``sigmoid(logit(lin(x)) + net(x))``), weight decay and checkpoint on validation.
 - ``"irt"``: ``cal_a * (lam * x @ w + (1 - lam) * pIRT) + cal_b`` (p-IRT: ``lam = 0``).
 - ``"blend"``: ``beta * ridge + (1 - beta) * calibrated p-IRT``.
 """
@@ -29,7 +31,7 @@ import jax.numpy as jnp
 
 from jaxeval.anchors._irt import IRTConfig, fit_item_factors, pirt_estimate
 from jaxeval.anchors._lowrank import fit_lowrank_validated, lowrank_basis
-from jaxeval.anchors._mlp import init_mlp, mlp_apply, train_mlp
+from jaxeval.anchors._mlp import RES_HIDDEN, init_mlp, mlp_apply, train_mlp
 from jaxeval.anchors._ridge import (
     RIDGE_GRID,
     LinearMap,
@@ -49,6 +51,8 @@ __all__ = [
     "fit_method",
     "METHODS",
     "AUTO_CANDIDATES",
+    "AUTO_VALIDATION_EXTRA",
+    "auto_candidates",
     "cv_folds",
     "candidate_cv_mse",
     "candidate_cv_residuals",
@@ -59,6 +63,9 @@ _K_RANDOM, _K_KMEANS, _K_MLP, _K_REFINE, _K_IRT, _K_FINAL = range(1, 7)
 
 #: Blend / gp-IRT weights tried on validation models.
 _WEIGHT_GRID = tuple(i / 10 for i in range(11))
+
+#: Weight decays (AdamW, decoupled) tried by the residual MLP on validation models.
+RESMLP_DECAYS = (0.0, 0.1, 1.0, 10.0)
 
 #: Relative strengths of the shrunk ridge: the ridge grid plus two very strong ones
 #: (toward the plain anchor mean, strong shrinkage is the random-mean estimator).
@@ -90,6 +97,8 @@ class Settings:
         because on 2-core machines jaxlib 0.10's batched LAPACK calls in the vmapped
         folds can deadlock XLA's CPU thread pool (see BUILD_NOTES.md).
       auto_folds: folds of that cross-validation.
+      resmlp_steps: AdamW steps of the residual MLP (``greedy_resmlp``).
+      resmlp_lr: its learning rate.
     """
 
     proxy_steps: int = 2000
@@ -105,6 +114,8 @@ class Settings:
     external: bool = False
     auto_cv_below: int = 50
     auto_folds: int = 5
+    resmlp_steps: int = 2000
+    resmlp_lr: float = 1e-3
 
 
 class SplitData(NamedTuple):
@@ -135,6 +146,10 @@ def apply_map(fitted: Fitted, x: jax.Array) -> jax.Array:
     if kind == "mlp":
         static = init_mlp(jax.random.key(0), x.shape[1])[1]
         return mlp_apply(p["mlp"], static, x)
+    if kind == "resmlp":
+        static = init_mlp(jax.random.key(0), x.shape[1], hidden=RES_HIDDEN)[1]
+        base = jnp.clip(apply_linear(p["lin"], x), 0.0, 1.0)
+        return mlp_apply(p["mlp"], static, x, base=base)
     if kind in ("irt", "blend"):
         pirt = pirt_estimate(p["F"], fitted.anchors, x, p["rho"])
         if kind == "irt":
@@ -208,6 +223,38 @@ def _fit_mlp_map(key, anchors, d: SplitData, st: Settings) -> Fitted:
         eval_every=st.eval_every,
     )
     return Fitted(anchors, "mlp", {"mlp": fit.params, "best_step": fit.best_step})
+
+
+def _fit_resmlp_map(key, anchors, d: SplitData, st: Settings) -> Fitted:
+    """A regularised, early-stopped MLP on top of the shrunk ridge map.
+
+    The network (``k -> 32 -> 16 -> 1``, GELU, dropout 0.1) corrects the ridge
+    prediction in logit space and starts as the zero correction, so its step-0
+    checkpoint *is* the ridge map: the validation checkpoint rule (every
+    ``eval_every`` steps) can only move away from ridge when that lowers the
+    validation error. The decoupled weight decay is chosen on validation models from
+    :data:`RESMLP_DECAYS` (the trainings for the decays are vmapped).
+    """
+    x_tr, x_val = d.s_tr[:, anchors], d.s_val[:, anchors]
+    lin = _fit_shrunk_map(anchors, d).params["lin"]
+    b_tr = jnp.clip(apply_linear(lin, x_tr), 0.0, 1.0)
+    b_val = jnp.clip(apply_linear(lin, x_val), 0.0, 1.0)
+    decays = jnp.asarray(RESMLP_DECAYS, x_tr.dtype)
+
+    def train(wd):
+        fit, _ = train_mlp(
+            key, x_tr, d.y_tr, x_val, d.y_val,
+            num_steps=st.resmlp_steps, eval_every=st.eval_every,
+            learning_rate=st.resmlp_lr, weight_decay=wd, hidden=RES_HIDDEN,
+            base_tr=b_tr, base_val=b_val,
+        )
+        return fit
+
+    fits = jax.vmap(train)(decays)
+    i = jnp.argmin(fits.best_val)
+    mlp = jax.tree.map(lambda a: a[i], fits.params)
+    params = {"lin": lin, "mlp": mlp, "best_step": fits.best_step[i], "decay": decays[i]}
+    return Fitted(anchors, "resmlp", params)
 
 
 def _calibration(est, y, external: bool):
@@ -337,6 +384,7 @@ METHODS = (
     "random_lowrank",
     "greedy_lowrank",
     "greedy_mix",
+    "greedy_resmlp",
 )
 
 #: Candidates of ``method="auto"`` (chosen by validation MSE, or by cross-validation
@@ -352,6 +400,19 @@ AUTO_CANDIDATES = (
     "greedy_lowrank",
     "greedy_mix",
 )
+
+
+#: Extra candidates of ``auto`` when it chooses on validation models (at least
+#: ``Settings.auto_cv_below`` of them: the large-data regime, where a small MLP
+#: correction of the ridge map can pay; it is not cross-validated below that).
+AUTO_VALIDATION_EXTRA = ("greedy_resmlp",)
+
+
+def auto_candidates(n_validation: int, st: Settings) -> tuple:
+    """The candidates ``auto`` chooses among for ``n_validation`` validation models."""
+    if n_validation < st.auto_cv_below:
+        return AUTO_CANDIDATES
+    return AUTO_CANDIDATES + AUTO_VALIDATION_EXTRA
 
 
 class _Shared(NamedTuple):
@@ -450,6 +511,8 @@ def fit_method(
         return _fit_lowrank_map(basis(), greedy(), d, st)
     if method == "greedy_mix":
         return _fit_mix_map(basis(), greedy(), d, st)
+    if method == "greedy_resmlp":
+        return _fit_resmlp_map(jax.random.fold_in(key, _K_FINAL), greedy(), d, st)
     raise ValueError(f"method must be one of {METHODS + ('auto',)}, got {method!r}")
 
 

@@ -19,10 +19,15 @@ import jax
 import jax.numpy as jnp
 import optax
 
-__all__ = ["AnchorMLP", "MLPFit", "init_mlp", "mlp_apply", "train_mlp", "HIDDEN"]
+__all__ = [
+    "AnchorMLP", "MLPFit", "init_mlp", "mlp_apply", "train_mlp", "HIDDEN", "RES_HIDDEN",
+]
 
 #: Hidden widths of the reference architecture.
 HIDDEN = (128, 64, 32)
+
+#: Hidden widths of the residual MLP (a correction on top of a linear map).
+RES_HIDDEN = (32, 16)
 
 
 class AnchorMLP(eqx.Module):
@@ -38,12 +43,20 @@ class AnchorMLP(eqx.Module):
     layers: tuple
     dropout: float = eqx.field(static=True)
 
-    def __init__(self, key: jax.Array, k: int, hidden=HIDDEN, dropout: float = 0.1):
+    def __init__(
+        self, key: jax.Array, k: int, hidden=HIDDEN, dropout: float = 0.1,
+        zero_last: bool = False,
+    ):
         sizes = (k, *hidden, 1)
         keys = jax.random.split(key, len(sizes) - 1)
-        self.layers = tuple(
-            eqx.nn.Linear(a, b, key=kk) for a, b, kk in zip(sizes[:-1], sizes[1:], keys)
-        )
+        layers = [eqx.nn.Linear(a, b, key=kk) for a, b, kk in zip(sizes[:-1], sizes[1:], keys)]
+        if zero_last:  # the network starts as the zero function (residual use)
+            last = layers[-1]
+            layers[-1] = eqx.tree_at(
+                lambda m: (m.weight, m.bias), last,
+                (jnp.zeros_like(last.weight), jnp.zeros_like(last.bias)),
+            )
+        self.layers = tuple(layers)
         self.dropout = dropout
 
     def __call__(self, x: jax.Array, key: jax.Array | None = None) -> jax.Array:
@@ -56,16 +69,28 @@ class AnchorMLP(eqx.Module):
         return jax.nn.sigmoid(self.layers[-1](x)[0])
 
 
-def init_mlp(key: jax.Array, k: int, dropout: float = 0.1):
+def init_mlp(
+    key: jax.Array, k: int, dropout: float = 0.1, hidden=HIDDEN, zero_last: bool = False
+):
     """Split a fresh :class:`AnchorMLP` into (array leaves, static part)."""
-    return eqx.partition(AnchorMLP(key, k, dropout=dropout), eqx.is_array)
+    net = AnchorMLP(key, k, hidden=hidden, dropout=dropout, zero_last=zero_last)
+    return eqx.partition(net, eqx.is_array)
 
 
-def mlp_apply(params, static, x: jax.Array, key: jax.Array | None = None) -> jax.Array:
+def _logit(p: jax.Array) -> jax.Array:
+    p = jnp.clip(p, 1e-4, 1 - 1e-4)
+    return jnp.log(p) - jnp.log1p(-p)
+
+
+def mlp_apply(
+    params, static, x: jax.Array, key: jax.Array | None = None, base: jax.Array | None = None
+) -> jax.Array:
     """Batched prediction ``x [m, k] -> [m]``; dropout is active only when ``key`` is given.
 
     The batch is pushed through the layers as matrix products (one dropout mask per
     layer for the whole batch), which is what makes full-batch training cheap on CPU.
+    With ``base [m]`` (a prediction in ``[0, 1]``, e.g. a ridge map's) the network is a
+    correction in logit space: ``sigmoid(logit(base) + net(x))``.
     """
     net = eqx.combine(params, static)
     h = x
@@ -75,7 +100,10 @@ def mlp_apply(params, static, x: jax.Array, key: jax.Array | None = None) -> jax
             keep = jax.random.bernoulli(jax.random.fold_in(key, i), 1 - net.dropout, h.shape)
             h = jnp.where(keep, h / (1 - net.dropout), 0.0)
     last = net.layers[-1]
-    return jax.nn.sigmoid(h @ last.weight[0] + last.bias[0])
+    out = h @ last.weight[0] + last.bias[0]
+    if base is not None:
+        out = out + _logit(base)
+    return jax.nn.sigmoid(out)
 
 
 class MLPFit(NamedTuple):
@@ -107,6 +135,9 @@ def train_mlp(
     weight_decay: float | jax.Array = 0.0,
     dropout: float = 0.1,
     use_validation: bool = True,
+    hidden=HIDDEN,
+    base_tr: jax.Array | None = None,
+    base_val: jax.Array | None = None,
 ) -> tuple[MLPFit, object]:
     """Full-batch Adam on the MSE, keeping the best checkpoint on validation models.
 
@@ -120,24 +151,31 @@ def train_mlp(
       weight_decay: decoupled weight decay (AdamW; traced; 0 = plain Adam).
       dropout: dropout rate (static).
       use_validation: when False the last iterate is returned (the proxy rule).
+      hidden: hidden widths (static; the reference's by default).
+      base_tr, base_val: optional base predictions ``[m]``; when given the network
+        is a residual correction of them (see :func:`mlp_apply`) whose last layer
+        starts at zero, so step 0 is the base map itself.
 
     Returns:
       ``(MLPFit, static)``; predict with ``mlp_apply(fit.params, static, x)``.
     """
     k = x_tr.shape[1]
     kinit, kdrop = jax.random.split(key)
-    params, static = init_mlp(kinit, k, dropout)
+    if (base_tr is None) != (base_val is None):
+        raise ValueError("base_tr and base_val: give both or neither")
+    residual = base_tr is not None
+    params, static = init_mlp(kinit, k, dropout, hidden=hidden, zero_last=residual)
     opt = optax.inject_hyperparams(optax.adamw)(
         learning_rate=learning_rate, weight_decay=weight_decay
     )
     opt_state = opt.init(params)
 
     def loss_fn(p, dkey):
-        pred = mlp_apply(p, static, x_tr, dkey)
+        pred = mlp_apply(p, static, x_tr, dkey, base_tr)
         return jnp.mean((pred - y_tr) ** 2)
 
     def val_mse(p):
-        return jnp.mean((mlp_apply(p, static, x_val) - y_val) ** 2)
+        return jnp.mean((mlp_apply(p, static, x_val, None, base_val) - y_val) ** 2)
 
     def one_step(carry, t):
         p, s = carry
@@ -160,5 +198,5 @@ def train_mlp(
     v0 = val_mse(params) if use_validation else jnp.asarray(jnp.inf, x_tr.dtype)
     init = (params, opt_state, params, v0, jnp.asarray(0, jnp.int32))
     (p, _, best_p, best_v, best_t), _ = jax.lax.scan(chunk, init, jnp.arange(n_chunks))
-    final_train = jnp.mean((mlp_apply(p, static, x_tr) - y_tr) ** 2)
+    final_train = jnp.mean((mlp_apply(p, static, x_tr, None, base_tr) - y_tr) ** 2)
     return MLPFit(best_p, best_v, best_t.astype(jnp.int32), final_train), static

@@ -9,7 +9,7 @@ when the file has one). All splits of a dataset have the same shapes, so the
 seeds are stacked and the whole comparison is one jitted kernel vmapped over seeds.
 
 ``"auto"`` is scored exactly as a user would get it: per seed, the candidate of
-:data:`AUTO_CANDIDATES` with the lowest validation MSE, or, when there are fewer
+:func:`auto_candidates` with the lowest validation MSE, or, when there are fewer
 than ``Settings.auto_cv_below`` validation models, the lowest cross-validated MSE
 over the training + validation models (:func:`cv_folds`; test models never enter).
 Each method's 90% interval is split-conformal on validation models (``"auto"``
@@ -39,6 +39,7 @@ from jaxeval.anchors._methods import (
     Settings,
     SplitData,
     apply_map,
+    auto_candidates,
     candidate_cv_residuals,
     cv_folds,
     fit_method,
@@ -59,14 +60,15 @@ def protocol_kernel(
     dr_items: int,
     alpha: float | jax.Array,
     auto_pick: jax.Array | int = -1,
+    auto_cands: tuple = AUTO_CANDIDATES,
 ):
     """One split: validation and test predictions and anchors of every method.
 
     Returns a dict of arrays: ``val`` ``[M, h_val]``, ``test`` ``[M, h]``, ``anchors``
     ``[M, k]``, and with ``dr_items > 0`` the unbiased estimate ``dr`` ``[3, h]``
     (estimate, lower, upper) on the anchors of the auto candidate: position
-    ``auto_pick`` of the candidates present, or (``auto_pick < 0``) the one with the
-    lowest validation MSE.
+    ``auto_pick`` of the candidates ``auto_cands`` present, or (``auto_pick < 0``) the
+    one with the lowest validation MSE.
     """
     cache: dict = {}
     vals, tests, ancs = [], [], []
@@ -77,7 +79,7 @@ def protocol_kernel(
         ancs.append(f.anchors)
     out = {"val": jnp.stack(vals), "test": jnp.stack(tests), "anchors": jnp.stack(ancs)}
     if dr_items > 0:
-        auto = [methods.index(m) for m in AUTO_CANDIDATES if m in methods]
+        auto = [methods.index(m) for m in auto_cands if m in methods]
         mse = jnp.mean((out["val"][jnp.array(auto)] - d.y_val) ** 2, axis=1)
         pick = jnp.where(jnp.asarray(auto_pick) >= 0, auto_pick, jnp.argmin(mse))
         anchors = out["anchors"][jnp.array(auto)][pick]
@@ -98,8 +100,8 @@ def protocol_kernel(
 
 
 _kernel_jit = jax.jit(
-    jax.vmap(protocol_kernel, in_axes=(0, 0, 0, None, None, None, None, None, 0)),
-    static_argnums=(3, 4, 5, 6),
+    jax.vmap(protocol_kernel, in_axes=(0, 0, 0, None, None, None, None, None, 0, None)),
+    static_argnums=(3, 4, 5, 6, 9),
 )
 _cv_jit = jax.jit(
     jax.vmap(candidate_cv_residuals, in_axes=(0, 0, 0, 0, None, None, None)),
@@ -187,10 +189,11 @@ def evaluate_protocol(
         raise ValueError(f"k: expected 1..{sm.n_items - 1}, got {k}")
     external = sm.target is not None
     st = dataclasses.replace(settings or Settings(), external=external)
+    splits = [sm.protocol_split(int(s)) for s in seeds]
+    cands = auto_candidates(splits[0].validation.n_models, st)
     fit_names = [m for m in methods if m != "auto"]
     if "auto" in methods:
-        fit_names += [m for m in AUTO_CANDIDATES if m not in fit_names]
-    splits = [sm.protocol_split(int(s)) for s in seeds]
+        fit_names += [m for m in cands if m not in fit_names]
     stack = lambda f: jnp.asarray(np.stack([f(sp) for sp in splits]))
     d = SplitData(
         stack(lambda sp: sp.train.scores),
@@ -214,13 +217,13 @@ def evaluate_protocol(
         fd = jax.tree.map(lambda *a: jnp.asarray(np.stack(a)), *[f[0] for f in fs])
         cv_res = np.asarray(_cv_jit(
             keys, fd, jnp.asarray(np.stack([f[1] for f in fs])),
-            jnp.asarray(np.stack([f[2] for f in fs])), int(k), AUTO_CANDIDATES, st,
+            jnp.asarray(np.stack([f[2] for f in fs])), int(k), cands, st,
         ), np.float64)  # [S, C, folds, h]
         cv_mse = (cv_res**2).mean(axis=(2, 3))  # [S, C]
-        present = [m for m in AUTO_CANDIDATES if m in names]
-        picks = np.array([present.index(AUTO_CANDIDATES[c]) for c in cv_mse.argmin(1)], np.int32)
+        present = [m for m in cands if m in names]
+        picks = np.array([present.index(cands[c]) for c in cv_mse.argmin(1)], np.int32)
     out = _kernel_jit(keys, d, s_te, int(k), tuple(fit_names), st, dr_m, alpha,
-                      jnp.asarray(picks))
+                      jnp.asarray(picks), cands)
     out = jax.tree.map(np.asarray, out)
     secs = time.perf_counter() - t0
     val = np.clip(out["val"].astype(np.float64), 0, 1)  # [S, M, hv]
@@ -228,7 +231,7 @@ def evaluate_protocol(
     anchors = out["anchors"]
     y_val = np.asarray(d.y_val, np.float64)
     if "auto" in methods:
-        idx = [names.index(m) for m in AUTO_CANDIDATES]
+        idx = [names.index(m) for m in cands]
         mse = ((val[:, idx] - y_val[:, None]) ** 2).mean(-1)  # [S, C]
         crit = cv_mse if use_cv else mse
         pick = np.array(idx)[crit.argmin(1)]
