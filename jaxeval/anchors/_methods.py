@@ -199,17 +199,17 @@ def _fit_lowrank_map(basis, anchors, d: SplitData, st: Settings) -> Fitted:
     return Fitted(anchors, "linear", {"lin": lin, "lam": jnp.asarray(0.0, x_tr.dtype)})
 
 
-def _fit_mix_map(basis, anchors, d: SplitData, st: Settings) -> Fitted:
+def _fit_mix_map(shrunk: Fitted, lowrank: Fitted) -> Fitted:
     """Equal-weight average of the shrunk ridge and the low-rank estimator (still linear).
 
-    Both maps make their own choices on validation models; averaging two estimators
-    whose errors are not perfectly correlated lowers the variance without another
-    validation-tuned weight (which would make the validation error optimistic).
+    Both maps (fitted on the same anchors) make their own choices on validation
+    models; averaging two estimators whose errors are not perfectly correlated lowers
+    the variance without another validation-tuned weight (which would make the
+    validation error optimistic).
     """
-    a = _fit_shrunk_map(anchors, d).params["lin"]
-    b = _fit_lowrank_map(basis, anchors, d, st).params["lin"]
+    a, b = shrunk.params["lin"], lowrank.params["lin"]
     lin = LinearMap(0.5 * (a.w + b.w), 0.5 * (a.b + b.b))
-    return Fitted(anchors, "linear", {"lin": lin, "lam": jnp.asarray(0.0, a.w.dtype)})
+    return Fitted(shrunk.anchors, "linear", {"lin": lin, "lam": jnp.asarray(0.0, a.w.dtype)})
 
 
 def _fit_mlp_map(key, anchors, d: SplitData, st: Settings) -> Fitted:
@@ -225,7 +225,7 @@ def _fit_mlp_map(key, anchors, d: SplitData, st: Settings) -> Fitted:
     return Fitted(anchors, "mlp", {"mlp": fit.params, "best_step": fit.best_step})
 
 
-def _fit_resmlp_map(key, anchors, d: SplitData, st: Settings) -> Fitted:
+def _fit_resmlp_map(key, shrunk: Fitted, d: SplitData, st: Settings) -> Fitted:
     """A regularised, early-stopped MLP on top of the shrunk ridge map.
 
     The network (``k -> 32 -> 16 -> 1``, GELU, dropout 0.1) corrects the ridge
@@ -235,8 +235,8 @@ def _fit_resmlp_map(key, anchors, d: SplitData, st: Settings) -> Fitted:
     validation error. The decoupled weight decay is chosen on validation models from
     :data:`RESMLP_DECAYS` (the trainings for the decays are vmapped).
     """
+    anchors, lin = shrunk.anchors, shrunk.params["lin"]
     x_tr, x_val = d.s_tr[:, anchors], d.s_val[:, anchors]
-    lin = _fit_shrunk_map(anchors, d).params["lin"]
     b_tr = jnp.clip(apply_linear(lin, x_tr), 0.0, 1.0)
     b_val = jnp.clip(apply_linear(lin, x_val), 0.0, 1.0)
     decays = jnp.asarray(RESMLP_DECAYS, x_tr.dtype)
@@ -435,7 +435,8 @@ def fit_method(
 
     ``cache`` (a dict, filled inside one trace) shares the expensive pieces between
     methods fitted in the same kernel: the random and k-means anchors, the item
-    factors, the SparseEval and greedy anchors.
+    factors, the SparseEval and greedy anchors, and the shrunk-ridge and low-rank maps
+    on the greedy anchors (which ``greedy_mix`` and ``greedy_resmlp`` build on).
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -465,6 +466,16 @@ def fit_method(
         if "basis" not in c:
             c["basis"] = lowrank_basis(d.s_tr)
         return c["basis"]
+
+    def greedy_shrunk():  # shared by greedy_shrunk, greedy_mix and greedy_resmlp
+        if "greedy_shrunk" not in c:
+            c["greedy_shrunk"] = _fit_shrunk_map(greedy(), d)
+        return c["greedy_shrunk"]
+
+    def greedy_lowrank():  # shared by greedy_lowrank and greedy_mix
+        if "greedy_lowrank" not in c:
+            c["greedy_lowrank"] = _fit_lowrank_map(basis(), greedy(), d, st)
+        return c["greedy_lowrank"]
 
     def sparseeval():
         if "se" not in c:
@@ -504,15 +515,15 @@ def fit_method(
     if method == "random_shrunk":
         return _fit_shrunk_map(sh.a_rand, d)
     if method == "greedy_shrunk":
-        return _fit_shrunk_map(greedy(), d)
+        return greedy_shrunk()
     if method == "random_lowrank":
         return _fit_lowrank_map(basis(), sh.a_rand, d, st)
     if method == "greedy_lowrank":
-        return _fit_lowrank_map(basis(), greedy(), d, st)
+        return greedy_lowrank()
     if method == "greedy_mix":
-        return _fit_mix_map(basis(), greedy(), d, st)
+        return _fit_mix_map(greedy_shrunk(), greedy_lowrank())
     if method == "greedy_resmlp":
-        return _fit_resmlp_map(jax.random.fold_in(key, _K_FINAL), greedy(), d, st)
+        return _fit_resmlp_map(jax.random.fold_in(key, _K_FINAL), greedy_shrunk(), d, st)
     raise ValueError(f"method must be one of {METHODS + ('auto',)}, got {method!r}")
 
 
