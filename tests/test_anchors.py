@@ -466,3 +466,35 @@ def test_sparseeval_mlp_save_load_roundtrip(small_sm, tmp_path):
     pred.save(tmp_path / "m.npz")
     back = AnchorPredictor.load(tmp_path / "m.npz", items=small_sm)
     np.testing.assert_allclose(back.predict(x)[0], pred.predict(x)[0], rtol=1e-6)
+
+
+def test_dropout_masks_frequency_and_independence():
+    """The hashed dropout masks keep 1 - rate of the units (binomial tolerance) and show
+    no correlation between neighbouring units, layers or steps (4 sd bounds)."""
+    from jaxeval.anchors._mlp import dropout_keep
+
+    shape, rate = (500, 128), 0.1
+    n = shape[0] * shape[1]
+    key = jax.random.key(11)
+    steps = [np.asarray(dropout_keep(jax.random.fold_in(key, t), shape, rate), np.float64)
+             for t in range(20)]
+    m = np.stack(steps)
+    sd = np.sqrt(0.9 * 0.1 / m.size)
+    assert abs(m.mean() - 0.9) < 4 * sd, m.mean()
+    for t in range(20):  # each mask on its own
+        assert abs(m[t].mean() - 0.9) < 4 * np.sqrt(0.09 / n)
+
+    def corr(a, b):
+        a, b = a.ravel() - a.mean(), b.ravel() - b.mean()
+        return float(a @ b / np.sqrt((a @ a) * (b @ b)))
+
+    bound = 4 / np.sqrt(n)
+    for t in range(19):
+        assert abs(corr(m[t], m[t + 1])) < bound  # consecutive steps
+        flat = m[t].ravel()
+        assert abs(corr(flat[:-1], flat[1:])) < bound  # neighbouring units
+        assert abs(corr(m[t][:, :-1], m[t][:, 1:])) < bound  # neighbouring columns
+        assert abs(corr(m[t][:-1], m[t][1:])) < bound  # neighbouring models
+    # the same key gives the same mask; rate 0 keeps everything
+    np.testing.assert_array_equal(dropout_keep(key, shape, rate), dropout_keep(key, shape, rate))
+    assert bool(dropout_keep(key, shape, 0.0).all())

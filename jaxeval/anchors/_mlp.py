@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import optax
 
 __all__ = [
-    "AnchorMLP", "MLPFit", "init_mlp", "mlp_apply", "train_mlp", "HIDDEN", "RES_HIDDEN",
+    "AnchorMLP", "MLPFit", "init_mlp", "mlp_apply", "train_mlp", "dropout_keep", "HIDDEN",
+    "RES_HIDDEN",
 ]
 
 #: Hidden widths of the reference architecture.
@@ -28,6 +29,37 @@ HIDDEN = (128, 64, 32)
 
 #: Hidden widths of the residual MLP (a correction on top of a linear map).
 RES_HIDDEN = (32, 16)
+
+
+def dropout_keep(key: jax.Array, shape: tuple, rate: float) -> jax.Array:
+    """Boolean keep-mask of a dropout layer: each entry kept with probability ``1 - rate``.
+
+    One threefry draw gives a 32-bit seed; each entry is then a cheap counter hash
+    (the ``lowbias32`` integer finaliser) of its flat index and that seed, compared
+    with ``(1 - rate) * 2**32``. Full-batch training draws a fresh mask for every
+    hidden unit of every model at every step, and drawing each of those bits with
+    threefry made up about half of a training step on CPU; the hash is ~10x cheaper
+    and its masks pass the frequency and independence checks in the tests. (Not for
+    cryptography or for anything but masks.)
+
+    Example:
+      >>> import jax
+      >>> m = dropout_keep(jax.random.key(0), (1000, 64), 0.1)
+      >>> bool(abs(float(m.mean()) - 0.9) < 0.01)
+      True
+    """
+    seed = jax.random.bits(key, (), jnp.uint32)
+    n = 1
+    for dim in shape:
+        n *= dim
+    x = jax.lax.iota(jnp.uint32, n) * jnp.uint32(0x9E3779B9) + seed
+    x = x ^ (x >> 16)
+    x = x * jnp.uint32(0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = x * jnp.uint32(0x846CA68B)
+    x = x ^ (x >> 16)
+    threshold = jnp.uint32(min(int(round((1.0 - rate) * 2.0**32)), 2**32 - 1))
+    return (x < threshold).reshape(shape)
 
 
 class AnchorMLP(eqx.Module):
@@ -64,7 +96,7 @@ class AnchorMLP(eqx.Module):
         for i, layer in enumerate(self.layers[:-1]):
             x = jax.nn.gelu(layer(x), approximate=False)
             if key is not None and self.dropout > 0:
-                keep = jax.random.bernoulli(jax.random.fold_in(key, i), 1 - self.dropout, x.shape)
+                keep = dropout_keep(jax.random.fold_in(key, i), x.shape, self.dropout)
                 x = jnp.where(keep, x / (1 - self.dropout), 0.0)
         return jax.nn.sigmoid(self.layers[-1](x)[0])
 
@@ -97,7 +129,7 @@ def mlp_apply(
     for i, layer in enumerate(net.layers[:-1]):
         h = jax.nn.gelu(h @ layer.weight.T + layer.bias, approximate=False)
         if key is not None and net.dropout > 0:
-            keep = jax.random.bernoulli(jax.random.fold_in(key, i), 1 - net.dropout, h.shape)
+            keep = dropout_keep(jax.random.fold_in(key, i), h.shape, net.dropout)
             h = jnp.where(keep, h / (1 - net.dropout), 0.0)
     last = net.layers[-1]
     out = h @ last.weight[0] + last.bias[0]
