@@ -100,25 +100,17 @@ def load(name: str) -> jaxeval.ScoreMatrix:
 def _coverage_band(r: dict) -> tuple[float, float]:
     """Expected coverage of a conformal 90% interval and the sd of its seed mean.
 
-    Conditional on its ``n_cal`` calibration residuals a split-conformal interval
-    covers a fresh model with probability ~ Beta(l, n_cal + 1 - l), ``l =
-    ceil((n_cal + 1)(1 - alpha))``; each seed adds a binomial draw over its ``n_test``
-    test models, and seeds are independent. ``n_cal`` is the validation count, or the
-    cross-fitted pool (folds x fold size) when ``auto`` chose by cross-validation.
+    :func:`anchors_grid.conformal_tolerance` with this record's calibration count: the
+    validation count (= test count in the protocol), or the cross-fitted pool (folds x
+    fold size) when ``auto`` chose by cross-validation.
     """
-    import math
+    from anchors_grid import conformal_tolerance  # same folder (sys.path[0])
 
-    alpha, n_te, S = 0.1, r["n_test"], len(r["seeds"])
-    n_cal = n_te  # validation = test size in the protocol
+    n_te = r["n_test"]
+    n_cal = n_te
     if r.get("auto_choice") == "cv":
-        pooled = r["n_models"] - n_te
-        n_cal = 5 * (pooled // 5)
-    a = math.ceil((n_cal + 1) * (1 - alpha))
-    b = n_cal + 1 - a
-    mean = a / (a + b)
-    var_beta = a * b / ((a + b) ** 2 * (a + b + 1))
-    var_seed = var_beta + (mean * (1 - mean) - var_beta) / n_te
-    return mean, math.sqrt(var_seed / S)
+        n_cal = 5 * ((r["n_models"] - n_te) // 5)
+    return conformal_tolerance(n_cal, n_te, len(r["seeds"]), 0.1)
 
 
 def summary_table(path: str, sparseeval_from: str | None = None) -> str:

@@ -12,6 +12,7 @@ step counts are static.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import equinox as eqx
@@ -49,10 +50,7 @@ def dropout_keep(key: jax.Array, shape: tuple, rate: float) -> jax.Array:
       True
     """
     seed = jax.random.bits(key, (), jnp.uint32)
-    n = 1
-    for dim in shape:
-        n *= dim
-    x = jax.lax.iota(jnp.uint32, n) * jnp.uint32(0x9E3779B9) + seed
+    x = jax.lax.iota(jnp.uint32, math.prod(shape)) * jnp.uint32(0x9E3779B9) + seed
     x = x ^ (x >> 16)
     x = x * jnp.uint32(0x7FEB352D)
     x = x ^ (x >> 15)
