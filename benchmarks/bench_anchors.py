@@ -97,12 +97,22 @@ def load(name: str) -> jaxeval.ScoreMatrix:
     return jaxeval.load(src)
 
 
+def _git_commit() -> str:
+    """Commit of the imported jaxeval (``anchors_grid._commit``: ``-dirty`` if edited)."""
+    from anchors_grid import _commit  # same folder (sys.path[0])
+
+    return _commit()
+
+
 def _coverage_band(r: dict) -> tuple[float, float]:
     """Expected coverage of a conformal 90% interval and the sd of its seed mean.
 
     :func:`anchors_grid.conformal_tolerance` with this record's calibration count: the
-    validation count (= test count in the protocol), or the cross-fitted pool (folds x
-    fold size) when ``auto`` chose by cross-validation.
+    validation count (= test count in the protocol); the cross-fitted pool (folds x
+    fold size) when ``auto`` chose by cross-validation; both halves' residuals (twice
+    half the validation count) when it was calibrated on validation halves. The
+    Beta-binomial law is exact for one split-conformal predictor; for pooled
+    cross-fitted residuals it is the usual approximation.
     """
     from anchors_grid import conformal_tolerance  # same folder (sys.path[0])
 
@@ -110,6 +120,8 @@ def _coverage_band(r: dict) -> tuple[float, float]:
     n_cal = n_te
     if r.get("auto_choice") == "cv":
         n_cal = 5 * ((r["n_models"] - n_te) // 5)
+    elif r.get("auto_calibration") == "validation halves":
+        n_cal = 2 * (n_te // 2)
     return conformal_tolerance(n_cal, n_te, len(r["seeds"]), 0.1)
 
 
@@ -202,6 +214,10 @@ def main(argv=None):
     ap.add_argument("--auto-cv-below", type=int, default=100,
                     help="auto cross-validates below this many validation models (the "
                          "library default is 50; NPROC=32 above keeps 100 safe here)")
+    ap.add_argument("--auto-halves", action=argparse.BooleanOptionalAction, default=True,
+                    help="calibrate auto's interval on validation halves when it chooses on "
+                         "validation models (Settings.auto_halves; off in the library by "
+                         "default, see its docstring)")
     ap.add_argument("--out", default="benchmarks/results_anchors.jsonl")
     ap.add_argument("--resume", action="store_true",
                     help="skip (dataset, k) cells already in --out with the same seeds, "
@@ -222,7 +238,8 @@ def main(argv=None):
             for k in a.k:
                 cells.append((d, k))
     st = Settings(proxy_steps=a.proxy_steps, final_steps=a.final_steps,
-                  init_steps=a.init_steps, auto_cv_below=a.auto_cv_below)
+                  init_steps=a.init_steps, auto_cv_below=a.auto_cv_below,
+                  auto_halves=a.auto_halves)
     seeds = tuple(42 + r for r in range(a.seeds))
     print(f"settings: {st}\nseeds: {seeds}")
     done = set()
@@ -271,7 +288,8 @@ def main(argv=None):
             "dr": None if r.dr is None else {kk: np.asarray(v).tolist() for kk, v in r.dr.items()},
             "seconds": secs, "settings": r.info["settings"], "spec_best": best,
             "auto_choice": r.info.get("auto_choice"), "auto_picks": r.info.get("auto_picks"),
-            "cv_mse": r.info.get("cv_mse"),
+            "cv_mse": r.info.get("cv_mse"), "auto_calibration": r.info.get("auto_calibration"),
+            "half_picks": r.info.get("half_picks"), "commit": _git_commit(),
             "n_models": r.info["n_models"], "n_test": int(round(0.2 * r.info["n_models"]))
             if r.info["n_models"] < 1000 else 200,
         }

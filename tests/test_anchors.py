@@ -396,12 +396,66 @@ def test_fit_anchors_auto_cv_choice_and_cross_fitted_interval(small_sm):
                                rtol=1e-5)
     np.testing.assert_allclose(pred.radius, float(conformal_quantile(jnp.asarray(r2[c].ravel()),
                                                                      0.1)), rtol=1e-5)
-    big = dataclasses.replace(FAST, auto_cv_below=10, resmlp_steps=40)
+    big = dataclasses.replace(FAST, auto_cv_below=10, resmlp_steps=40, auto_halves=True)
     pred2 = fit_anchors(small_sm, 6, seed=0, settings=big)
     assert pred2.info["auto_choice"] == "validation"
+    assert pred2.info["interval_calibration"] == "validation halves"
     vm = pred2.info["validation_mse"]
     assert set(vm) == set(AUTO_CANDIDATES + AUTO_VALIDATION_EXTRA)
     assert pred2.method == min(vm, key=vm.get)
+    # its radius: the conformal quantile of the half-cross-fitted residuals
+    from jaxeval.anchors._methods import crossfit_selected_residuals, validation_halves
+
+    ia, ib = (jnp.asarray(i) for i in validation_halves(32, 0))
+    cands = AUTO_CANDIDATES + AUTO_VALIDATION_EXTRA
+    hr, _ = jax.jit(crossfit_selected_residuals, static_argnums=(2, 3, 4))(
+        jax.random.key(0), d2, 6, cands, big, ia, ib)
+    np.testing.assert_allclose(pred2.radius, float(conformal_quantile(hr.ravel(), 0.1)),
+                               rtol=1e-5)
+    vres = pred2.predict(val.take(items=pred2.anchor_items).scores)[0]
+    assert pred2.radius != pytest.approx(
+        float(conformal_quantile(jnp.asarray(vres - val.true_score()), 0.1)))
+
+
+def test_crossfit_selected_residuals_never_score_their_own_half():
+    """Row 0 = the candidate chosen on half A, refitted with A as its validation set,
+    scored on half B (and the reverse); B's targets move its residuals one for one and
+    nothing else; reusing the full fit's training-only cache changes nothing."""
+    from jaxeval.anchors._methods import crossfit_selected_residuals, validation_halves
+
+    s, y, _ = _planted(m=200, n=40)
+    d = SplitData(*(jnp.asarray(a) for a in (s[:140], y[:140], s[140:], y[140:])))
+    ia, ib = (jnp.asarray(i) for i in validation_halves(60, 3))
+    assert ia.shape == ib.shape == (30,) and not set(np.asarray(ia)) & set(np.asarray(ib))
+    meths = ("random_ridge", "greedy_shrunk", "aiscis_ridge")
+    key = jax.random.key(4)
+
+    @jax.jit
+    def both(d):
+        cache: dict = {}
+        for m in meths:
+            fit_method(key, d, 5, m, FAST, cache)
+        return (crossfit_selected_residuals(key, d, 5, meths, FAST, ia, ib, cache),
+                crossfit_selected_residuals(key, d, 5, meths, FAST, ia, ib))
+
+    (res, pick), (res0, pick0) = both(d)
+    np.testing.assert_array_equal(np.asarray(res), np.asarray(res0))
+    np.testing.assert_array_equal(np.asarray(pick), np.asarray(pick0))
+    for row, (fi, hi) in enumerate(((ia, ib), (ib, ia))):
+        dh = SplitData(d.s_tr, d.y_tr, d.s_val[fi], d.y_val[fi])
+        fits = [_fit(key, dh, 5, m, FAST) for m in meths]
+        mse = [float(jnp.mean((jnp.clip(apply_map(f, dh.s_val[:, f.anchors]), 0, 1)
+                               - dh.y_val) ** 2)) for f in fits]
+        assert int(pick[row]) == int(np.argmin(mse))
+        f = fits[int(pick[row])]
+        want = jnp.clip(apply_map(f, d.s_val[hi][:, f.anchors]), 0, 1) - d.y_val[hi]
+        np.testing.assert_allclose(np.asarray(res[row]), np.asarray(want), atol=1e-6)
+    # shift the targets of half B: row 0 (scored on B) moves by exactly -0.05
+    y2 = np.asarray(d.y_val).copy()
+    y2[np.asarray(ib)] += 0.05
+    (res2, pick2), _ = both(d._replace(y_val=jnp.asarray(y2)))
+    assert int(pick2[0]) == int(pick[0])
+    np.testing.assert_allclose(np.asarray(res2[0]), np.asarray(res[0]) - 0.05, atol=1e-6)
 
 
 # ------------------------------------------------------ residual (regularised) MLP

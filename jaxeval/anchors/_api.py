@@ -26,8 +26,10 @@ from jaxeval.anchors._methods import (
     apply_map,
     auto_candidates,
     candidate_cv_residuals,
+    crossfit_selected_residuals,
     cv_folds,
     fit_method,
+    validation_halves,
 )
 
 __all__ = ["AnchorPredictor", "fit_anchors"]
@@ -58,8 +60,13 @@ class AnchorPredictor:
       method: the method used (for ``"auto"``, the one chosen on validation models).
       kind: the map kind (see :mod:`jaxeval.anchors._methods`).
       params: the map's parameters (numpy arrays).
-      radius: half-width of the conformal interval (from validation models, or from
-        the cross-fitted residuals when ``"auto"`` chose by cross-validation).
+      radius: half-width of the conformal interval: from validation models for a
+        named method; for ``"auto"`` from residuals of models that never tuned the
+        predictor that made them when it chose by cross-validation (the
+        cross-fitted residuals) or with ``settings.auto_halves`` (the candidate
+        chosen on one half of the validation models, scored on the other half);
+        else from its validation residuals (slightly optimistic, see
+        :class:`Settings`).
       alpha: error level of the interval.
       external_target: the target was an external full-benchmark score.
       validation_mae_pp: validation MAE of the chosen method (percentage points).
@@ -333,18 +340,22 @@ def _as_host(tree):
     return jax.tree.map(lambda a: np.asarray(a), tree)
 
 
-def _fit_many(key, d: SplitData, k: int, methods: tuple, st: Settings, with_factors: bool):
+def _fit_many(key, d: SplitData, k: int, methods: tuple, st: Settings, with_factors: bool,
+              halves=None):
     cache: dict = {}
     out = []
     for name in methods:
         f = fit_method(key, d, k, name, st, cache)
         out.append((f, apply_map(f, d.s_val[:, f.anchors])))
+    half_res = None
+    if halves is not None:
+        half_res, _ = crossfit_selected_residuals(key, d, k, methods, st, *halves, cache)
     factors = None
     if with_factors:
         factors = cache["F"] if "F" in cache else fit_item_factors(
             jax.random.fold_in(key, 5), d.s_tr, st.irt
         )
-    return out, factors
+    return out, factors, half_res
 
 
 _fit_jit = jax.jit(_fit_many, static_argnums=(2, 3, 4, 5))
@@ -433,13 +444,22 @@ def fit_anchors(
     y_val = np.asarray(d.y_val, np.float64)
     cands = auto_candidates(validation.n_models, st) if method == "auto" else (method,)
     with_factors = train.target is None
-    fits, factors = _fit_jit(key, d, int(k), tuple(cands), st, with_factors)
+    use_cv = method == "auto" and validation.n_models < st.auto_cv_below
+    halves = None
+    if method == "auto" and not use_cv and st.auto_halves:
+        if validation.n_models < 2:
+            raise ValueError(
+                f"validation: auto needs at least 2 validation models, got {validation.n_models}"
+            )
+        split_seed = int(seed) if isinstance(seed, (int, np.integer)) else 0
+        halves = tuple(jnp.asarray(h) for h in validation_halves(validation.n_models, split_seed))
+    fits, factors, half_res = _fit_jit(key, d, int(k), tuple(cands), st, with_factors, halves)
     results = {}
     for name, (f, vp) in zip(cands, fits):
         vp = np.clip(np.asarray(vp, np.float64), 0, 1)
         results[name] = (f, vp, float(np.mean((vp - y_val) ** 2)))
     cv_mse = None
-    if method == "auto" and validation.n_models < st.auto_cv_below:
+    if use_cv:
         split_seed = int(seed) if isinstance(seed, (int, np.integer)) else 0
         folds, s_ho, y_ho = cv_folds(d, st.auto_folds, split_seed)
         if folds.s_tr.shape[1] < 8 or folds.s_val.shape[1] < 2:
@@ -459,6 +479,10 @@ def fit_anchors(
     else:
         best = min(results, key=lambda s: results[s][2])
         radius = None
+        if half_res is not None:
+            # the interval of a choice made on validation models: residuals of the
+            # candidate chosen on one half of them, scored on the other half
+            radius = float(conformal_quantile(jnp.asarray(np.asarray(half_res).ravel()), alpha))
     f, vp, _ = results[best]
     if radius is None:
         radius = float(conformal_quantile(jnp.asarray(vp - y_val), alpha))
@@ -467,6 +491,8 @@ def fit_anchors(
         "requested_method": method,
         "validation_mse": {s: r[2] for s, r in results.items()},
         "auto_choice": None if method != "auto" else ("cv" if cv_mse else "validation"),
+        "interval_calibration": "cross-fitted folds" if cv_mse else (
+            "validation halves" if half_res is not None else "validation models"),
         "cv_mse": cv_mse,
         "n_train": train.n_models,
         "n_validation": validation.n_models,

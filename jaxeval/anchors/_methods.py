@@ -56,6 +56,9 @@ __all__ = [
     "cv_folds",
     "candidate_cv_mse",
     "candidate_cv_residuals",
+    "crossfit_selected_residuals",
+    "validation_halves",
+    "TRAIN_ONLY",
 ]
 
 # purposes for fold_in
@@ -99,6 +102,15 @@ class Settings:
       auto_folds: folds of that cross-validation.
       resmlp_steps: AdamW steps of the residual MLP (``greedy_resmlp``).
       resmlp_lr: its learning rate.
+      auto_halves: when ``auto`` chooses on validation models, calibrate its
+        interval on residuals that no tuning saw (:func:`crossfit_selected_residuals`:
+        the candidate chosen on one half of the validation models, scored on the
+        other half) instead of on the validation models its choices were tuned on
+        (whose residuals are slightly optimistic: coverage 0.891 for a nominal 0.90
+        over the 20 metabench cells of BUILD_NOTES.md). Off by default for now: the
+        two extra refits in the same XLA program make jaxlib 0.10's CPU thread pool
+        hang on 2-core machines unless ``NPROC`` is raised before JAX starts (see
+        BUILD_NOTES.md); ``benchmarks/bench_anchors.py`` turns it on.
     """
 
     proxy_steps: int = 2000
@@ -116,6 +128,7 @@ class Settings:
     auto_folds: int = 5
     resmlp_steps: int = 2000
     resmlp_lr: float = 1e-3
+    auto_halves: bool = False
 
 
 class SplitData(NamedTuple):
@@ -341,10 +354,14 @@ def _sparseeval_anchors(key, d: SplitData, k: int, st: Settings):
     return anchors, use_km, trace
 
 
-def _greedy(d: SplitData, k: int, st: Settings):
-    """Greedy leave-one-out ridge anchors; the ridge strength of the search on validation."""
+def _greedy_candidates(d: SplitData, k: int, st: Settings):
+    """Greedy leave-one-out ridge anchors for every strength of ``st.greedy_lams`` (training only)."""
     lams = jnp.asarray(st.greedy_lams, d.s_tr.dtype)
-    cands = jax.vmap(lambda lam: greedy_ridge_anchors(d.s_tr, d.y_tr, k, lam))(lams)
+    return jax.vmap(lambda lam: greedy_ridge_anchors(d.s_tr, d.y_tr, k, lam))(lams)
+
+
+def _greedy_pick(cands, d: SplitData):
+    """The greedy anchor set whose ridge map has the lowest validation MSE."""
     errs = jax.vmap(lambda a: _val_mse(_fit_ridge_map(a, d), d))(cands)
     return cands[jnp.argmin(errs)]
 
@@ -458,9 +475,16 @@ def fit_method(
         return c["F"]
 
     def greedy():
+        if "greedy_cands" not in c:
+            c["greedy_cands"] = _greedy_candidates(d, k, st)
         if "greedy" not in c:
-            c["greedy"] = _greedy(d, k, st)
+            c["greedy"] = _greedy_pick(c["greedy_cands"], d)
         return c["greedy"]
+
+    def aiscis():
+        if "aiscis" not in c:
+            c["aiscis"] = _aiscis_ridge(jax.random.fold_in(key, _K_REFINE), sh.a_km, d, st)
+        return c["aiscis"]
 
     def basis():
         if "basis" not in c:
@@ -506,8 +530,7 @@ def fit_method(
     if method == "greedy_ridge":
         return _fit_ridge_map(greedy(), d)
     if method == "aiscis_ridge":
-        a = _aiscis_ridge(jax.random.fold_in(key, _K_REFINE), sh.a_km, d, st)
-        return _fit_ridge_map(a, d)
+        return _fit_ridge_map(aiscis(), d)
     if method == "kmeans_blend":
         return _fit_blend_map(factors(), sh.a_km, d, st)
     if method == "greedy_blend":
@@ -525,6 +548,75 @@ def fit_method(
     if method == "greedy_resmlp":
         return _fit_resmlp_map(jax.random.fold_in(key, _K_FINAL), greedy_shrunk(), d, st)
     raise ValueError(f"method must be one of {METHODS + ('auto',)}, got {method!r}")
+
+
+# ------------------------------------- auto's interval when it chooses on validation
+#: Entries of :func:`fit_method`'s cache that depend on the training models (and the
+#: key) only, never on validation models: refits of the same split with other
+#: validation models reuse them.
+TRAIN_ONLY = ("shared", "F", "basis", "greedy_cands", "aiscis")
+
+
+def validation_halves(n_validation: int, seed: int):
+    """Two disjoint halves (index arrays of ``n_validation // 2`` each) of the validation models.
+
+    A seeded permutation (``numpy.random.default_rng(seed)``), so a validation set
+    listed in some order (say, by model family) is still cut at random; with an odd
+    count one model is left out of both.
+    """
+    import numpy as np
+
+    if n_validation < 2:
+        raise ValueError(f"validation: need at least 2 models to halve, got {n_validation}")
+    perm = np.random.default_rng(seed).permutation(n_validation)
+    h = n_validation // 2
+    return perm[:h], perm[h:2 * h]
+
+
+def crossfit_selected_residuals(
+    key, d: SplitData, k: int, methods: tuple, st: Settings, idx_a, idx_b,
+    cache: dict | None = None,
+):
+    """Residuals of the candidate chosen on one validation half, on the other half.
+
+    What ``auto``'s interval is calibrated on when it chooses on validation models.
+    The validation models are cut into halves ``A`` and ``B`` (equal-length index
+    arrays). For each half every method of ``methods`` is refitted with that half as
+    its validation set (ridge strengths, greedy strength, low-rank rank, MLP
+    checkpoint and weight decay: every choice a method makes on validation models),
+    the method with the lowest MSE on that half is picked -- ``auto``'s rule -- and
+    its residuals (clipped prediction minus target) on the *other* half are kept.
+    No residual comes from a model that tuned or chose the predictor that made it,
+    so the split-conformal quantile of the pooled ``2 h`` residuals does not inherit
+    the optimism of choices tuned on the calibration models. The final predictor is
+    tuned on all validation models (at least as good as a half-tuned one), so the
+    interval errs on the safe side.
+
+    Pure and jittable (``k``, ``methods``, ``st`` static). Pass the ``cache`` of the
+    fit on the full split: its training-only entries (:data:`TRAIN_ONLY`: random
+    and k-means anchors, item factors, greedy and AIS/CIS anchor searches) are
+    reused, so the refits cost only their validation-dependent parts.
+
+    Returns:
+      ``(residuals [2, h], picks [2])``: row 0 = chosen on ``A``, scored on ``B``;
+      row 1 the reverse; ``picks`` index ``methods``.
+    """
+    base = {} if cache is None else {n: v for n, v in cache.items() if n in TRAIN_ONLY}
+    res, picks = [], []
+    for fit_idx, ho_idx in ((idx_a, idx_b), (idx_b, idx_a)):
+        dh = SplitData(d.s_tr, d.y_tr, d.s_val[fit_idx], d.y_val[fit_idx])
+        s_ho, y_ho = d.s_val[ho_idx], d.y_val[ho_idx]
+        c = dict(base)
+        mses, rs = [], []
+        for name in methods:
+            f = fit_method(key, dh, k, name, st, c)
+            pv = jnp.clip(apply_map(f, dh.s_val[:, f.anchors]), 0.0, 1.0)
+            mses.append(_mse(pv, dh.y_val))
+            rs.append(jnp.clip(apply_map(f, s_ho[:, f.anchors]), 0.0, 1.0) - y_ho)
+        i = jnp.argmin(jnp.stack(mses))
+        res.append(jnp.stack(rs)[i])
+        picks.append(i)
+    return jnp.stack(res), jnp.stack(picks)
 
 
 # ------------------------------------------------------- auto by cross-validation

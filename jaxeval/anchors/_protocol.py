@@ -12,10 +12,14 @@ seeds are stacked and the whole comparison is one jitted kernel vmapped over see
 :func:`auto_candidates` with the lowest validation MSE, or, when there are fewer
 than ``Settings.auto_cv_below`` validation models, the lowest cross-validated MSE
 over the training + validation models (:func:`cv_folds`; test models never enter).
-Each method's 90% interval is split-conformal on validation models (``"auto"``
-after a cross-validated choice: conformal on the chosen candidate's cross-fitted
-residuals, since its own choices were tuned on the validation models); coverage and
-width are measured on test models. For row-mean targets the unbiased estimate
+Each method's 90% interval is split-conformal on validation models. ``"auto"``'s
+is calibrated on residuals from models that never tuned the predictor that made
+them: after a cross-validated choice, the chosen candidate's cross-fitted
+residuals; after a choice on validation models with ``Settings.auto_halves``, the residuals
+of the candidate chosen on one half of them, on the other half
+(:func:`crossfit_selected_residuals`; without it, the chosen candidate's
+validation residuals, slightly optimistic).
+Coverage and width are measured on test models. For row-mean targets the unbiased estimate
 (anchors of ``"auto"`` plus ``m`` random non-anchor items, DR-corrected with the
 factorization's predictions) is also scored.
 """
@@ -41,7 +45,9 @@ from jaxeval.anchors._methods import (
     apply_map,
     auto_candidates,
     candidate_cv_residuals,
+    crossfit_selected_residuals,
     cv_folds,
+    validation_halves,
     fit_method,
 )
 
@@ -61,6 +67,7 @@ def protocol_kernel(
     alpha: float | jax.Array,
     auto_pick: jax.Array | int = -1,
     auto_cands: tuple = AUTO_CANDIDATES,
+    halves: tuple | None = None,
 ):
     """One split: validation and test predictions and anchors of every method.
 
@@ -68,7 +75,11 @@ def protocol_kernel(
     ``[M, k]``, and with ``dr_items > 0`` the unbiased estimate ``dr`` ``[3, h]``
     (estimate, lower, upper) on the anchors of the auto candidate: position
     ``auto_pick`` of the candidates ``auto_cands`` present, or (``auto_pick < 0``) the
-    one with the lowest validation MSE.
+    one with the lowest validation MSE. With ``halves`` (two index arrays into the
+    validation models) also ``half_res`` ``[2, h]`` and ``half_pick`` ``[2]``: the
+    cross-fitted residuals of the candidate chosen on each half
+    (:func:`~jaxeval.anchors._methods.crossfit_selected_residuals`), which calibrate
+    ``auto``'s interval when it chooses on validation models.
     """
     cache: dict = {}
     vals, tests, ancs = [], [], []
@@ -78,6 +89,11 @@ def protocol_kernel(
         tests.append(apply_map(f, s_te[:, f.anchors]))
         ancs.append(f.anchors)
     out = {"val": jnp.stack(vals), "test": jnp.stack(tests), "anchors": jnp.stack(ancs)}
+    if halves is not None:
+        present = tuple(m for m in auto_cands if m in methods)
+        out["half_res"], out["half_pick"] = crossfit_selected_residuals(
+            key, d, k, present, st, halves[0], halves[1], cache
+        )
     if dr_items > 0:
         auto = [methods.index(m) for m in auto_cands if m in methods]
         mse = jnp.mean((out["val"][jnp.array(auto)] - d.y_val) ** 2, axis=1)
@@ -100,7 +116,7 @@ def protocol_kernel(
 
 
 _kernel_jit = jax.jit(
-    jax.vmap(protocol_kernel, in_axes=(0, 0, 0, None, None, None, None, None, 0, None)),
+    jax.vmap(protocol_kernel, in_axes=(0, 0, 0, None, None, None, None, None, 0, None, 0)),
     static_argnums=(3, 4, 5, 6, 9),
 )
 _cv_jit = jax.jit(
@@ -222,8 +238,13 @@ def evaluate_protocol(
         cv_mse = (cv_res**2).mean(axis=(2, 3))  # [S, C]
         present = [m for m in cands if m in names]
         picks = np.array([present.index(cands[c]) for c in cv_mse.argmin(1)], np.int32)
+    halves = None
+    if "auto" in methods and not use_cv and st.auto_halves:
+        hs = [validation_halves(d.y_val.shape[1], int(s)) for s in seeds]
+        halves = (jnp.asarray(np.stack([h[0] for h in hs])),
+                  jnp.asarray(np.stack([h[1] for h in hs])))
     out = _kernel_jit(keys, d, s_te, int(k), tuple(fit_names), st, dr_m, alpha,
-                      jnp.asarray(picks), cands)
+                      jnp.asarray(picks), cands, halves)
     out = jax.tree.map(np.asarray, out)
     secs = time.perf_counter() - t0
     val = np.clip(out["val"].astype(np.float64), 0, 1)  # [S, M, hv]
@@ -239,6 +260,7 @@ def evaluate_protocol(
         test = np.concatenate([test, test[np.arange(S), pick][:, None]], 1)
         anchors = np.concatenate([anchors, anchors[np.arange(S), pick][:, None]], 1)
         names.append("auto")
+    present_c = [m for m in cands if m in fit_names]
     keep = [names.index(m) for m in methods]
     val, test, anchors = val[:, keep], test[:, keep], anchors[:, keep]
     mae = np.asarray(mae_pp(jnp.asarray(test), jnp.asarray(y_te[:, None]), axis=-1)).T
@@ -257,6 +279,12 @@ def evaluate_protocol(
         rad[methods.index("auto")] = [
             float(conformal_quantile(jnp.asarray(cv_res[i, c].ravel()), alpha))
             for i, c in enumerate(c_pick)
+        ]
+    if halves is not None:
+        # auto chose on validation models: its radius comes from the residuals of the
+        # candidate chosen on one half of them, scored on the other half
+        rad[methods.index("auto")] = [
+            float(conformal_quantile(jnp.asarray(r.ravel()), alpha)) for r in out["half_res"]
         ]
     lo = np.clip(test - rad.T[:, :, None], 0, 1)
     hi = np.clip(test + rad.T[:, :, None], 0, 1)
@@ -283,6 +311,11 @@ def evaluate_protocol(
         "auto_choice": "cv" if use_cv else "validation",
         "auto_picks": [names[i] for i in pick] if "auto" in methods else None,
         "cv_mse": None if cv_mse is None else cv_mse.tolist(),
+        "auto_calibration": None if "auto" not in methods else (
+            "cross-fitted folds" if use_cv else
+            "validation halves" if halves is not None else "validation models"),
+        "half_picks": None if halves is None else [
+            [present_c[i] for i in row] for row in np.asarray(out["half_pick"]).tolist()],
     }
     return ProtocolResult(
         tuple(methods), tuple(int(s) for s in seeds), mae, tau, cov, width,
