@@ -355,7 +355,7 @@ def _sparseeval_anchors(key, d: SplitData, k: int, st: Settings):
 
 
 def _greedy_candidates(d: SplitData, k: int, st: Settings):
-    """Greedy leave-one-out ridge anchors for every strength of ``st.greedy_lams`` (training only)."""
+    """Greedy leave-one-out ridge anchors, one set per ``st.greedy_lams`` (training only)."""
     lams = jnp.asarray(st.greedy_lams, d.s_tr.dtype)
     return jax.vmap(lambda lam: greedy_ridge_anchors(d.s_tr, d.y_tr, k, lam))(lams)
 

@@ -47,8 +47,8 @@ from jaxeval.anchors._methods import (
     candidate_cv_residuals,
     crossfit_selected_residuals,
     cv_folds,
-    validation_halves,
     fit_method,
+    validation_halves,
 )
 
 __all__ = ["ProtocolResult", "evaluate_protocol", "protocol_kernel"]
