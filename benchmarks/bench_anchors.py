@@ -13,6 +13,9 @@ Examples::
         --out benchmarks/results/anchors_issue8.jsonl
     # the summary table of a results file (one line per cell; the newest record wins)
     python benchmarks/bench_anchors.py --table benchmarks/results/anchors_issue8.jsonl
+    # auto before / after a change, cell by cell (MAE, coverage vs its band, width)
+    python benchmarks/bench_anchors.py --compare benchmarks/results/anchors_issue8.jsonl \
+        benchmarks/results/anchors_issue8_halves.jsonl
 
 Each finished (dataset, k) cell is appended as one JSON line to ``--out`` (so an
 interrupted run keeps what it finished) and printed as markdown rows.
@@ -191,6 +194,48 @@ def summary_table(path: str, sparseeval_from: str | None = None) -> str:
     return "\n".join(out)
 
 
+def calibration_table(before: str, after: str, grid: str | None = None) -> str:
+    """Markdown: ``auto`` per cell in two results files (say, before and after a change of
+    its interval's calibration): MAE, coverage against its band, mean width, and the
+    faithful SparseEval's MAE on the same seeds from an ``anchors_grid.py`` file."""
+    def cells(path):
+        out = {}
+        for line in Path(path).read_text().splitlines():
+            r = json.loads(line)
+            out[(r["dataset"], r["k"])] = r  # newest record of a cell wins
+        return out
+
+    old, new = cells(before), cells(after)
+    g = cells(grid) if grid and Path(grid).exists() else {}
+    out = ["| cell | `auto` MAE before → after (pp) | coverage before (band) | coverage after "
+           "(band) | mean width before → after (pp) | SparseEval MAE, same seeds | s |",
+           "|---|---|---|---|---|---|---|"]
+    cov_b, cov_a, wid_b, wid_a = [], [], [], []
+    for c in sorted(set(old) & set(new), key=lambda c: (c[1], c[0])):
+        o, n = old[c], new[c]
+        i, j = o["methods"].index("auto"), n["methods"].index("auto")
+        cells_ = []
+        for r, ix, covs, wids in ((o, i, cov_b, wid_b), (n, j, cov_a, wid_a)):
+            cov, wid = float(np.mean(r["coverage"][ix])), 100 * float(np.mean(r["width"][ix]))
+            exp, sd = _coverage_band(r)
+            covs.append(cov)
+            wids.append(wid)
+            flag = "" if abs(cov - exp) <= 2 * sd else " !"
+            cells_.append((float(np.mean(r["mae_pp"][ix])), f"{cov:.3f}{flag} ({exp:.3f} ± "
+                           f"{2 * sd:.3f})", wid))
+        se = "–"
+        if c in g and "sparseeval" in g[c].get("results", {}):
+            pos = [g[c]["seeds"].index(x) for x in n["seeds"] if x in g[c]["seeds"]]
+            if len(pos) == len(n["seeds"]):
+                se = f"{np.mean(np.asarray(g[c]['results']['sparseeval']['mae_pp'])[pos]):.2f}"
+        out.append(f"| {c[0]} {c[1]} | {cells_[0][0]:.2f} → {cells_[1][0]:.2f} | {cells_[0][1]} | "
+                   f"{cells_[1][1]} | {cells_[0][2]:.1f} → {cells_[1][2]:.1f} | {se} | "
+                   f"{n['seconds']:.0f} |")
+    out.append(f"\nMean over the {len(cov_a)} cells: coverage {np.mean(cov_b):.3f} → "
+               f"{np.mean(cov_a):.3f}, width {np.mean(wid_b):.2f} → {np.mean(wid_a):.2f} pp.")
+    return "\n".join(out)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rows", choices=["spec", "issue8", "grid", "custom"], default="custom",
@@ -222,7 +267,13 @@ def main(argv=None):
     ap.add_argument("--resume", action="store_true",
                     help="skip (dataset, k) cells already in --out with the same seeds, "
                          "methods and settings")
+    ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), default=None,
+                    help="only print auto's MAE, coverage and width per cell of two results "
+                         "files side by side (with --sparseeval-from) and exit")
     a = ap.parse_args(argv)
+    if a.compare:
+        print(calibration_table(*a.compare, a.sparseeval_from))
+        return
     if a.table:
         print(summary_table(a.table, a.sparseeval_from))
         return
