@@ -415,11 +415,11 @@ def fit_anchors(
         raise ValueError(f"alpha: expected a level in (0, 1), got {alpha!r}")
     train.require_complete("fit_anchors")
     st = dataclasses.replace(settings or Settings(), external=train.target is not None)
+    split_seed = int(seed) if isinstance(seed, (int, np.integer)) else 0
     if validation is None:
         n_val = max(int(round(0.2 * train.n_models)), 1)
         if train.n_models - n_val < 1:
             raise ValueError(f"train: {train.n_models} models are too few to hold out validation")
-        split_seed = int(seed) if isinstance(seed, (int, np.integer)) else 0
         validation, train = train.split([n_val], seed=split_seed)
     else:
         validation.require_complete("fit_anchors (validation)")
@@ -447,11 +447,6 @@ def fit_anchors(
     use_cv = method == "auto" and validation.n_models < st.auto_cv_below
     halves = None
     if method == "auto" and not use_cv and st.auto_halves:
-        if validation.n_models < 2:
-            raise ValueError(
-                f"validation: auto needs at least 2 validation models, got {validation.n_models}"
-            )
-        split_seed = int(seed) if isinstance(seed, (int, np.integer)) else 0
         halves = tuple(jnp.asarray(h) for h in validation_halves(validation.n_models, split_seed))
     fits, factors, half_res = _fit_jit(key, d, int(k), tuple(cands), st, with_factors, halves)
     results = {}
@@ -460,7 +455,6 @@ def fit_anchors(
         results[name] = (f, vp, float(np.mean((vp - y_val) ** 2)))
     cv_mse = None
     if use_cv:
-        split_seed = int(seed) if isinstance(seed, (int, np.integer)) else 0
         folds, s_ho, y_ho = cv_folds(d, st.auto_folds, split_seed)
         if folds.s_tr.shape[1] < 8 or folds.s_val.shape[1] < 2:
             raise ValueError(

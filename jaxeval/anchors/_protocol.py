@@ -260,7 +260,6 @@ def evaluate_protocol(
         test = np.concatenate([test, test[np.arange(S), pick][:, None]], 1)
         anchors = np.concatenate([anchors, anchors[np.arange(S), pick][:, None]], 1)
         names.append("auto")
-    present_c = [m for m in cands if m in fit_names]
     keep = [names.index(m) for m in methods]
     val, test, anchors = val[:, keep], test[:, keep], anchors[:, keep]
     mae = np.asarray(mae_pp(jnp.asarray(test), jnp.asarray(y_te[:, None]), axis=-1)).T
@@ -315,7 +314,7 @@ def evaluate_protocol(
             "cross-fitted folds" if use_cv else
             "validation halves" if halves is not None else "validation models"),
         "half_picks": None if halves is None else [
-            [present_c[i] for i in row] for row in np.asarray(out["half_pick"]).tolist()],
+            [cands[i] for i in row] for row in np.asarray(out["half_pick"]).tolist()],
     }
     return ProtocolResult(
         tuple(methods), tuple(int(s) for s in seeds), mae, tau, cov, width,
