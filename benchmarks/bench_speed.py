@@ -48,10 +48,10 @@ from jaxeval._factorization import ItemFactors  # noqa: E402
 from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS  # noqa: E402
 
 
-def _time_jax(policy, data, params, K, n, budgets, b, reps, chunk, seed):
+def _time_jax(policy, data, params, K, n, budgets, b, reps, chunk, seed, order_table=None):
     """Compile once for ``chunk`` replicates, then run ``reps`` in chunks (timed warm)."""
     cfg = idn.Config(policy, num_arms=K, num_items=n, budgets=budgets, batch_size=b,
-                     cs_kinds=("eb",))
+                     cs_kinds=("eb",), order_table=order_table)
     base = jax.random.key(seed)
     chunk = min(chunk, reps)
     n_chunks = -(-reps // chunk)
@@ -83,6 +83,9 @@ def main(argv=None):
     ap.add_argument("--be-reps", type=int, default=4, help="banditeval replicates")
     ap.add_argument("--rank", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--regenerated", action="store_true",
+                    help="also time the kernels with the item-order keys regenerated every "
+                         "step (order_table=False, the kernel before order tables)")
     ap.add_argument("--out", default="/tmp/bench_speed.json")
     args = ap.parse_args(argv)
 
@@ -126,6 +129,10 @@ def main(argv=None):
                                     args.chunk, args.seed)
     assert calls == reps * calls_per_rep
     j_pulse = add("jaxeval PULSE (b=1)", reps, tr, tc)
+    if args.regenerated:
+        tc, tr, _, reps = _time_jax("pulse", data, params, K, n, budgets, 1, args.reps,
+                                    args.chunk, args.seed, order_table=False)
+        g_pulse = add("jaxeval PULSE (b=1, regen.)", reps, tr, tc)
     t0 = time.perf_counter()
     for r in range(args.np_reps):
         S = pool_s[instances[r % len(instances)]]
@@ -133,11 +140,15 @@ def main(argv=None):
     n_pulse = add("NumPy PULSE (b=1)", args.np_reps, time.perf_counter() - t0)
 
     # --- UCB-E
-    res_u = {}
+    res_u, res_g = {}, {}
     for b in (1, 32):
         tc, tr, _, reps = _time_jax("ucbe", data, params, K, n, budgets, b, args.reps,
                                     args.chunk, args.seed)
         res_u[b] = add(f"jaxeval UCB-E (b={b})", reps, tr, tc)
+        if args.regenerated:
+            tc, tr, _, reps = _time_jax("ucbe", data, params, K, n, budgets, b, args.reps,
+                                        args.chunk, args.seed, order_table=False)
+            res_g[b] = add(f"jaxeval UCB-E (b={b}, regen.)", reps, tr, tc)
     t0 = time.perf_counter()
     for r in range(args.np_reps):
         ref.ucbe(pool_s[instances[r % len(instances)]], orders_for(r), budgets, a=1.0)
@@ -162,6 +173,11 @@ def main(argv=None):
     }
     for b, row in be.items():
         ratios[f"UCB-E jaxeval / banditeval (b={b})"] = res_u[b]["reps_per_s"] / row["reps_per_s"]
+    if args.regenerated:
+        ratios["PULSE order table / regenerated"] = j_pulse["reps_per_s"] / g_pulse["reps_per_s"]
+        for b, row in res_g.items():
+            ratios[f"UCB-E order table / regenerated (b={b})"] = (
+                res_u[b]["reps_per_s"] / row["reps_per_s"])
     print("\nthroughput ratios (same work, this run):")
     for k, v in ratios.items():
         print(f"  {k:<36} {v:8.1f}x")

@@ -129,6 +129,10 @@ _PURPOSE_PRED = 4
 #: before blocks existed); longer rows are streamed in blocks of this size.
 ITEM_BLOCK = 2048
 
+#: With :attr:`Config.order_table` left to ``None``, the item orders are materialised
+#: when (streams x items) is at most this (2 int32 tables of it per replicate: 1 MiB).
+ORDER_TABLE_MAX = 2**17
+
 
 # --------------------------------------------------------------- containers
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +163,11 @@ class Config:
         length ``n``; above it the rows are streamed in ``ceil(n / item_block)``
         blocks by ``lax.scan`` so the peak memory per replicate is ``O(item_block)``
         whatever ``n`` (the same trajectory up to float32 summation order).
+      order_table: materialise every arm's item order once per replicate
+        (:class:`jaxeval._sampling.OrderTable`, ``2 K n`` int32) instead of regenerating
+        the order keys on every step: the same draws bit for bit, O(b) per step to find
+        a batch. ``None`` (default): on when the rows are whole and ``K n`` (``n`` when
+        synchronized) is at most :data:`ORDER_TABLE_MAX`.
     """
 
     policy: str
@@ -178,6 +187,7 @@ class Config:
     rank: int = 4
     corruption: str = "none"
     item_block: int = ITEM_BLOCK
+    order_table: bool | None = None
 
     def __post_init__(self):
         if isinstance(self.item_block, bool) or not isinstance(self.item_block, int) or (
@@ -191,6 +201,13 @@ class Config:
             )
         if self.policy not in _policies.POLICIES:
             raise ValueError(f"policy: expected one of {_policies.POLICIES}, got {self.policy!r}")
+        if self.order_table is not None and not isinstance(self.order_table, bool):
+            raise ValueError(f"order_table: expected None, True or False, got {self.order_table!r}")
+        if self.order_table and self.blocked:
+            raise ValueError(
+                f"order_table=True needs whole rows (num_items={self.num_items} > "
+                f"item_block={self.item_block}: the rows are streamed in blocks)"
+            )
         if self.mode not in ("budget", "confidence"):
             raise ValueError(f"mode: expected 'budget' or 'confidence', got {self.mode!r}")
         bad = [k for k in self.cs_kinds if k not in CS_KINDS]
@@ -230,6 +247,14 @@ class Config:
     def blocked(self) -> bool:
         """True when the items are streamed in blocks (``num_items > item_block``)."""
         return self.num_items > self.item_block
+
+    @property
+    def tabled(self) -> bool:
+        """True when the item orders are materialised (see :attr:`order_table`)."""
+        if self.order_table is not None:
+            return self.order_table
+        streams = 1 if self.sync else self.num_arms
+        return not self.blocked and streams * self.num_items <= ORDER_TABLE_MAX
 
     @property
     def num_blocks(self) -> int:
@@ -861,14 +886,17 @@ def _refit_blocked(state, arm, batch, carried, order_key, truth, data, config, p
     return u_new, sp_obs, sp_all
 
 
-def _step(state: LoopState, order_key, truth, data, config: Config, params: Params, cap_calls):
+def _step(state: LoopState, order_key, truth, data, config: Config, params: Params, cap_calls,
+          table=None):
     """One pull of one arm (a no-op once stopped or when nothing can be pulled)."""
-    fn = _step_blocked if config.blocked else _step_whole
-    return fn(state, order_key, truth, data, config, params, cap_calls)
+    if config.blocked:
+        return _step_blocked(state, order_key, truth, data, config, params, cap_calls)
+    return _step_whole(state, order_key, truth, data, config, params, cap_calls, table)
 
 
 def _step_whole(
-    state: LoopState, order_key, truth, data, config: Config, params: Params, cap_calls
+    state: LoopState, order_key, truth, data, config: Config, params: Params, cap_calls,
+    table=None,
 ):
     """One pull of one arm on whole rows of length ``n`` (``num_items <= item_block``).
 
@@ -893,35 +921,49 @@ def _step_whole(
     limit = jnp.minimum(jnp.minimum(item_cap, cap_calls - state.calls), b)
     active = ok & (limit > 0) & ~state.stopped
 
-    # --- the arm's view: order, truth row, predictions frozen before the batch
-    keys, seen = _sampling.arm_view(order_key, state.sampler, arm, n, config.sync)
-    s_row = _row(truth, data, arm, config, params)
+    # --- the arm's view: order, truth row, predictions frozen before the batch. With an
+    # order table the batch is a slice of the arm's order and the seen-mask (needed only
+    # with predictions) a compare; otherwise both come from the regenerated keys.
     n_seen = count[arm]
     n_unseen = n - n_seen
-    unseen = ~seen
+    if table is not None:
+        items, valid, sampler = _sampling.take_from_table(
+            table, order_key, state.sampler, arm, b, limit, config.sync
+        )
+        seen = _sampling.table_seen(table, state.sampler, arm) if config.predictions else None
+    else:
+        keys, seen = _sampling.arm_view(order_key, state.sampler, arm, n, config.sync)
+        items, valid, sampler = _sampling.take_batch(keys, seen, state.sampler, arm, b, limit)
+    valid = valid & active
+    vf = valid.astype(jnp.float32)
+    sum_s_arm = state.sum_s[arm]
     if config.predictions:
+        s_row = _row(truth, data, arm, config, params)
+        s_b = s_row[items] * vf
+        unseen = ~seen
         factors = _item_factors(truth, data, config, params)
         p_row = _predict(state.u[arm], s_row, arm, truth, factors, config, params)
         lam = _estimators.plugin_lambda(
             _take(state.lam_stats, arm), params.lam0, shrink=params.shrink
         )
+        sum_pu = jnp.sum(jnp.where(unseen, p_row, 0.0))
+        max_pu = jnp.max(jnp.where(unseen, p_row, -jnp.inf))
+        min_pu = jnp.min(jnp.where(unseen, p_row, jnp.inf))
+        max_pu = jnp.where(n_unseen > 0, max_pu, 0.0)
+        min_pu = jnp.where(n_unseen > 0, min_pu, 0.0)
+        p_b = p_row[items] * vf
     else:
-        factors = None
-        p_row = jnp.zeros((n,), jnp.float32)
-        lam = jnp.zeros((), jnp.float32)
-    sum_pu = jnp.sum(jnp.where(unseen, p_row, 0.0))
-    max_pu = jnp.max(jnp.where(unseen, p_row, -jnp.inf))
-    min_pu = jnp.min(jnp.where(unseen, p_row, jnp.inf))
-    max_pu = jnp.where(n_unseen > 0, max_pu, 0.0)
-    min_pu = jnp.where(n_unseen > 0, min_pu, 0.0)
-    sum_s_arm = state.sum_s[arm]
+        # no predictions: every prediction is 0, so are their sum, max and min over the
+        # unseen items; only the batch's own scores are read
+        if config.truth == "real":
+            s_b = data.pool[truth.rows[arm], items] * vf
+        else:
+            s_b = _row(truth, data, arm, config, params)[items] * vf
+        zero = jnp.zeros((), jnp.float32)
+        lam = sum_pu = max_pu = min_pu = zero
+        p_b = jnp.zeros_like(s_b)
 
     # --- the batch, one martingale term per item (items move from U to O one at a time)
-    items, valid, sampler = _sampling.take_batch(keys, seen, state.sampler, arm, b, limit)
-    valid = valid & active
-    vf = valid.astype(jnp.float32)
-    s_b = s_row[items] * vf
-    p_b = p_row[items] * vf
     batch = _Batch(items, valid, sampler, s_b, p_b, sum_pu, max_pu, min_pu, lam)
     cs_arm, ls_arm = _martingale(state, arm, batch, config, params)
     n_new = jnp.sum(valid, dtype=jnp.int32)
@@ -929,8 +971,11 @@ def _step_whole(
     count_new = n_seen + n_new
 
     # --- refit the arm's factor on its observed items; new ranking estimate
-    seen_new = seen | jnp.zeros((n,), bool).at[items].max(valid)
     if config.predictions:
+        if table is not None:
+            seen_new = _sampling.table_seen(table, sampler, arm)
+        else:
+            seen_new = seen | jnp.zeros((n,), bool).at[items].max(valid)
         u_arm = state.u[arm]
         if config.refit:
             u_new, _ = update_model_factors(
@@ -1080,6 +1125,11 @@ def run_identification(
     order_key, truth, inst, theta = _setup(rep_key, data, config, params)
     state = _init_state(truth, data, config, params)
     budgets = jnp.asarray(config.budgets, jnp.int32)
+    table = (
+        _sampling.order_table(order_key, config.num_arms, config.num_items, config.sync,
+                              with_keys=config.predictions)
+        if config.tabled else None
+    )
 
     if config.mode == "budget":
         rec0 = _record(state, config)
@@ -1090,7 +1140,7 @@ def run_identification(
             # Batches are cut only at the run's final budget: a checkpoint keeps the state
             # after the last whole batch that fits within it, so the trajectory (and every
             # checkpoint's record) is the same whatever other checkpoints are requested.
-            st = _step(st, order_key, truth, data, config, params, budgets[-1])
+            st = _step(st, order_key, truth, data, config, params, budgets[-1], table)
             rec = _record(st, config)
             keep = st.calls <= budgets
             recs = jax.tree.map(
@@ -1135,7 +1185,7 @@ def run_identification(
 
     def wbody(carry):
         st, i = carry
-        st = _step(st, order_key, truth, data, config, params, cap)
+        st = _step(st, order_key, truth, data, config, params, cap, table)
         stop = confident(st)
         st = st._replace(
             stopped=stop, status=jnp.where(stop, STATUS_CONFIDENT, st.status).astype(jnp.int32)

@@ -49,6 +49,7 @@ from jax.extend.random import threefry2x32_p
 
 __all__ = [
     "SYNC_STREAM",
+    "OrderTable",
     "SamplerState",
     "arm_keys",
     "arm_order",
@@ -61,8 +62,11 @@ __all__ = [
     "keys_at",
     "merge_top",
     "normal_at",
+    "order_table",
     "seen_mask",
+    "table_seen",
     "take_batch",
+    "take_from_table",
     "TopB",
     "uniform_at",
 ]
@@ -193,6 +197,153 @@ def arm_order(order_key: jax.Array, arm: jax.Array | int, n: int, synchronized: 
     idx = jnp.arange(n, dtype=jnp.int32)
     _, order = jax.lax.sort((keys, idx), num_keys=2)
     return order
+
+
+# ------------------------------------------------------------- order tables
+class OrderTable(NamedTuple):
+    """Every stream's draw order, materialised once per replicate (small ``K n``).
+
+    The same orders as the regenerated keys (ascending ``(key, index)`` of
+    :func:`arm_keys`), so a loop that reads them makes bit for bit the same draws as
+    one that regenerates the keys every step; a step then costs ``O(b)`` to find its
+    batch (a slice) and ``O(n)`` integer compares for a seen-mask, instead of ``n``
+    threefry hashes and ``b`` arg-max passes.
+
+    Attributes:
+      order: int32 ``[S, n]``: item indices in draw order, one row per stream
+        (``S = K`` arms, or 1 for the synchronized order).
+      keys: int32 ``[S, n]``: the streams' order keys (:func:`arm_keys`), for
+        :func:`table_seen`; None when not kept.
+    """
+
+    order: jax.Array
+    keys: jax.Array | None
+
+
+def order_table(order_key: jax.Array, num_arms: int, n: int,
+                synchronized: bool = False, with_keys: bool = True) -> OrderTable:
+    """Materialise the draw orders of every arm (or the one shared stream).
+
+    Costs ``S`` sorts of ``n`` keys once per replicate and ``2 S n`` int32 of memory
+    (``S n`` with ``with_keys=False``: enough to draw, not for :func:`table_seen`).
+
+    Example:
+      >>> import jax
+      >>> from jaxeval import _sampling as smp
+      >>> t = smp.order_table(jax.random.key(0), num_arms=2, n=5)
+      >>> bool((t.order[1] == smp.arm_order(jax.random.key(0), 1, 5)).all())
+      True
+    """
+    streams = jnp.arange(1 if synchronized else num_arms, dtype=jnp.int32)
+    keys = jax.vmap(lambda a: arm_keys(order_key, a, n, synchronized))(streams)
+    order = jax.vmap(_sorted_order)(keys)
+    return OrderTable(order=order, keys=keys if with_keys else None)
+
+
+def _sorted_order(keys: jax.Array) -> jax.Array:
+    """Item indices in ascending ``(key, index)`` order, as :func:`arm_order` (exactly).
+
+    XLA's CPU sort is several times faster on one plain int32 operand than on a
+    ``(key, index)`` pair with a comparator, so the pair is packed: the key's top
+    ``31 - s`` bits above the index's ``s`` bits (``2**s >= n``). That sorts by
+    ``(key >> s, index)``, which can differ from ``(key, index)`` only inside runs of
+    equal ``key >> s`` (a few pairs per arm at most, for random keys); odd-even
+    transposition passes on the full pairs, repeated until no swap, sort those runs.
+    """
+    n = keys.shape[-1]
+    s = max(1, (n - 1).bit_length())
+    idx = jnp.arange(n, dtype=jnp.int32)
+    packed = jax.lax.shift_left(jax.lax.shift_right_logical(keys, s), s) | idx
+    order = jax.lax.sort(packed) & jnp.int32((1 << s) - 1)
+    if n < 2:
+        return order
+    key_o = keys[order]
+    # out-of-order adjacent pairs can only sit inside runs of equal ``key >> s``; an
+    # isolated one (a run of two, nearly always) is fixed by one swap, and the rare
+    # longer runs by odd-even transposition passes until none is left
+    ko, io = _swap_pairs(key_o, order, _isolated(_out_of_order(key_o, order)))
+    even = jnp.arange(n - 1) % 2 == 0
+
+    def body(c):
+        ko, io = c
+        ko, io = _swap_pairs(ko, io, even & _out_of_order(ko, io))
+        return _swap_pairs(ko, io, ~even & _out_of_order(ko, io))
+
+    _, order = jax.lax.while_loop(lambda c: jnp.any(_out_of_order(*c)), body, (ko, io))
+    return order
+
+
+def _out_of_order(ko, io):
+    """bool ``[n - 1]``: pair ``(i, i + 1)`` is out of ``(key, index)`` order."""
+    return (ko[:-1] > ko[1:]) | ((ko[:-1] == ko[1:]) & (io[:-1] > io[1:]))
+
+
+def _isolated(flag):
+    """``flag`` where neither neighbouring pair is flagged (disjoint pairs)."""
+    f = jnp.zeros((1,), bool)
+    return flag & ~jnp.concatenate([f, flag[:-1]]) & ~jnp.concatenate([flag[1:], f])
+
+
+def _swap_pairs(ko, io, swap):
+    """Swap the entries of every pair ``(i, i + 1)`` with ``swap[i]`` (pairs disjoint)."""
+    f = jnp.zeros((1,), bool)
+    up = jnp.concatenate([swap, f])  # position i takes i + 1
+    down = jnp.concatenate([f, swap])  # position i + 1 takes i
+
+    def move(x):
+        left = jnp.concatenate([x[1:], x[-1:]])
+        right = jnp.concatenate([x[:1], x[:-1]])
+        return jnp.where(up, left, jnp.where(down, right, x))
+
+    return move(ko), move(io)
+
+
+def _stream(table: OrderTable, arm):
+    return 0 if table.order.shape[0] == 1 else arm
+
+
+def table_seen(table: OrderTable, state: SamplerState, arm: jax.Array | int) -> jax.Array:
+    """The arm's seen-mask (bool ``[n]``) in ``state``, from the table's stored keys."""
+    return seen_mask(table.keys[_stream(table, arm)], state.thr_key[arm], state.thr_idx[arm])
+
+
+def take_from_table(
+    table: OrderTable,
+    order_key: jax.Array,
+    state: SamplerState,
+    arm: jax.Array | int,
+    batch_size: int,
+    limit: jax.Array | int | None = None,
+    synchronized: bool = False,
+):
+    """:func:`take_batch` read from an :class:`OrderTable`: the same valid items, in the
+    same order, and the same new state (the threshold's key is one regenerated hash).
+
+    Returns:
+      ``(items int32 [b], valid bool [b], new_state)``; invalid slots hold an arbitrary
+      item index and must be masked by the caller.
+    """
+    n = table.order.shape[1]
+    count = state.count[arm]
+    j = jnp.arange(batch_size, dtype=jnp.int32)
+    pos = count + j
+    valid = pos < n
+    if limit is not None:
+        valid = valid & (j < limit)
+    items = table.order[_stream(table, arm)][jnp.minimum(pos, n - 1)]
+    n_new = jnp.sum(valid, dtype=jnp.int32)
+    last = items[jnp.maximum(n_new - 1, 0)]
+    moved = n_new > 0
+    if table.keys is not None:
+        last_key = table.keys[_stream(table, arm)][last]
+    else:
+        last_key = keys_at(order_key, arm, last[None], synchronized)[0]
+    new_state = SamplerState(
+        count=state.count.at[arm].add(n_new),
+        thr_key=state.thr_key.at[arm].set(jnp.where(moved, last_key, state.thr_key[arm])),
+        thr_idx=state.thr_idx.at[arm].set(jnp.where(moved, last, state.thr_idx[arm])),
+    )
+    return items.astype(jnp.int32), valid, new_state
 
 
 # ----------------------------------------------------------- counter-based generators

@@ -281,3 +281,45 @@ def test_item_block_validated():
         idn.Config("ucbe", 2, 10, budgets=(4,), item_block=0)
     with pytest.raises(ValueError, match="item_block"):
         idn.Config("ucbe", 2, 10, budgets=(4,), item_block=2.5)
+
+
+# ------------------------------------------------------------ order tables
+def _tabled_and_regenerated(policy, b, truth, **kw):
+    K = 3
+    base = dict(num_arms=K, num_items=N, budgets=(13, 40, 75), batch_size=b, truth=truth,
+                cs_kinds=("eb", "betting"), **kw)
+    keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(23), i))(jnp.arange(3))
+    outs = []
+    for tabled in (True, False):
+        cfg = idn.Config(policy, order_table=tabled, **base)
+        assert cfg.tabled == tabled and not cfg.blocked
+        data = _real_data(K) if truth == "real" else idn.dummy_data(cfg)
+        fn = jax.jit(jax.vmap(idn.run_identification, in_axes=(0, None, None, None)),
+                     static_argnums=3)
+        outs.append(jax.tree.map(np.asarray, fn(keys, data, idn.Params.make(rho=0.5), cfg)))
+    return outs
+
+
+_TABLE_CASES = [("ucbe", 4, "real", {}), ("pulse", 1, "real", {}),
+                ("sysrs", 2, "real", {}), ("pulse", 3, "synthetic", {"mode": "confidence"})]
+
+
+@pytest.mark.parametrize("policy,b,truth,kw", _TABLE_CASES)
+def test_order_table_trajectory_equals_regenerated_keys(policy, b, truth, kw):
+    """Materialised item orders (the default for small K n) change nothing: every
+    output of every replicate is the same as with the keys regenerated each step."""
+    tabled, regen = _tabled_and_regenerated(policy, b, truth, **kw)
+    _assert_same_trajectory(tabled, regen, exact=True)
+
+
+def test_order_table_default_and_refusals():
+    assert idn.Config("ucbe", 10, 541, budgets=(8,)).tabled
+    assert not idn.Config("ucbe", 10, 541, budgets=(8,), order_table=False).tabled
+    big = idn.ORDER_TABLE_MAX // 100 + 1
+    assert not idn.Config("ucbe", 100, big, budgets=(8,)).tabled
+    assert idn.Config("sysrs", 100, big, budgets=(8,)).tabled  # one shared stream
+    assert not idn.Config("ucbe", 2, 5000, budgets=(8,)).tabled  # blocked rows
+    with pytest.raises(ValueError, match="order_table"):
+        idn.Config("ucbe", 2, 5000, budgets=(8,), order_table=True)
+    with pytest.raises(ValueError, match="order_table"):
+        idn.Config("ucbe", 2, 50, budgets=(8,), order_table=1)

@@ -103,3 +103,71 @@ def test_state_is_o_of_k_not_k_times_n():
         _, _, state = smp.take_batch(keys, seen, state, 3, 4)
         assert {leaf.shape for leaf in jax.tree_util.tree_leaves(state)} == {(7,)}
         assert all(leaf.dtype == jnp.int32 for leaf in jax.tree_util.tree_leaves(state))
+
+
+@pytest.mark.parametrize("synchronized", [False, True])
+@pytest.mark.parametrize("n,b", [(10, 3), (17, 4), (6, 6)])
+def test_order_table_draws_equal_regenerated_keys(n, b, synchronized):
+    """Reading the materialised order gives the same items, validity and sampler state
+    (count and threshold pair) as regenerating the keys, batch after batch, including
+    capped batches and an exhausted arm."""
+    key = jax.random.key(5)
+    table = smp.order_table(key, 3, n, synchronized)
+    assert table.order.shape == (1 if synchronized else 3, n)
+    limits = [b, 1, b, 2, b, b, b, b, b]
+
+    @jax.jit
+    def both(s_a, s_b, arm, limit):
+        keys, seen = smp.arm_view(key, s_a, arm, n, synchronized)
+        ia, va, s_a = smp.take_batch(keys, seen, s_a, arm, b, limit)
+        ib, vb, s_b = smp.take_from_table(table, key, s_b, arm, b, limit, synchronized)
+        return ia, va, s_a, ib, vb, s_b, seen
+
+    s_a = s_b = smp.init(3)
+    for i, limit in enumerate(limits):
+        arm = i % 2
+        seen_before = np.asarray(smp.table_seen(table, s_b, arm))
+        ia, va, s_a, ib, vb, s_b, seen = both(s_a, s_b, arm, limit)
+        np.testing.assert_array_equal(seen_before, np.asarray(seen))
+        np.testing.assert_array_equal(np.asarray(va), np.asarray(vb))
+        va = np.asarray(va)
+        np.testing.assert_array_equal(np.asarray(ia)[va], np.asarray(ib)[va])
+        for x, y in zip(s_a, s_b):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert int(s_a.count[0]) == n  # arm 0 was drained
+    # the table holds the regenerated keys and their (key, index) order
+    for a in range(table.order.shape[0]):
+        keys = np.asarray(smp.arm_keys(key, a, n, synchronized))
+        np.testing.assert_array_equal(np.asarray(table.keys[a]), keys)
+        np.testing.assert_array_equal(np.asarray(table.order[a]),
+                                      np.lexsort((np.arange(n), keys)))
+    # without the keys the draws are the same
+    bare = smp.order_table(key, 3, n, synchronized, with_keys=False)
+    assert bare.keys is None
+    np.testing.assert_array_equal(np.asarray(bare.order), np.asarray(table.order))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 100, 1000])
+def test_sorted_order_exact_with_ties_and_shared_top_bits(n):
+    """The packed-key sort plus its fix-up passes is exactly the (key, index) order,
+    also for keys with many ties and long runs of equal top bits (which random keys
+    make rare: the fix-up loop is what keeps those exact)."""
+    rng = np.random.default_rng(n)
+    sort = jax.jit(smp._sorted_order)
+    for case in range(6):
+        if case == 0:
+            keys = rng.integers(0, 2**31 - 1, n)
+        elif case == 1:
+            keys = rng.integers(0, 4, n)  # heavy ties
+        elif case == 2:  # one long run of equal top bits, random low bits
+            keys = (1234 << 20) | rng.integers(0, 2**10, n)
+        elif case == 3:  # reversed low bits inside one run
+            keys = (7 << 24) + np.arange(n)[::-1]
+        elif case == 4:
+            keys = np.full(n, 2**31 - 1)
+        else:
+            keys = np.asarray(smp.arm_keys(jax.random.key(case), 0, n))
+        keys = keys.astype(np.int32)
+        want = np.lexsort((np.arange(n), keys))
+        np.testing.assert_array_equal(np.asarray(sort(jnp.asarray(keys))), want,
+                                      err_msg=f"case {case}")
