@@ -13,7 +13,7 @@ with the ``"ucbe"`` and ``"pulse"`` policies of :mod:`jaxeval._policies`):
   (SPEC 2.3) with its known range, the empirical-Bernstein confidence sequence of
   SPEC 2.4 at ``alpha / K`` per arm centred on the arm's ranking estimate; then the
   arm's factor is refitted by safeguarded Newton steps (the same Armijo trial steps as
-  :func:`jaxeval._factorization.update_model_factors`) and its difference estimate is
+  :func:`jaxeval._factorization.refit_row`) and its difference estimate is
   recomputed. Index = estimate + ``scale`` x half-width of the interval.
 
 Both take explicit per-arm item orders (``orders[i]`` = the order arm ``i`` sees the
@@ -42,7 +42,8 @@ import numpy as np
 
 __all__ = ["RefResult", "pulse", "ucbe"]
 
-_LINE_SEARCH_STEPS = np.array([1.0, 0.5, 0.25, 0.125, 0.0625, 2.0**-6, 0.0])
+# the trial steps of the kernel's online refit (jaxeval._factorization.ONLINE_LINE_SEARCH_STEPS)
+_LINE_SEARCH_STEPS = np.array([1.0, 0.25, 0.0])
 _EPS = 1e-6  # floor on ranges (as in jaxeval._confseq)
 _NUM_TOL = 1e-5  # float32 rounding margin on new bounds (as in jaxeval._confseq)
 _PRIOR_VAR = 0.25

@@ -17,7 +17,7 @@ next ``b`` unseen items from its own uniform without-replacement order
 SPEC 2.3 (:mod:`jaxeval._estimators`) with the predictions and λ frozen before the batch
 updates the arm's confidence sequences (:mod:`jaxeval._confseq`, one per requested
 kind, at α/K per arm); the arm's factor ``u`` is refitted on its observed items
-(:func:`jaxeval._factorization.update_model_factors`, O(n r) for that row only) and its
+(:func:`jaxeval._factorization.refit_row`, O(n r) for that row only) and its
 ranking estimate (the difference estimate) is recomputed. Policies without predictions
 run the same loop with λ = 0 (the plain without-replacement mean). A fully evaluated
 arm is exact (width 0).
@@ -83,10 +83,11 @@ import jax.numpy as jnp
 
 from jaxeval import _confseq, _estimators, _policies, _sampling
 from jaxeval._factorization import (
+    ONLINE_LINE_SEARCH_STEPS,
     ItemFactors,
     predict_scores,
+    refit_row,
     update_model_factor_blocked,
-    update_model_factors,
 )
 
 __all__ = [
@@ -882,6 +883,7 @@ def _refit_blocked(state, arm, batch, carried, order_key, truth, data, config, p
         return_hessian=False,
         data_grad_hess=(g, H, count_new),
         trial_sums=trial_sums,
+        line_search=ONLINE_LINE_SEARCH_STEPS,
     )
     return u_new, sp_obs, sp_all
 
@@ -978,10 +980,7 @@ def _step_whole(
             seen_new = seen | jnp.zeros((n,), bool).at[items].max(valid)
         u_arm = state.u[arm]
         if config.refit:
-            u_new, _ = update_model_factors(
-                factors, s_row[None], seen_new[None], u_arm[None], params.rho, config.num_newton
-            )
-            u_new = u_new[0]
+            u_new = refit_row(factors, s_row, seen_new, u_arm, params.rho, config.num_newton)
         else:
             u_new = u_arm
         p_new = _predict(u_new, s_row, arm, truth, factors, config, params)
