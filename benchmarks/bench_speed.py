@@ -80,7 +80,9 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=512, help="jaxeval replicates")
     ap.add_argument("--chunk", type=int, default=64, help="jaxeval replicates per compiled call")
     ap.add_argument("--np-reps", type=int, default=4, help="NumPy reference replicates")
-    ap.add_argument("--be-reps", type=int, default=4, help="banditeval replicates")
+    ap.add_argument("--be-reps", type=int, default=4, help="banditeval replicates (b = 32)")
+    ap.add_argument("--be-reps-b1", type=int, default=None,
+                    help="banditeval replicates at b = 1 (~0.5 s each; default --be-reps)")
     ap.add_argument("--rank", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--regenerated", action="store_true",
@@ -159,11 +161,12 @@ def main(argv=None):
 
         torch.set_num_threads(1)
         for b in (32, 1):
+            be_reps = args.be_reps if b == 32 or args.be_reps_b1 is None else args.be_reps_b1
             t0 = time.perf_counter()
-            for r in range(args.be_reps):
+            for r in range(be_reps):
                 banditeval_ucbe(pool_s[instances[r % len(instances)]], budgets, a=1.0,
                                 batch_size=b, seed=r)
-            be[b] = add(f"banditeval UCB-E (b={b})", args.be_reps, time.perf_counter() - t0)
+            be[b] = add(f"banditeval UCB-E (b={b})", be_reps, time.perf_counter() - t0)
     else:
         print("  banditeval not installed (pip install banditeval==0.1.1): skipped")
 

@@ -41,7 +41,10 @@ DATASETS = {
 GRIDS = {
     "ucbe": ("a", (0.1, 0.3, 1.0, 3.0, 10.0)),
     "pulse": ("scale", (0.1, 0.3, 1.0, 2.0)),
+    "pulse_ucb": ("a", (0.1, 0.3, 1.0, 3.0, 10.0)),
 }
+#: Policies that use the factorization's predictions.
+PRED = ("pulse", "pulse_ucb")
 
 
 def _fmt(x):
@@ -52,6 +55,13 @@ def _factors(sm, seed, rank):
     dd = sm.drop_duplicates()
     train, _ = dd.split([dd.n_models // 2], seed=seed)
     return jaxeval.fit_factorization(train, rank=rank, rho=1.0, seed=seed, num_steps=1000)
+
+
+def _ratio(x, u):
+    """``x / u`` of two calls-to-95% shares, with the unreached cases spelled out."""
+    if not np.isfinite(u):
+        return "<1" if np.isfinite(x) else "-"
+    return f"{x / u:.2f}" if np.isfinite(x) else ">max"
 
 
 def _score(rep):
@@ -70,7 +80,12 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0, help="report seed")
     ap.add_argument("--tune-seed", type=int, default=1000, help="tuning seed")
     ap.add_argument("--out", default="/tmp/bench_tuning.json")
+    ap.add_argument("--policies", nargs="+", default=list(GRIDS), choices=list(GRIDS),
+                    help="tuned policies (SySRs is always reported)")
     args = ap.parse_args(argv)
+    grids = {p: GRIDS[p] for p in args.policies}
+    if "ucbe" not in grids:
+        ap.error("--policies must include ucbe (the reference of the ratios)")
 
     fracs = tuple(f for f in DEFAULT_BUDGET_FRACTIONS if f <= args.max_frac + 1e-12)
     rows, results = [], {}
@@ -84,21 +99,22 @@ def main(argv=None):
                       n_instances=inst, rank=args.rank, cs_kinds=("eb",))
             chosen, tuning = {}, {}
             t0 = time.time()
-            for pol, (name, grid) in GRIDS.items():
+            for pol, (name, grid) in grids.items():
                 scores = []
                 for v in grid:
                     rep = jaxeval.simulate_identification(
-                        sm, pol, seed=args.tune_seed, factors=f_tune, **{name: v}, **kw)
+                        sm, pol, seed=args.tune_seed,
+                        factors=f_tune if pol in PRED else None, **{name: v}, **kw)
                     scores.append(_score(rep))
                     tuning[f"{pol}/{name}={v:g}"] = scores[-1][0]
                 chosen[pol] = grid[min(range(len(grid)), key=lambda i: scores[i])]
             report = {}
-            for pol in ("ucbe", "pulse", "sysrs"):
+            for pol in (*grids, "sysrs"):
                 extra = {}
-                if pol in GRIDS:
-                    extra = {GRIDS[pol][0]: chosen[pol]}
+                if pol in grids:
+                    extra = {grids[pol][0]: chosen[pol]}
                 rep = jaxeval.simulate_identification(
-                    sm, pol, seed=args.seed, factors=f_rep if pol == "pulse" else None,
+                    sm, pol, seed=args.seed, factors=f_rep if pol in PRED else None,
                     **extra, **kw)
                 report[pol] = (rep.calls_to(0.95, fraction=True),
                                rep.calls_to(0.90, fraction=True))
@@ -109,18 +125,20 @@ def main(argv=None):
             results[f"{ds}/K{K}"] = dict(chosen=chosen, tuning_to95=tuning, report=report,
                                          median_gap=gap, wall_s=wall)
             rows.append((ds, K, gap, chosen, report))
-            print(f"{ds} K={K}: chosen a={chosen['ucbe']:g}, scale={chosen['pulse']:g}; "
-                  f"to95 UCB-E {_fmt(report['ucbe'][0])} PULSE {_fmt(report['pulse'][0])} "
-                  f"SySRs {_fmt(report['sysrs'][0])} ({wall:.0f}s)", flush=True)
+            print(f"{ds} K={K}: chosen {chosen}; to95 "
+                  + ", ".join(f"{p} {_fmt(report[p][0])}" for p in report)
+                  + f" ({wall:.0f}s)", flush=True)
+    pols = (*grids, "sysrs")
+    others = [p for p in pols if p != "ucbe"]
     print()
-    print("| dataset | K | median gap | tuned a | tuned scale | calls to 95% (90%): UCB-E | "
-          "PULSE | SySRs | PULSE / UCB-E |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| dataset | K | median gap | tuned | calls to 95% (90%): "
+          + " | ".join(pols) + " | " + " | ".join(f"{p} / ucbe" for p in others) + " |")
+    print("|---" * (4 + len(pols) + len(others)) + "|")
     for ds, K, gap, ch, r in rows:
-        ratio = r["pulse"][0] / r["ucbe"][0] if np.isfinite(r["ucbe"][0]) else float("nan")
-        print(f"| {ds} | {K} | {gap:.3f} | {ch['ucbe']:g} | {ch['pulse']:g} | "
-              + " | ".join(f"{_fmt(r[p][0])} ({_fmt(r[p][1])})" for p in ("ucbe", "pulse", "sysrs"))
-              + f" | {ratio:.2f} |")
+        tuned = ", ".join(f"{p} {grids[p][0]}={ch[p]:g}" for p in grids)
+        print(f"| {ds} | {K} | {gap:.3f} | {tuned} | "
+              + " | ".join(f"{_fmt(r[p][0])} ({_fmt(r[p][1])})" for p in pols) + " | "
+              + " | ".join(_ratio(r[p][0], r["ucbe"][0]) for p in others) + " |")
     with open(args.out, "w") as fh:
         json.dump(dict(args=vars(args), results=results), fh, indent=1)
     print(f"\nresults written to {args.out}")
