@@ -58,14 +58,24 @@ def have_banditeval() -> bool:
     return True
 
 
-def banditeval_ucbe(S, budgets, *, a=1.0, batch_size=32, seed=0):
-    """Run banditeval's own UCB-E step on the true matrix ``S`` and record each budget.
+def banditeval_ucbe(S, budgets, *, a=1.0, batch_size=32, seed=0, lrf=False):
+    """Run banditeval's own UCB-E step (or, with ``lrf=True``, its UCB-E-LRF step with the
+    package defaults: rank 1, an ensemble of 64 ALS factorizations, 5% uniform warm-up,
+    ``eta = 5``) on the true matrix ``S`` and record each budget.
+
+    The recommendation at a checkpoint is the argmax of the step's own ``mus``: the
+    observed means for UCB-E; for UCB-E-LRF the row means of the factorization's
+    completed matrix (observed entries kept), from one more fit at the checkpoint, or
+    the observed means during the warm-up, when the package computes none.
 
     Returns:
       ``(recommended int [C], mus [C, K], calls int [C])``.
     """
     import torch
-    from banditeval.bandits import upper_confidence_bound_exploration as step
+    from banditeval.bandits import upper_confidence_bound_exploration as step_ucbe
+    from banditeval.bandits import (
+        upper_confidence_bound_exploration_low_rank_factorization as step_lrf,
+    )
 
     torch.manual_seed(int(seed))
     K, n = S.shape
@@ -77,13 +87,26 @@ def banditeval_ucbe(S, budgets, *, a=1.0, batch_size=32, seed=0):
     calls_rec = np.zeros(C, np.int64)
     calls, c = 0, 0
 
+    def step(o):
+        if lrf:
+            return step_lrf(o, batch_size=batch_size)
+        return step_ucbe(o, a=a, batch_size=batch_size)
+
     def record(j):
         mus = obs.nanmean(dim=1).numpy()
+        if lrf:
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                _, lrf_mus = step_lrf(obs.clone(), batch_size=batch_size, return_mus=True)
+            if lrf_mus is not None:
+                mus = lrf_mus.numpy()
         mus = np.where(np.isnan(mus), 0.5, mus)
         rec[j], mus_rec[j], calls_rec[j] = int(np.argmax(mus)), mus, calls
 
     while c < C:
-        batch = step(obs, a=a, batch_size=batch_size)
+        batch = step(obs)
         if batch is None:
             break
         rows, cols = batch
@@ -100,6 +123,36 @@ def banditeval_ucbe(S, budgets, *, a=1.0, batch_size=32, seed=0):
     for j in range(c, C):
         record(j)
     return rec, mus_rec, calls_rec
+
+
+def _peers(sm, pool_s, rep, kw, fracs, args, b):
+    """banditeval's UCB-E-LRF (its defaults, batch ``b``) and jaxeval's prediction
+    policies on the instances of ``rep`` (jaxeval's UCB-E run): accuracy per budget and
+    calls to 95% / 90%. UCB-E-LRF plays replicate ``r``'s instance for the first
+    ``--lrf-reps`` replicates."""
+    import jaxeval
+
+    budgets = rep.budgets.tolist()
+    out = {}
+    n_lrf = args.lrf_reps or args.reps
+    correct = np.zeros((n_lrf, len(budgets)), bool)
+    t0 = time.perf_counter()
+    for r in range(n_lrf):
+        S = pool_s[rep.instances[rep.instance[r]]]
+        rec, _, _ = banditeval_ucbe(S, budgets, batch_size=b, seed=r, lrf=True)
+        theta = S.mean(1)
+        correct[r] = theta[rec] >= theta.max() - 1e-9
+    acc = correct.mean(0)
+    out["banditeval_lrf"] = dict(acc=acc.tolist(), reps=n_lrf, seconds=time.perf_counter() - t0,
+                                 to95=calls_to(acc, fracs, 0.95), to90=calls_to(acc, fracs, 0.90))
+    pkw = {k: v for k, v in kw.items() if k != "a"}
+    for pol in ("pulse_ucb", "pulse"):
+        r_ = jaxeval.simulate_identification(sm, pol, **pkw)
+        out[pol] = dict(acc=r_.correct.mean(0).tolist(), reps=args.reps,
+                        to95=r_.calls_to(0.95, fraction=True),
+                        to90=r_.calls_to(0.90, fraction=True))
+        assert np.array_equal(r_.instance, rep.instance)  # same instances as UCB-E
+    return out
 
 
 def two_proportion_p(k1, n1, k2, n2) -> float:
@@ -139,6 +192,11 @@ def main(argv=None):
     ap.add_argument("--max-frac", type=float, default=0.5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="/tmp/bench_banditeval.json")
+    ap.add_argument("--lrf", action="store_true",
+                    help="also run banditeval's UCB-E-LRF and jaxeval's PULSE policies "
+                         "(pulse_ucb, pulse) on the same instances: the peers table")
+    ap.add_argument("--lrf-reps", type=int, default=None,
+                    help="UCB-E-LRF replicates (default --reps; ~0.1 s per step)")
     args = ap.parse_args(argv)
 
     if not have_banditeval():
@@ -152,7 +210,7 @@ def main(argv=None):
 
     torch.set_num_threads(1)
     fracs = tuple(f for f in DEFAULT_BUDGET_FRACTIONS if f <= args.max_frac + 1e-12)
-    rows, results = [], {}
+    rows, results, peer_rows = [], {}, []
     for ds in args.datasets:
         sm = jaxeval.load(DATASETS[ds])
         dd = sm.drop_duplicates()
@@ -196,6 +254,10 @@ def main(argv=None):
                         us_per_call=(us_j, us_b), speed_ratio=us_b / us_j, median_gap=gap,
                         min_p=min(pvals), n_reject_05=int(sum(p < 0.05 for p in pvals)),
                     )
+                    if args.lrf:
+                        res["peers"] = _peers(sm, pool_s, rep, kw, fracs, args, b)
+                        peer_rows.append((ds, K, b, gap, res["to95"], res["to90"],
+                                          res["peers"]))
                     results[f"{ds}/K{K}/b{b}/a{a:g}"] = res
                     rows.append((ds, K, b, a, gap, res))
                     print(f"{ds} K={K} b={b} a={a:g}: to95 jax {_fmt(res['to95'][0])} "
@@ -213,6 +275,16 @@ def main(argv=None):
               f"{r['n_reject_05']}/{len(r['p_values'])} ({r['min_p']:.2f}) | "
               f"{r['us_per_call'][0]:.3f} / {r['us_per_call'][1]:.1f} | "
               f"{r['speed_ratio']:.0f}x |")
+    if peer_rows:
+        print()
+        print("| dataset | K | b | median gap | calls to 95% (90%): jaxeval UCB-E | "
+              "banditeval UCB-E | banditeval UCB-E-LRF | jaxeval pulse_ucb | jaxeval pulse |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for ds, K, b, gap, t95, t90, pr in peer_rows:
+            cells = [f"{_fmt(t95[0])} ({_fmt(t90[0])})", f"{_fmt(t95[1])} ({_fmt(t90[1])})"]
+            cells += [f"{_fmt(pr[k]['to95'])} ({_fmt(pr[k]['to90'])})"
+                      for k in ("banditeval_lrf", "pulse_ucb", "pulse")]
+            print(f"| {ds} | {K} | {b} | {gap:.3f} | " + " | ".join(cells) + " |")
     with open(args.out, "w") as fh:
         json.dump(dict(args=vars(args), results=results), fh, indent=1)
     print(f"\nresults written to {args.out}")
