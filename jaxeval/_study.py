@@ -302,7 +302,10 @@ class IdentificationStudy:
     Attributes:
       name: a label for reports.
       data: the :class:`DataSource`.
-      policies: the :class:`PolicySpec` list (labels must be unique).
+      policies: the :class:`PolicySpec` list (labels must be unique). The default
+        compares PULSE with the recommended index (``pulse_ucb``: the difference
+        estimate plus ``sqrt(a / N)``; BUILD_NOTES "Tuning" for the evidence) and with
+        the interval-radius index (``pulse``) against UCB-E, naive pooling and SySRs.
       num_arms: K, candidates per instance.
       budgets: checkpoint budgets as fractions of ``K * n`` LLM calls (sorted,
         in (0, 1]).
@@ -325,6 +328,7 @@ class IdentificationStudy:
     name: str = "identification"
     data: DataSource = dataclasses.field(default_factory=lambda: DataSource(dataset="oll2_ifeval"))
     policies: tuple[PolicySpec, ...] = (
+        PolicySpec("pulse_ucb"),
         PolicySpec("pulse"),
         PolicySpec("ucbe"),
         PolicySpec("naive"),
@@ -691,7 +695,8 @@ def load_study(path: str | os.PathLike) -> Study:
 def default_study(quick: bool = False) -> tuple[IdentificationStudy, AnchorStudy]:
     """The main job's two studies (see ``jaxeval main``).
 
-    PULSE vs UCB-E vs naive pooling vs SySRs on Open LLM Leaderboard v2 IFEval
+    PULSE (the recommended ``pulse_ucb`` index and the interval-radius ``pulse``
+    index) vs UCB-E vs naive pooling vs SySRs on Open LLM Leaderboard v2 IFEval
     (K = 10, the SPEC 6.1 budget grid), and the recommended anchor estimator
     (``auto``) against k-means + ridge and the plain anchor mean on MuSR.
     """
