@@ -42,25 +42,28 @@ Truth sources (``Config.truth``):
   ``V ~ N(0, 1/r)``, ``c ~ N(mean_c, scale_c^2)``, ``u_i ~ N(0, scale_u^2)``,
   ``S_ij ~ Bernoulli(sigmoid(u_i . v_j + c_j))``. Predictions use the true ``V, c``.
 
-Memory. The loop state is O(K) per replicate. Rows of up to ``Config.item_block``
-items (default :data:`ITEM_BLOCK`) are handled whole: each step builds the pulled arm's
-rows of length ``n`` (order keys, seen mask, truth, predictions before and after the
-refit), O(n r) temporaries per replicate. Longer rows are streamed: every pass over the
-items is a ``lax.scan`` over ``ceil(n / item_block)`` blocks that regenerates the
-block's keys and truth (counter-based draws, bit-identical to the whole-row ones) and
-carries O(r^2 + b) aggregates: the next batch by a running top-b merge
-(:func:`jaxeval._sampling.merge_top`), the unseen predictions' sum / min / max and the
-refit's gradient and Hessian at the current factor; a second pass does the refit's
+Memory. The loop state is O(K) per replicate, plus, for small problems (``K n`` up to
+:data:`ORDER_TABLE_MAX`, see :attr:`Config.order_table`), each arm's item order
+materialised once per replicate (``[K, n]`` int32: the same draws, a batch is then a
+slice instead of ``n`` regenerated keys and ``b`` arg-max passes). Rows of up to
+``Config.item_block`` items (default :data:`ITEM_BLOCK`) are handled whole: each step
+builds the pulled arm's rows of length ``n`` (order keys, seen mask, truth, predictions
+before and after the refit), O(n r) temporaries per replicate. Longer rows are streamed:
+every pass over the items is a ``lax.scan`` over ``ceil(n / item_block)`` blocks that
+regenerates the block's keys and truth (counter-based draws, bit-identical to the
+whole-row ones) and carries O(r^2 + b) aggregates: the next batch by a running top-b
+merge (:func:`jaxeval._sampling.merge_top`), the unseen predictions' sum / min / max and
+the refit's gradient and Hessian at the current factor; a second pass does the refit's
 line search (:func:`jaxeval._factorization.update_model_factor_blocked`) and sums the
 new predictions at every trial step. So a step reads the blocks twice with a refit and
 ``num_newton = 1`` (two more passes per further Newton step), once without. Peak
-temporaries are then O(item_block r) per replicate whatever ``n``. The item orders
-and the truth are bit-identical to the whole-row kernel's; without predictions the
-whole trajectory is too; with predictions the sums over items are added in another
-order, so estimates differ by float32 rounding (~1e-7) and the trajectory is the same
-unless such a difference decides a near-tie of the policy index
-(``tests/test_blocks.py``). The blocks trade recomputation (keys and synthetic
-truth regenerated on every pass) for memory.
+temporaries are then O(item_block r) per replicate whatever ``n``. The item orders and
+the truth are bit-identical to the whole-row kernel's; without predictions the whole
+trajectory is too; with predictions the sums over items are added in another order, so
+estimates differ by float32 rounding (~1e-7) and the trajectory is the same unless such
+a difference decides a near-tie of the policy index (``tests/test_blocks.py``). The
+blocks trade recomputation (keys and synthetic truth regenerated on every pass) for
+memory.
 
 Deliberately bad predictions for validity studies (``Config.corruption``): ``"biased"``
 (``clip(S_hat + bias)``), ``"random"`` (i.i.d. uniform, fixed per arm),
