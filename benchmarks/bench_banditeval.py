@@ -258,6 +258,9 @@ def main(argv=None):
                         res["peers"] = _peers(sm, pool_s, rep, kw, fracs, args, b)
                         peer_rows.append((ds, K, b, gap, res["to95"], res["to90"],
                                           res["peers"]))
+                        print(f"{ds} K={K} b={b} peers, calls to 95%: " + ", ".join(
+                            f"{k} {_fmt(v['to95'])}" for k, v in res["peers"].items()),
+                            flush=True)
                     results[f"{ds}/K{K}/b{b}/a{a:g}"] = res
                     rows.append((ds, K, b, a, gap, res))
                     print(f"{ds} K={K} b={b} a={a:g}: to95 jax {_fmt(res['to95'][0])} "
