@@ -143,6 +143,16 @@ def arm_view(
     return keys, seen_mask(keys, state.thr_key[arm], state.thr_idx[arm])
 
 
+def _advance(state: SamplerState, arm, n_new, last_key, last_idx) -> SamplerState:
+    """The arm's state after drawing ``n_new`` items, the last one ``(last_key, last_idx)``."""
+    moved = n_new > 0
+    return SamplerState(
+        count=state.count.at[arm].add(n_new),
+        thr_key=state.thr_key.at[arm].set(jnp.where(moved, last_key, state.thr_key[arm])),
+        thr_idx=state.thr_idx.at[arm].set(jnp.where(moved, last_idx, state.thr_idx[arm])),
+    )
+
+
 def take_batch(
     keys: jax.Array,
     seen: jax.Array,
@@ -179,13 +189,7 @@ def take_batch(
         valid = valid & (jnp.arange(batch_size) < limit)
     n_new = jnp.sum(valid, dtype=jnp.int32)
     last = items[jnp.maximum(n_new - 1, 0)]
-    moved = n_new > 0
-    new_state = SamplerState(
-        count=state.count.at[arm].add(n_new),
-        thr_key=state.thr_key.at[arm].set(jnp.where(moved, keys[last], state.thr_key[arm])),
-        thr_idx=state.thr_idx.at[arm].set(jnp.where(moved, last, state.thr_idx[arm])),
-    )
-    return items.astype(jnp.int32), valid, new_state
+    return items.astype(jnp.int32), valid, _advance(state, arm, n_new, keys[last], last)
 
 
 def arm_order(order_key: jax.Array, arm: jax.Array | int, n: int, synchronized: bool = False):
@@ -333,17 +337,11 @@ def take_from_table(
     items = table.order[_stream(table, arm)][jnp.minimum(pos, n - 1)]
     n_new = jnp.sum(valid, dtype=jnp.int32)
     last = items[jnp.maximum(n_new - 1, 0)]
-    moved = n_new > 0
     if table.keys is not None:
         last_key = table.keys[_stream(table, arm)][last]
     else:
         last_key = keys_at(order_key, arm, last[None], synchronized)[0]
-    new_state = SamplerState(
-        count=state.count.at[arm].add(n_new),
-        thr_key=state.thr_key.at[arm].set(jnp.where(moved, last_key, state.thr_key[arm])),
-        thr_idx=state.thr_idx.at[arm].set(jnp.where(moved, last, state.thr_idx[arm])),
-    )
-    return items.astype(jnp.int32), valid, new_state
+    return items.astype(jnp.int32), valid, _advance(state, arm, n_new, last_key, last)
 
 
 # ----------------------------------------------------------- counter-based generators
@@ -513,12 +511,5 @@ def finish_top(top: TopB, state: SamplerState, arm: jax.Array | int, limit=None)
         valid = valid & (jnp.arange(batch_size) < limit)
     n_new = jnp.sum(valid, dtype=jnp.int32)
     last = jnp.maximum(n_new - 1, 0)
-    moved = n_new > 0
-    new_state = SamplerState(
-        count=state.count.at[arm].add(n_new),
-        thr_key=state.thr_key.at[arm].set(
-            jnp.where(moved, _KEY_MAX - top.score[last], state.thr_key[arm])
-        ),
-        thr_idx=state.thr_idx.at[arm].set(jnp.where(moved, top.item[last], state.thr_idx[arm])),
-    )
+    new_state = _advance(state, arm, n_new, _KEY_MAX - top.score[last], top.item[last])
     return top.item, valid, new_state, top.payload

@@ -195,20 +195,27 @@ def _real_data(K, r=3):
     return idn.ProblemData(jnp.asarray(pool), jnp.asarray(inst), f)
 
 
-def _both(policy, b, truth, **kw):
+def _run_variants(policy, b, truth, variants, seed, **kw):
+    """The same 3 replicates under each Config variant (a dict of Config fields)."""
     K = 3
     base = dict(num_arms=K, num_items=N, budgets=(13, 40, 75), batch_size=b, truth=truth,
                 cs_kinds=("eb", "betting"), **kw)
-    keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(21), i))(jnp.arange(3))
+    keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(seed), i))(jnp.arange(3))
     outs = []
-    for block in (BLOCK, idn.ITEM_BLOCK):
-        cfg = idn.Config(policy, item_block=block, **base)
-        assert cfg.blocked == (block < N)
+    for variant in variants:
+        cfg = idn.Config(policy, **variant, **base)
         data = _real_data(K) if truth == "real" else idn.dummy_data(cfg)
         fn = jax.jit(jax.vmap(idn.run_identification, in_axes=(0, None, None, None)),
                      static_argnums=3)
         outs.append(jax.tree.map(np.asarray, fn(keys, data, idn.Params.make(rho=0.5), cfg)))
     return outs
+
+
+def _both(policy, b, truth, **kw):
+    """Blocked rows (BLOCK < N) and whole rows, same replicates."""
+    assert idn.Config(policy, 3, N, budgets=(4,), item_block=BLOCK).blocked
+    assert not idn.Config(policy, 3, N, budgets=(4,)).blocked
+    return _run_variants(policy, b, truth, [{"item_block": BLOCK}, {}], 21, **kw)
 
 
 def _assert_same_trajectory(blocked, whole, exact):
@@ -285,19 +292,11 @@ def test_item_block_validated():
 
 # ------------------------------------------------------------ order tables
 def _tabled_and_regenerated(policy, b, truth, **kw):
-    K = 3
-    base = dict(num_arms=K, num_items=N, budgets=(13, 40, 75), batch_size=b, truth=truth,
-                cs_kinds=("eb", "betting"), **kw)
-    keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(23), i))(jnp.arange(3))
-    outs = []
     for tabled in (True, False):
-        cfg = idn.Config(policy, order_table=tabled, **base)
+        cfg = idn.Config(policy, 3, N, budgets=(4,), order_table=tabled)
         assert cfg.tabled == tabled and not cfg.blocked
-        data = _real_data(K) if truth == "real" else idn.dummy_data(cfg)
-        fn = jax.jit(jax.vmap(idn.run_identification, in_axes=(0, None, None, None)),
-                     static_argnums=3)
-        outs.append(jax.tree.map(np.asarray, fn(keys, data, idn.Params.make(rho=0.5), cfg)))
-    return outs
+    return _run_variants(policy, b, truth,
+                         [{"order_table": True}, {"order_table": False}], 23, **kw)
 
 
 _TABLE_CASES = [("ucbe", 4, "real", {}), ("pulse", 1, "real", {}),
