@@ -88,6 +88,9 @@ def main(argv=None):
                     help="factorization rank (capped at n_items // 2 for tiny item sets)")
     ap.add_argument("--bias", type=float, default=0.3, help="shift of the biased predictions")
     ap.add_argument("--policy", default="pulse")
+    ap.add_argument("--synchronized", action=argparse.BooleanOptionalAction, default=None,
+                    help="one item order shared by all arms (default: the policy's own "
+                         "default, see jaxeval.simulate_identification)")
     ap.add_argument("--chunk", type=int, default=500)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
@@ -122,6 +125,7 @@ def main(argv=None):
                 data, args.policy, K=args.K, budget_fractions=args.fracs, alpha=args.alpha,
                 n_replicates=args.reps, seed=args.seed, cs_kinds=tuple(args.kinds),
                 corruption=pred, bias=args.bias, factors=factors, chunk_size=args.chunk,
+                synchronized=args.synchronized,
             )
             wall = time.time() - t0
             cov = dict(zip(rep.cs_kinds, rep.coverage_family))
@@ -135,6 +139,7 @@ def main(argv=None):
                   f"(budgets {rep.budgets.tolist()} calls; {wall:.0f}s)", flush=True)
     print()
     print(f"R = {args.reps}, K = {args.K}, alpha = {args.alpha}, policy = {args.policy}, "
+          f"synchronized = {args.synchronized}, "
           f"bias = {args.bias}, "
           f"checkpoints at {args.fracs} of K*n; target >= {target:.4f} (1 - alpha - 3 se)")
     print()

@@ -1,5 +1,7 @@
 """The identification loop (jaxeval._identification, jaxeval._policies)."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -159,9 +161,13 @@ def test_no_retrace_for_new_seed_alpha_scale():
     assert r2.settings["alpha"] == 0.2
 
 
-def test_coverage_smoke_biased_predictions():
-    # DR intervals stay valid with biased predictions (fixed seed, binomial tolerance)
-    cfg = _tiny_pulse_config()
+@pytest.mark.parametrize("policy, synchronized", [("pulse", None), ("pulse_ucb", True)])
+def test_coverage_smoke_biased_predictions(policy, synchronized):
+    # DR intervals stay valid with biased predictions (fixed seed, binomial tolerance),
+    # also when every arm draws its items in one shared order (an arm's own sequence
+    # is still a uniform draw without replacement; its predictions use its own past)
+    cfg = dataclasses.replace(_tiny_pulse_config(), policy=policy, synchronized=synchronized)
+    assert cfg.sync == bool(synchronized)
     fn, ops = _operands(cfg, alpha=0.2, bias=0.4)
     out = _runner.run_replicates(fn, 11, 400, chunk_size=8, operands=ops, progress=False)
     th = out.theta[:, None, None, :]
