@@ -13,7 +13,9 @@ Protocol, per dataset and K:
 
 The grids are dynamic parameters of the kernels (no recompilation across the grid).
 PULSE's other knobs (λ prior, shrinkage, rank, refit frequency) stay at the package
-defaults here.
+defaults here. A policy name ending in ``_sync`` (``ucbe_sync``, ``pulse_ucb_sync``) runs
+that policy on one item order shared by all arms (``synchronized=True``, SySRs' order);
+the plain names draw each arm's items in its own order (UCB-E as in ``banditeval``).
 
 Usage (from the repository root):
 
@@ -42,9 +44,21 @@ GRIDS = {
     "ucbe": ("a", (0.1, 0.3, 1.0, 3.0, 10.0)),
     "pulse": ("scale", (0.1, 0.3, 1.0, 2.0)),
     "pulse_ucb": ("a", (0.1, 0.3, 1.0, 3.0, 10.0)),
+    "ucbe_sync": ("a", (0.1, 0.3, 1.0, 3.0, 10.0)),
+    "pulse_ucb_sync": ("a", (0.1, 0.3, 1.0, 3.0, 10.0)),
 }
 #: Policies that use the factorization's predictions.
-PRED = ("pulse", "pulse_ucb")
+PRED = ("pulse", "pulse_ucb", "pulse_ucb_sync")
+#: Policies run on one item order shared by all arms (SySRs' synchronized order);
+#: the others draw each arm's items in its own order.
+SYNC = ("ucbe_sync", "pulse_ucb_sync")
+
+
+def _policy(name):
+    """(kernel policy, synchronized) of a row name: ``<policy>[_sync]``."""
+    if name in SYNC:
+        return name[: -len("_sync")], True
+    return name, None
 
 
 def _fmt(x):
@@ -102,8 +116,9 @@ def main(argv=None):
             for pol, (name, grid) in grids.items():
                 scores = []
                 for v in grid:
+                    kpol, sync = _policy(pol)
                     rep = jaxeval.simulate_identification(
-                        sm, pol, seed=args.tune_seed,
+                        sm, kpol, seed=args.tune_seed, synchronized=sync,
                         factors=f_tune if pol in PRED else None, **{name: v}, **kw)
                     scores.append(_score(rep))
                     tuning[f"{pol}/{name}={v:g}"] = scores[-1][0]
@@ -113,9 +128,10 @@ def main(argv=None):
                 extra = {}
                 if pol in grids:
                     extra = {grids[pol][0]: chosen[pol]}
+                kpol, sync = _policy(pol)
                 rep = jaxeval.simulate_identification(
-                    sm, pol, seed=args.seed, factors=f_rep if pol in PRED else None,
-                    **extra, **kw)
+                    sm, kpol, seed=args.seed, synchronized=sync,
+                    factors=f_rep if pol in PRED else None, **extra, **kw)
                 report[pol] = (rep.calls_to(0.95, fraction=True),
                                rep.calls_to(0.90, fraction=True))
                 if pol == "ucbe":
