@@ -503,6 +503,31 @@ def test_resmlp_learns_an_interaction_ridge_cannot():
     assert mse(rm) < 0.25 * mse(sh), (mse(rm), mse(sh))
 
 
+def test_greedy_mlp_is_the_reference_mlp_on_the_greedy_anchors(small_sm, tmp_path):
+    """``greedy_mlp`` = the SparseEval MLP (same trainer, same key) on greedy_ridge's anchors."""
+    s, y, _ = _planted(seed=5, m=160, n=40)
+    d = SplitData(*(jnp.asarray(a) for a in (s[:100], y[:100], s[100:], y[100:])))
+    key = jax.random.key(2)
+    st = dataclasses.replace(FAST, final_steps=60)
+    gm = _fit(key, d, 6, "greedy_mlp", st)
+    gr = _fit(key, d, 6, "greedy_ridge", st)
+    np.testing.assert_array_equal(gm.anchors, gr.anchors)
+    assert gm.kind == "mlp"
+    from jaxeval.anchors._methods import _K_FINAL
+
+    fit, static = train_mlp(jax.random.fold_in(key, _K_FINAL), d.s_tr[:, gr.anchors], d.y_tr,
+                            d.s_val[:, gr.anchors], d.y_val, num_steps=60,
+                            eval_every=st.eval_every)
+    x = d.s_val[:, gr.anchors]
+    np.testing.assert_allclose(apply_map(gm, x), mlp_apply(fit.params, static, x),
+                               rtol=1e-5, atol=1e-6)
+    pred = fit_anchors(small_sm, 5, method="greedy_mlp", seed=0, settings=st)
+    x = small_sm.take(items=pred.anchor_items).scores
+    pred.save(tmp_path / "g.npz")
+    back = AnchorPredictor.load(tmp_path / "g.npz", items=small_sm)
+    np.testing.assert_allclose(back.predict(x)[0], pred.predict(x)[0], rtol=1e-6)
+
+
 def test_resmlp_save_load_roundtrip(small_sm, tmp_path):
     st = dataclasses.replace(FAST, resmlp_steps=40)
     pred = fit_anchors(small_sm, 5, method="greedy_resmlp", seed=0, settings=st)

@@ -402,6 +402,7 @@ METHODS = (
     "greedy_lowrank",
     "greedy_mix",
     "greedy_resmlp",
+    "greedy_mlp",
 )
 
 #: Candidates of ``method="auto"`` (chosen by validation MSE, or by cross-validation
@@ -547,6 +548,8 @@ def fit_method(
         return _fit_mix_map(greedy_shrunk(), greedy_lowrank())
     if method == "greedy_resmlp":
         return _fit_resmlp_map(jax.random.fold_in(key, _K_FINAL), greedy_shrunk(), d, st)
+    if method == "greedy_mlp":
+        return _fit_mlp_map(jax.random.fold_in(key, _K_FINAL), greedy(), d, st)
     raise ValueError(f"method must be one of {METHODS + ('auto',)}, got {method!r}")
 
 
