@@ -40,12 +40,13 @@ DATASETS = {
     "arc": "oll2_arc_challenge",
     "math5": "oll2_math_lvl5",
 }
+_A_GRID = ("a", (0.1, 0.3, 1.0, 3.0, 10.0))
 GRIDS = {
-    "ucbe": ("a", (0.1, 0.3, 1.0, 3.0, 10.0)),
+    "ucbe": _A_GRID,
     "pulse": ("scale", (0.1, 0.3, 1.0, 2.0)),
-    "pulse_ucb": ("a", (0.1, 0.3, 1.0, 3.0, 10.0)),
-    "ucbe_sync": ("a", (0.1, 0.3, 1.0, 3.0, 10.0)),
-    "pulse_ucb_sync": ("a", (0.1, 0.3, 1.0, 3.0, 10.0)),
+    "pulse_ucb": _A_GRID,
+    "ucbe_sync": _A_GRID,
+    "pulse_ucb_sync": _A_GRID,
 }
 #: Policies that use the factorization's predictions.
 PRED = ("pulse", "pulse_ucb", "pulse_ucb_sync")
@@ -118,8 +119,8 @@ def main(argv=None):
             t0 = time.time()
             for pol, (name, grid) in grids.items():
                 scores = []
+                kpol, sync = _policy(pol)
                 for v in grid:
-                    kpol, sync = _policy(pol)
                     rep = jaxeval.simulate_identification(
                         sm, kpol, seed=args.tune_seed, synchronized=sync,
                         factors=f_tune if pol in PRED else None, **{name: v}, **kw)
