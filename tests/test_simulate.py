@@ -30,6 +30,8 @@ def _small_matrix(m=12, n=20, seed=0):
         (dict(n_train=11), r"n_train must be in \[0, 10\]"),
         (dict(budget_fractions=[0.0, 0.5]), "budget_fractions must lie in"),
         (dict(item_block=0), "item_block: expected an int >= 1"),
+        (dict(lanes=0), r"lanes must be in \[1, 1048576\], got 0"),
+        (dict(lanes=2.5), "lanes must be an integer"),
     ],
 )
 def test_refusals(kwargs, match):
@@ -113,6 +115,18 @@ def test_item_block_streams_the_same_study():
     assert blocked.settings["item_block"] == 7
     for field in ("correct", "recommended", "theta", "calls_used", "width"):
         np.testing.assert_array_equal(getattr(blocked, field), getattr(whole, field))
+
+
+def test_lanes_change_the_vmapped_width_not_the_study():
+    # UCB-E on 0/1 scores has exact float sums, so any vmapped width gives the same
+    # replicates; the width is recorded in the settings.
+    kw = dict(K=3, n_replicates=12, seed=6, budget_fractions=(0.1, 0.5), cs_kinds=("eb",))
+    spec = SyntheticSpec(n_items=30, rank=2)
+    base = simulate_identification(spec, "ucbe", **kw)
+    wide = simulate_identification(spec, "ucbe", lanes=8, chunk_size=16, **kw)
+    assert base.settings["lanes"] == 32 and wide.settings["lanes"] == 8
+    for field in ("correct", "recommended", "theta", "calls_used", "width"):
+        np.testing.assert_array_equal(getattr(wide, field), getattr(base, field))
 
 
 def test_same_instances_and_orders_for_every_policy():
