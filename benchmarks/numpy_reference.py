@@ -43,7 +43,7 @@ import numpy as np
 __all__ = ["RefResult", "pulse", "ucbe"]
 
 # the trial steps of the kernel's online refit (jaxeval._factorization.ONLINE_LINE_SEARCH_STEPS)
-_LINE_SEARCH_STEPS = np.array([1.0, 0.25, 0.0])
+_LINE_SEARCH_STEPS = np.array([1.0, 0.0])
 _EPS = 1e-6  # floor on ranges (as in jaxeval._confseq)
 _NUM_TOL = 1e-5  # float32 rounding margin on new bounds (as in jaxeval._confseq)
 _PRIOR_VAR = 0.25

@@ -887,6 +887,7 @@ def _refit_blocked(state, arm, batch, carried, order_key, truth, data, config, p
         data_grad_hess=(g, H, count_new),
         trial_sums=trial_sums,
         line_search=ONLINE_LINE_SEARCH_STEPS,
+        online=True,
     )
     return u_new, sp_obs, sp_all
 

@@ -144,6 +144,44 @@ def test_newton_never_increases_objective_on_separable_data():
         prev = cur
 
 
+@pytest.mark.parametrize("r", [1, 3, 8, 16, 20])
+def test_online_cholesky_direction_equals_the_lapack_solve(r):
+    # the online refit's unrolled Cholesky (r <= 16; LAPACK above) solves the same system
+    rng = np.random.default_rng(r)
+    eye = jnp.eye(r, dtype=jnp.float32)
+    for cond in (1.0, 1e3):
+        A = rng.normal(size=(r, r))
+        Q, _ = np.linalg.qr(A)
+        H = (Q * np.geomspace(1.0, cond, r)) @ Q.T
+        g = rng.normal(size=r)
+        H32, g32 = jnp.asarray(H, jnp.float32), jnp.asarray(g, jnp.float32)
+        d = np.asarray(jax.jit(fz._spd_direction)(g32, H32, eye))
+        ref = -np.linalg.solve(H + 1e-6 * max(np.trace(H) / r, 1.0) * np.eye(r), g)
+        np.testing.assert_allclose(d, ref, rtol=2e-4 * cond, atol=1e-5 * cond)
+    # a singular Hessian (rho = 0, nothing informative) still gives a finite step
+    d0 = fz._spd_direction(jnp.ones(r), jnp.zeros((r, r)), eye)
+    assert np.isfinite(np.asarray(d0)).all()
+
+
+def test_refit_row_never_increases_objective_on_separable_data():
+    # the online refit (full step or none) keeps the safeguard of the offline iterations
+    f = _item_factors(jax.random.key(8))
+    V = np.asarray(f.V)
+    s = (V[:, 0] > 0).astype(np.float32)
+    m = np.ones_like(s, bool)
+    rho = 1e-4
+    u = jnp.asarray([-30.0, 40.0, 10.0])
+    V64, c64, um = (np.asarray(a, np.float64) for a in f)
+    prev = _np_objective(np.asarray(u, np.float64), V64, c64, s, m, um, rho)
+    refit = jax.jit(fz.refit_row)
+    for _ in range(6):
+        u = refit(f, jnp.asarray(s), jnp.asarray(m), u, jnp.float32(rho))
+        assert np.isfinite(np.asarray(u)).all()
+        cur = _np_objective(np.asarray(u, np.float64), V64, c64, s, m, um, rho)
+        assert cur <= prev * (1 + 1e-6) + 1e-6
+        prev = cur
+
+
 def test_online_vmapped_equals_looped_and_rho_per_row():
     f = _item_factors(jax.random.key(9))
     K, (n, r) = 6, f.V.shape
