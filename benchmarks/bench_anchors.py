@@ -84,7 +84,7 @@ BASELINES = ("random_mean", "anchor_points", "random_linear", "random_ridge", "k
              "pirt", "gpirt")
 STRONG = ("greedy_ridge", "aiscis_ridge", "kmeans_blend", "greedy_blend", "random_shrunk",
           "greedy_shrunk", "random_lowrank", "greedy_lowrank", "greedy_mix", "greedy_resmlp",
-          "auto")
+          "greedy_mlp", "auto")
 #: order of the SPEC rows for ``--rows spec`` (the rows whose target was missed or not
 #: measured first, so an interrupted run keeps the most informative cells).
 SPEC_ORDER = (("oll2_arc", 100), ("tailored_gsm8k", 100), ("mb_gsm8k", 100), ("mb_gsm8k", 20),
