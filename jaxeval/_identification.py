@@ -578,14 +578,27 @@ def _bounds(cs, sum_s, count, config: Config):
     return jnp.stack(lows), jnp.stack(ups)
 
 
-def _record(state: LoopState, config: Config) -> Record:
-    lower, upper = _bounds(state.cs, state.sum_s, state.sampler.count, config)
+class _Snapshot(NamedTuple):
+    """What a checkpoint keeps while the loop runs: its :class:`Record` without the
+    bounds (``lower = upper = None``) and the state the bounds are computed from.
+
+    The bounds cost more than the rest of a UCB-E step; keeping their inputs and
+    computing them once per checkpoint after the loop (:func:`_finish`) gives the same
+    numbers at a fraction of the cost.
+    """
+
+    record: Record
+    cs: tuple
+    sum_s: jax.Array
+
+
+def _snapshot(state: LoopState) -> _Snapshot:
     est = state.estimate
     rec = jnp.argmax(jnp.where(state.pstate.alive, est, -jnp.inf)).astype(jnp.int32)
-    return Record(
+    record = Record(
         estimate=est,
-        lower=lower,
-        upper=upper,
+        lower=None,
+        upper=None,
         naive=state.naive,
         pulls=state.sampler.count,
         lam=state.lam,
@@ -593,6 +606,20 @@ def _record(state: LoopState, config: Config) -> Record:
         calls=state.calls,
         status=state.status,
     )
+    return _Snapshot(record, state.cs, state.sum_s)
+
+
+def _finish(snap: _Snapshot, config: Config) -> Record:
+    """The full :class:`Record` of a snapshot (leading axes, if any, are mapped over)."""
+    fn = lambda cs, s, c: _bounds(cs, s, c, config)  # noqa: E731
+    for _ in range(snap.sum_s.ndim - 1):
+        fn = jax.vmap(fn)
+    lower, upper = fn(snap.cs, snap.sum_s, snap.record.pulls)
+    return snap.record._replace(lower=lower, upper=upper)
+
+
+def _record(state: LoopState, config: Config) -> Record:
+    return _finish(_snapshot(state), config)
 
 
 def _init_state(truth, data, config: Config, params: Params) -> LoopState:
@@ -1135,27 +1162,27 @@ def run_identification(
     )
 
     if config.mode == "budget":
-        rec0 = _record(state, config)
-        records = jax.tree.map(lambda x: jnp.broadcast_to(x, budgets.shape + x.shape), rec0)
+        snap0 = _snapshot(state)
+        snaps = jax.tree.map(lambda x: jnp.broadcast_to(x, budgets.shape + x.shape), snap0)
 
         def body(carry, _):
-            st, recs = carry
+            st, snaps = carry
             # Batches are cut only at the run's final budget: a checkpoint keeps the state
             # after the last whole batch that fits within it, so the trajectory (and every
             # checkpoint's record) is the same whatever other checkpoints are requested.
             st = _step(st, order_key, truth, data, config, params, budgets[-1], table)
-            rec = _record(st, config)
             keep = st.calls <= budgets
-            recs = jax.tree.map(
+            snaps = jax.tree.map(
                 lambda r_, c_: jnp.where(
                     keep.reshape(keep.shape + (1,) * c_.ndim), c_[None], r_
                 ),
-                recs,
-                rec,
+                snaps,
+                _snapshot(st),
             )
-            return (st, recs), None
+            return (st, snaps), None
 
-        (state, records), _ = jax.lax.scan(body, (state, records), None, length=config.num_steps)
+        (state, snaps), _ = jax.lax.scan(body, (state, snaps), None, length=config.num_steps)
+        records = _finish(snaps, config)
         exhausted = jnp.all(state.sampler.count >= config.num_items)
         reached = (records.calls >= budgets) | (state.calls > records.calls)
         status = jnp.where(

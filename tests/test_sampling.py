@@ -153,7 +153,14 @@ def test_sorted_order_exact_with_ties_and_shared_top_bits(n):
     also for keys with many ties and long runs of equal top bits (which random keys
     make rare: the fix-up loop is what keeps those exact)."""
     rng = np.random.default_rng(n)
-    sort = jax.jit(smp._sorted_order)
+    paths = {
+        "dispatch": jax.jit(smp._sorted_order),
+        "xla": jax.jit(smp._xla_sorted_order),
+        "host": smp._host_sorted_order,
+        # the callback under vmap receives the whole batch (leading axes)
+        "host-vmapped": lambda k: jax.jit(jax.vmap(smp._host_sort_callback))(
+            jnp.stack([k, k[::-1]]))[0],
+    }
     for case in range(6):
         if case == 0:
             keys = rng.integers(0, 2**31 - 1, n)
@@ -169,5 +176,35 @@ def test_sorted_order_exact_with_ties_and_shared_top_bits(n):
             keys = np.asarray(smp.arm_keys(jax.random.key(case), 0, n))
         keys = keys.astype(np.int32)
         want = np.lexsort((np.arange(n), keys))
-        np.testing.assert_array_equal(np.asarray(sort(jnp.asarray(keys))), want,
-                                      err_msg=f"case {case}")
+        for name, sort in paths.items():
+            got = np.asarray(sort(jnp.asarray(keys)))
+            assert got.dtype == np.int32, name
+            np.testing.assert_array_equal(got, want, err_msg=f"case {case}, {name}")
+
+
+def test_host_sort_batches_and_matches_xla_on_order_tables():
+    """On a CPU the order tables are sorted by NumPy; with the host path switched off
+    (XLA's sort) every replicate's table is identical, vmapped or not."""
+    keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(5), i))(jnp.arange(6))
+
+    def tables():
+        jax.clear_caches()
+        f = jax.jit(jax.vmap(lambda k: smp.order_table(k, 4, 300, with_keys=False).order))
+        return np.asarray(f(keys))
+
+    assert smp.HOST_SORT_ON_CPU
+    k = jnp.zeros((300,), jnp.int32)  # one row, as order_table maps it
+    assert "pure_callback" in str(jax.make_jaxpr(smp._sorted_order)(k))
+    host = tables()
+    smp.HOST_SORT_ON_CPU = False
+    try:
+        assert "pure_callback" not in str(jax.make_jaxpr(smp._sorted_order)(k))
+        xla = tables()
+    finally:
+        smp.HOST_SORT_ON_CPU = True
+        jax.clear_caches()
+    np.testing.assert_array_equal(host, xla)
+    assert host.shape == (6, 4, 300)
+    assert (np.sort(host, axis=-1) == np.arange(300)).all()
+    # a different replicate gets a different order
+    assert not np.array_equal(host[0], host[1])
