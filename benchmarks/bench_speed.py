@@ -16,7 +16,10 @@ grid up to ``--max-frac`` of ``K * n`` LLM calls, checkpoints recorded at every 
   ``bench_banditeval.py``), over ``--be-reps`` replicates.
 
 Figures: replicates per second, simulated LLM calls per second, and the ratio of
-jaxeval's throughput to each peer's, all measured in one run of this script. PULSE uses
+jaxeval's throughput to each peer's, all measured in one run of this script. Every
+implementation is timed once per round, ``--rounds`` rounds interleaved (so a burst of
+load on a shared machine hits all of them alike); a figure is the median over rounds and
+a ratio the median of the rounds' own ratios. PULSE uses
 a factorization fitted on the training models (rank ``--rank``), the kernels' defaults
 otherwise (one Newton step per refit, λ prior 1 with pseudo-count 10, EB interval).
 
@@ -48,8 +51,8 @@ from jaxeval._factorization import ItemFactors  # noqa: E402
 from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS  # noqa: E402
 
 
-def _time_jax(policy, data, params, K, n, budgets, b, reps, chunk, seed, order_table=None):
-    """Compile once for ``chunk`` replicates, then run ``reps`` in chunks (timed warm)."""
+def _compile_jax(policy, data, params, K, n, budgets, b, reps, chunk, seed, order_table=None):
+    """Compile once for ``chunk`` replicates (and warm up); returns a timing closure."""
     cfg = idn.Config(policy, num_arms=K, num_items=n, budgets=budgets, batch_size=b,
                      cs_kinds=("eb",), order_table=order_table)
     base = jax.random.key(seed)
@@ -63,13 +66,17 @@ def _time_jax(policy, data, params, K, n, budgets, b, reps, chunk, seed, order_t
     compiled = fn.lower(keys[0], data, params).compile()
     t_compile = time.perf_counter() - t0
     jax.block_until_ready(compiled(keys[0], data, params))  # warm-up
-    t0 = time.perf_counter()
-    calls = 0
-    for i in range(n_chunks):
-        out = jax.block_until_ready(compiled(keys[i], data, params))
-        calls += int(np.asarray(out.checkpoints.calls)[:, -1].sum())
-    t_run = time.perf_counter() - t0
-    return t_compile, t_run, calls, n_chunks * chunk
+
+    def run():
+        """Run every chunk (warm); ``(seconds, calls, replicates)``."""
+        t0 = time.perf_counter()
+        calls = 0
+        for i in range(n_chunks):
+            out = jax.block_until_ready(compiled(keys[i], data, params))
+            calls += int(np.asarray(out.checkpoints.calls)[:, -1].sum())
+        return time.perf_counter() - t0, calls, n_chunks * chunk
+
+    return t_compile, run
 
 
 def main(argv=None):
@@ -88,6 +95,8 @@ def main(argv=None):
     ap.add_argument("--regenerated", action="store_true",
                     help="also time the kernels with the item-order keys regenerated every "
                          "step (order_table=False, the kernel before order tables)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="interleaved timing rounds (figures are medians over rounds)")
     ap.add_argument("--out", default="/tmp/bench_speed.json")
     args = ap.parse_args(argv)
 
@@ -111,76 +120,95 @@ def main(argv=None):
           f"({100 * args.max_frac:g}% of K*n), {len(budgets)} checkpoints; "
           f"jax devices {jax.devices()}", flush=True)
 
-    rows = []
+    # Every implementation is timed once per round, the rounds interleaved, so that a
+    # burst of load on a shared machine hits all of them alike; each figure is the median
+    # over rounds and each ratio the median of the rounds' own ratios.
+    impls = {}  # name -> (timing closure returning (seconds, reps), compile seconds)
 
-    def add(name, reps, seconds, compile_s=None):
-        row = dict(name=name, reps=reps, seconds=seconds, reps_per_s=reps / seconds,
-                   calls_per_s=reps * calls_per_rep / seconds, compile_s=compile_s)
-        rows.append(row)
-        cs = "" if compile_s is None else f", compile {compile_s:.1f} s"
-        print(f"  {name:<28} {reps:>5} reps in {seconds:8.2f} s: {row['reps_per_s']:10.2f} "
-              f"reps/s, {row['calls_per_s']:12.0f} calls/s{cs}", flush=True)
-        return row
+    def jax_impl(name, policy, b, order_table=None):
+        tc, run = _compile_jax(policy, data, params, K, n, budgets, b, args.reps,
+                               args.chunk, args.seed, order_table)
+
+        def timed():
+            sec, calls, reps = run()
+            assert calls == reps * calls_per_rep, (name, calls, reps)
+            return sec, reps
+
+        impls[name] = (timed, tc)
 
     def orders_for(r):
         g = np.random.default_rng([args.seed, r])
         return np.stack([g.permutation(n) for _ in range(K)])
 
-    # --- PULSE
-    tc, tr, calls, reps = _time_jax("pulse", data, params, K, n, budgets, 1, args.reps,
-                                    args.chunk, args.seed)
-    assert calls == reps * calls_per_rep
-    j_pulse = add("jaxeval PULSE (b=1)", reps, tr, tc)
-    if args.regenerated:
-        tc, tr, _, reps = _time_jax("pulse", data, params, K, n, budgets, 1, args.reps,
-                                    args.chunk, args.seed, order_table=False)
-        g_pulse = add("jaxeval PULSE (b=1, regen.)", reps, tr, tc)
-    t0 = time.perf_counter()
-    for r in range(args.np_reps):
-        S = pool_s[instances[r % len(instances)]]
-        ref.pulse(S, orders_for(r), budgets, V, c, u_mean, rho=rho)
-    n_pulse = add("NumPy PULSE (b=1)", args.np_reps, time.perf_counter() - t0)
+    def loop_impl(name, reps, one):
+        def timed():
+            t0 = time.perf_counter()
+            for r in range(reps):
+                one(r)
+            return time.perf_counter() - t0, reps
 
-    # --- UCB-E
-    res_u, res_g = {}, {}
+        impls[name] = (timed, None)
+
+    jax_impl("jaxeval PULSE (b=1)", "pulse", 1)
+    if args.regenerated:
+        jax_impl("jaxeval PULSE (b=1, regen.)", "pulse", 1, order_table=False)
+    loop_impl("NumPy PULSE (b=1)", args.np_reps, lambda r: ref.pulse(
+        pool_s[instances[r % len(instances)]], orders_for(r), budgets, V, c, u_mean, rho=rho))
     for b in (1, 32):
-        tc, tr, _, reps = _time_jax("ucbe", data, params, K, n, budgets, b, args.reps,
-                                    args.chunk, args.seed)
-        res_u[b] = add(f"jaxeval UCB-E (b={b})", reps, tr, tc)
+        jax_impl(f"jaxeval UCB-E (b={b})", "ucbe", b)
         if args.regenerated:
-            tc, tr, _, reps = _time_jax("ucbe", data, params, K, n, budgets, b, args.reps,
-                                        args.chunk, args.seed, order_table=False)
-            res_g[b] = add(f"jaxeval UCB-E (b={b}, regen.)", reps, tr, tc)
-    t0 = time.perf_counter()
-    for r in range(args.np_reps):
-        ref.ucbe(pool_s[instances[r % len(instances)]], orders_for(r), budgets, a=1.0)
-    n_ucbe = add("NumPy UCB-E (b=1)", args.np_reps, time.perf_counter() - t0)
-    be = {}
-    if have_banditeval():
+            jax_impl(f"jaxeval UCB-E (b={b}, regen.)", "ucbe", b, order_table=False)
+    loop_impl("NumPy UCB-E (b=1)", args.np_reps, lambda r: ref.ucbe(
+        pool_s[instances[r % len(instances)]], orders_for(r), budgets, a=1.0))
+    have_be = have_banditeval()
+    if have_be:
         import torch
 
         torch.set_num_threads(1)
         for b in (32, 1):
             be_reps = args.be_reps if b == 32 or args.be_reps_b1 is None else args.be_reps_b1
-            t0 = time.perf_counter()
-            for r in range(be_reps):
-                banditeval_ucbe(pool_s[instances[r % len(instances)]], budgets, a=1.0,
-                                batch_size=b, seed=r)
-            be[b] = add(f"banditeval UCB-E (b={b})", be_reps, time.perf_counter() - t0)
+            loop_impl(f"banditeval UCB-E (b={b})", be_reps, lambda r, b=b: banditeval_ucbe(
+                pool_s[instances[r % len(instances)]], budgets, a=1.0, batch_size=b, seed=r))
     else:
         print("  banditeval not installed (pip install banditeval==0.1.1): skipped")
 
+    per_round = {name: [] for name in impls}  # replicates per second, one per round
+    for rnd in range(args.rounds):
+        print(f"round {rnd + 1} of {args.rounds}", flush=True)
+        for name, (timed, _) in impls.items():
+            sec, reps = timed()
+            per_round[name].append(reps / sec)
+            print(f"  {name:<28} {reps:>5} reps in {sec:8.2f} s: {reps / sec:10.2f} reps/s",
+                  flush=True)
+
+    rows = []
+    for name, (_, tc) in impls.items():
+        rps = float(np.median(per_round[name]))
+        rows.append(dict(name=name, reps_per_s=rps, calls_per_s=rps * calls_per_rep,
+                         reps_per_s_rounds=per_round[name], compile_s=tc))
+    print(f"\nmedian over {args.rounds} rounds:")
+    for r in rows:
+        cs = "" if r["compile_s"] is None else f", compile {r['compile_s']:.1f} s"
+        print(f"  {r['name']:<28} {r['reps_per_s']:10.2f} reps/s, {r['calls_per_s']:12.0f} "
+              f"calls/s{cs}")
+
+    def ratio(a, b):
+        return float(np.median(np.asarray(per_round[a]) / np.asarray(per_round[b])))
+
     ratios = {
-        "PULSE jaxeval / NumPy": j_pulse["reps_per_s"] / n_pulse["reps_per_s"],
-        "UCB-E jaxeval / NumPy (b=1)": res_u[1]["reps_per_s"] / n_ucbe["reps_per_s"],
+        "PULSE jaxeval / NumPy": ratio("jaxeval PULSE (b=1)", "NumPy PULSE (b=1)"),
+        "UCB-E jaxeval / NumPy (b=1)": ratio("jaxeval UCB-E (b=1)", "NumPy UCB-E (b=1)"),
     }
-    for b, row in be.items():
-        ratios[f"UCB-E jaxeval / banditeval (b={b})"] = res_u[b]["reps_per_s"] / row["reps_per_s"]
+    if have_be:
+        for b in (32, 1):
+            ratios[f"UCB-E jaxeval / banditeval (b={b})"] = ratio(
+                f"jaxeval UCB-E (b={b})", f"banditeval UCB-E (b={b})")
     if args.regenerated:
-        ratios["PULSE order table / regenerated"] = j_pulse["reps_per_s"] / g_pulse["reps_per_s"]
-        for b, row in res_g.items():
-            ratios[f"UCB-E order table / regenerated (b={b})"] = (
-                res_u[b]["reps_per_s"] / row["reps_per_s"])
+        ratios["PULSE order table / regenerated"] = ratio(
+            "jaxeval PULSE (b=1)", "jaxeval PULSE (b=1, regen.)")
+        for b in (1, 32):
+            ratios[f"UCB-E order table / regenerated (b={b})"] = ratio(
+                f"jaxeval UCB-E (b={b})", f"jaxeval UCB-E (b={b}, regen.)")
     print("\nthroughput ratios (same work, this run):")
     for k, v in ratios.items():
         print(f"  {k:<36} {v:8.1f}x")
