@@ -482,8 +482,8 @@ def update_model_factor_blocked(
     *,
     data_grad_hess=None,
     trial_sums=None,
-    line_search: tuple[float, ...] = _LINE_SEARCH_STEPS,
     online: bool = False,
+    line_search: tuple[float, ...] | None = None,
 ):
     """One model's MAP factor, as :func:`update_model_factors`, with items streamed in blocks.
 
@@ -517,11 +517,12 @@ def update_model_factor_blocked(
         are returned too (e.g. sums of the new predictions without a pass of their own;
         they are taken at ``u_init``'s last Newton iterate, before the empty-row rule).
         Needs ``num_newton >= 1``.
-      line_search: the Armijo trial steps (static; the bandit loop passes
-        :data:`ONLINE_LINE_SEARCH_STEPS`, as :func:`refit_row` uses).
-      online: take the Newton direction as :func:`refit_row` does (an unrolled
-        Cholesky solve for small ranks, :func:`_spd_direction`); the bandit loop's
-        streamed refit passes True.
+      online: refit as :func:`refit_row` does (the Newton direction from an unrolled
+        Cholesky solve for small ranks, :func:`_spd_direction`, and the trial steps
+        :data:`ONLINE_LINE_SEARCH_STEPS`); the bandit loop's streamed refit passes True.
+      line_search: the Armijo trial steps (static), overriding the default of
+        ``online`` (:data:`ONLINE_LINE_SEARCH_STEPS` if True, else the offline fit's
+        ``1, 1/2, ..., 1/16, 1/64, 0``).
 
     Returns:
       ``(u [r], hessian [r, r])``, or ``u`` alone when ``return_hessian`` is False, with
@@ -536,7 +537,9 @@ def update_model_factor_blocked(
     rho = jnp.asarray(rho, dtype)
     r = u_init.shape[0]
     eye = jnp.eye(r, dtype=dtype)
-    steps = jnp.asarray(line_search, dtype=dtype)
+    if line_search is None:
+        line_search = ONLINE_LINE_SEARCH_STEPS if online else _LINE_SEARCH_STEPS
+    steps = jnp.asarray(tuple(line_search), dtype=dtype)
     ks = jnp.arange(num_blocks, dtype=jnp.int32)
 
     def block(k):

@@ -86,7 +86,6 @@ import jax.numpy as jnp
 
 from jaxeval import _confseq, _estimators, _policies, _sampling
 from jaxeval._factorization import (
-    ONLINE_LINE_SEARCH_STEPS,
     ItemFactors,
     predict_scores,
     refit_row,
@@ -913,7 +912,6 @@ def _refit_blocked(state, arm, batch, carried, order_key, truth, data, config, p
         return_hessian=False,
         data_grad_hess=(g, H, count_new),
         trial_sums=trial_sums,
-        line_search=ONLINE_LINE_SEARCH_STEPS,
         online=True,
     )
     return u_new, sp_obs, sp_all
