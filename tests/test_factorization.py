@@ -182,6 +182,26 @@ def test_refit_row_never_increases_objective_on_separable_data():
         prev = cur
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "known limitation: from a far start on separable data with a weak prior the online "
+    "refit's only trial step (the full Newton step) fails Armijo every time, so the "
+    "factor stays put (BUILD_NOTES, 'Noticed, not fixed'); never seen in the bandit loop"))
+def test_refit_row_makes_progress_from_a_far_start_on_separable_data():
+    f = _item_factors(jax.random.key(8))
+    V = np.asarray(f.V)
+    s = (V[:, 0] > 0).astype(np.float32)
+    m = np.ones_like(s, bool)
+    rho = 1e-4
+    u0 = jnp.asarray([-30.0, 40.0, 10.0])
+    V64, c64, um = (np.asarray(a, np.float64) for a in f)
+    u = u0
+    for _ in range(6):
+        u = jax.jit(fz.refit_row)(f, jnp.asarray(s), jnp.asarray(m), u, jnp.float32(rho))
+    start = _np_objective(np.asarray(u0, np.float64), V64, c64, s, m, um, rho)
+    end = _np_objective(np.asarray(u, np.float64), V64, c64, s, m, um, rho)
+    assert end < 0.99 * start
+
+
 def test_online_vmapped_equals_looped_and_rho_per_row():
     f = _item_factors(jax.random.key(9))
     K, (n, r) = 6, f.V.shape
