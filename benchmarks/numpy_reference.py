@@ -167,7 +167,12 @@ def _newton(u, u_mean, V_o, c_o, s_o, rho, num_newton):
         f = np.where(np.isfinite(f), f, np.inf)
         slack = 1e-6 * (abs(f[-1]) + 1.0)
         ok = f <= f[-1] + 1e-4 * _LINE_SEARCH_STEPS * (g @ d) + slack
-        u = u + _LINE_SEARCH_STEPS[np.argmax(ok)] * d
+        t = _LINE_SEARCH_STEPS[np.argmax(ok)]
+        if t > 0:
+            u = u + t * d
+        else:  # no trial step passed: the majorization step -g / L, as the kernel
+            L = 0.25 * np.sum(V_o * V_o) + 2.0 * rho
+            u = u - g / max(L, np.finfo(np.float64).tiny)
     return u
 
 

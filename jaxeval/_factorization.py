@@ -308,6 +308,21 @@ def _spd_direction(g, H, eye):
     return jnp.where(jnp.all(jnp.isfinite(d)), d, -g / scale)
 
 
+def _fallback_step(g, vv_obs, rho):
+    """The majorization-minimization gradient step ``-g / L`` taken when no trial step of
+    a Newton direction passes the Armijo rule.
+
+    ``L = vv_obs / 4 + 2 rho`` (``vv_obs``: the sum of ``||v_j||^2`` over the observed
+    items) bounds the row objective's curvature everywhere (``sigma' <= 1/4``), so
+    ``f(u - g / L) <= f(u) - ||g||^2 / (2 L)``: the step never raises the objective and
+    moves the factor whenever the gradient is not zero. Without it a Newton direction
+    that overshoots from far away (separable data, weak prior) would be rejected at
+    every refit and the factor would never move.
+    """
+    L = 0.25 * vv_obs + 2.0 * rho
+    return -g / jnp.maximum(L, jnp.finfo(g.dtype).tiny)
+
+
 def _armijo_index(f, g, d, steps):
     """Index of the largest trial step with sufficient decrease (``f`` at every step).
 
@@ -342,11 +357,15 @@ def _newton_row(u0, V, c, s, m, u_mean, rho, VV, num_newton, line_search=_LINE_S
         f = bce + rho * jnp.sum(diff * diff, axis=1)
         return jnp.where(jnp.isfinite(f), f, jnp.inf)
 
+    vv_obs = jnp.sum(jnp.where(m, jnp.sum(V * V, axis=-1), 0.0))
+
     def body(u, _):
         g, H = _row_grad_hess(u, V, c, s, m, u_mean, rho, VV)
         d = direction(g, H, eye)
         f = objective_along(u, d)
-        return u + _armijo_step(f, g, d, steps) * d, None
+        t = _armijo_step(f, g, d, steps)
+        # no trial step passed (only the zero step): the majorization step instead
+        return u + jnp.where(t > 0, t * d, _fallback_step(g, vv_obs, rho)), None
 
     if not with_hessian:
         # unrolled (num_newton is static and small): no loop, no final Hessian
@@ -508,14 +527,16 @@ def update_model_factor_blocked(
       rho: scalar prior strength.
       num_newton: number of Newton steps (static).
       return_hessian: also return the Hessian at the returned ``u``.
-      data_grad_hess: optional ``(g [r], H [r, r], count)``: the data part (no prior) of
-        the gradient and Hessian at ``u_init`` and the number of observed items, already
-        accumulated by the caller; the first derivative pass is then skipped.
-      trial_sums: optional ``fn(z [T, B], block) -> pytree of [T] arrays`` with ``block``
-        what ``block_fn`` returned and ``z`` the block's logits at each of the ``T``
-        trial steps of the last Newton step; the sums over blocks at the accepted step
-        are returned too (e.g. sums of the new predictions without a pass of their own;
-        they are taken at ``u_init``'s last Newton iterate, before the empty-row rule).
+      data_grad_hess: optional ``(g [r], H [r, r], count, vv)``: the data part (no
+        prior) of the gradient and Hessian at ``u_init``, the number of observed items and
+        the sum of ``||v_j||^2`` over them (for the fallback step, :func:`_fallback_step`),
+        already accumulated by the caller; the first derivative pass is then skipped.
+      trial_sums: optional ``fn(z [T + 1, B], block) -> pytree of [T + 1] arrays`` with
+        ``block`` what ``block_fn`` returned and ``z`` the block's logits at each of the
+        ``T`` trial steps of the last Newton step and at its fallback step; the sums over
+        blocks at the step taken are returned too (e.g. sums of the new predictions
+        without a pass of their own; they are taken at ``u_init``'s last Newton
+        iterate, before the empty-row rule).
         Needs ``num_newton >= 1``.
       online: refit as :func:`refit_row` does (the Newton direction from an unrolled
         Cholesky solve for small ranks, :func:`_spd_direction`, and the trial steps
@@ -553,31 +574,36 @@ def update_model_factor_blocked(
 
     def grad_hess(u):
         def acc(carry, k):
-            g, H, cnt = carry
+            g, H, cnt, vv = carry
             (V, c, s, m), _ = block(k)
             p = jax.nn.sigmoid(V @ u + c)
             mf = m.astype(dtype)
             g = g + V.T @ (mf * (p - s))
             w = mf * p * (1.0 - p)
             H = H + (V * w[:, None]).T @ V
-            return (g, H, cnt + jnp.sum(m, dtype=jnp.int32)), None
+            vv = vv + jnp.sum(mf * jnp.sum(V * V, axis=-1))
+            return (g, H, cnt + jnp.sum(m, dtype=jnp.int32), vv), None
 
-        init = (jnp.zeros((r,), dtype), jnp.zeros((r, r), dtype), jnp.zeros((), jnp.int32))
-        (g, H, cnt), _ = jax.lax.scan(acc, init, ks)
-        return with_prior(g, H, cnt, u)
+        init = (jnp.zeros((r,), dtype), jnp.zeros((r, r), dtype), jnp.zeros((), jnp.int32),
+                jnp.zeros((), dtype))
+        (g, H, cnt, vv), _ = jax.lax.scan(acc, init, ks)
+        return with_prior(g, H, cnt, u) + (vv,)
 
     direction = _spd_direction if online else _newton_direction
 
-    def newton_step(u, g, H, sums_fn):
+    def newton_step(u, g, H, vv, sums_fn):
         d = direction(g, H, eye)
+        fallback = _fallback_step(g, vv, rho)
 
         def acc(carry, k):
             f, sm = carry
             (V, c, s, m), out = block(k)
-            z = (V @ u + c)[None, :] + steps[:, None] * (V @ d)[None, :]
+            base = V @ u + c
+            z = base[None, :] + steps[:, None] * (V @ d)[None, :]
             bce = jnp.where(m[None, :], _bce_from_logits(z, s[None, :]), 0.0)
             if sums_fn is not None:
-                sm = jax.tree.map(jnp.add, sm, sums_fn(z, out))
+                z_all = jnp.concatenate([z, (base + V @ fallback)[None, :]])
+                sm = jax.tree.map(jnp.add, sm, sums_fn(z_all, out))
             return (f + jnp.sum(bce, axis=1), sm), None
 
         sm0 = None
@@ -585,7 +611,7 @@ def update_model_factor_blocked(
 
             def probe(k):
                 (_, _, s, _), out = block(k)
-                return sums_fn(jnp.zeros(steps.shape + s.shape, dtype), out)
+                return sums_fn(jnp.zeros((steps.shape[0] + 1,) + s.shape, dtype), out)
 
             shapes = jax.eval_shape(probe, ks[0])
             sm0 = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
@@ -594,23 +620,30 @@ def update_model_factor_blocked(
         f = f + rho * jnp.sum(diff * diff, axis=1)
         f = jnp.where(jnp.isfinite(f), f, jnp.inf)
         j = _armijo_index(f, g, d, steps)
-        sm = None if sm is None else jax.tree.map(lambda x: x[j], sm)
-        return u + steps[j] * d, sm
+        # no trial step passed (only the zero step): the fallback step, as _newton_row
+        moved = steps[j] > 0
+        j_sum = jnp.where(moved, j, steps.shape[0])
+        sm = None if sm is None else jax.tree.map(lambda x: x[j_sum], sm)
+        return u + jnp.where(moved, steps[j] * d, fallback), sm
 
     if data_grad_hess is None:
-        g, H, cnt = grad_hess(u_init)
+        g, H, cnt, vv = grad_hess(u_init)
     else:
-        g0, H0, cnt0 = data_grad_hess
+        if len(data_grad_hess) != 4:
+            raise ValueError("data_grad_hess: expected (g, H, count, vv), got "
+                             f"{len(data_grad_hess)} elements")
+        g0, H0, cnt0, vv = data_grad_hess
         g, H, cnt = with_prior(jnp.asarray(g0, dtype), jnp.asarray(H0, dtype),
                                jnp.asarray(cnt0, jnp.int32), u_init)
+        vv = jnp.asarray(vv, dtype)
     u, sums = u_init, None
     for i in range(num_newton):
         if i > 0:
-            g, H, _ = grad_hess(u)
+            g, H, _, vv = grad_hess(u)
         last = i == num_newton - 1
-        u, sums = newton_step(u, g, H, trial_sums if last else None)
+        u, sums = newton_step(u, g, H, vv, trial_sums if last else None)
     if return_hessian:
-        _, H, _ = grad_hess(u)
+        _, H, _, _ = grad_hess(u)
     u = jnp.where(cnt > 0, u, u_mean)
     out = (u, H) if return_hessian else (u,)
     if trial_sums is not None:

@@ -759,6 +759,7 @@ def _batch_blocked(state, arm, limit, active, order_key, truth, data, config, pa
                 sums,
                 g=sums["g"] + f.V.T @ (mf * (p_raw - s)),
                 H=sums["H"] + (f.V * w[:, None]).T @ f.V,
+                vv=sums["vv"] + jnp.sum(mf * jnp.sum(f.V * f.V, axis=-1)),
                 sp_seen=sums["sp_seen"] + jnp.sum(jnp.where(seen, p, 0.0)),
                 sp_all=sums["sp_all"] + jnp.sum(jnp.where(own, p, 0.0)),
             )
@@ -777,8 +778,8 @@ def _batch_blocked(state, arm, limit, active, order_key, truth, data, config, pa
     sums0 = dict(sum_pu=zero, max_pu=zero - jnp.inf, min_pu=zero + jnp.inf)
     proto = (zero[None], zero[None])
     if config.predictions:
-        sums0.update(g=jnp.zeros((r,), f32), H=jnp.zeros((r, r), f32), sp_seen=zero,
-                     sp_all=zero)
+        sums0.update(g=jnp.zeros((r,), f32), H=jnp.zeros((r, r), f32), vv=zero,
+                     sp_seen=zero, sp_all=zero)
         proto = proto + (zero[None], jnp.zeros((1, r), f32), zero[None])
     (sums, top), _ = jax.lax.scan(
         body, (sums0, _sampling.empty_top(b, proto)),
@@ -883,6 +884,7 @@ def _refit_blocked(state, arm, batch, carried, order_key, truth, data, config, p
     w_b = vf * praw_top * (1.0 - praw_top)
     g = sums["g"] + V_top.T @ (vf * (praw_top - s_top))
     H = sums["H"] + (V_top * w_b[:, None]).T @ V_top
+    vv = sums["vv"] + jnp.sum(vf * jnp.sum(V_top * V_top, axis=-1))
     count_new = state.sampler.count[arm] + n_new
     thr_key = batch.sampler.thr_key[arm]
     thr_idx = batch.sampler.thr_idx[arm]
@@ -910,7 +912,7 @@ def _refit_blocked(state, arm, batch, carried, order_key, truth, data, config, p
         params.rho,
         config.num_newton,
         return_hessian=False,
-        data_grad_hess=(g, H, count_new),
+        data_grad_hess=(g, H, count_new, vv),
         trial_sums=trial_sums,
         online=True,
     )

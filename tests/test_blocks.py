@@ -171,9 +171,10 @@ def test_blocked_newton_hooks():
         p0 = jax.nn.sigmoid(V @ u0 + c) * m
         g = V.T @ (p0 - s * m)
         H = (V * (p0 * (1 - p0))[:, None]).T @ V
+        vv = jnp.sum(jnp.where(m, jnp.sum(V * V, axis=1), 0.0))
         hooked, total = update_model_factor_blocked(
             block_fn, len(blocks), u0, um, 1.0, 2, return_hessian=False,
-            data_grad_hess=(g, H, jnp.sum(m)), trial_sums=sums)
+            data_grad_hess=(g, H, jnp.sum(m), vv), trial_sums=sums)
         return plain, hooked, total
 
     plain, hooked, total = run()
