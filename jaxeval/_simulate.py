@@ -23,6 +23,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from numpy.typing import ArrayLike
 
 from jaxeval import _identification as idn
 from jaxeval import _policies
@@ -272,6 +273,7 @@ def simulate_identification(
     batch_size: int = 1,
     n_train: int | None = None,
     n_instances: int = 10,
+    instances: ArrayLike | None = None,
     cs_kinds: Sequence[str] = ("eb", "hoeffding"),
     stop_kind: str = "eb",
     mode: str = "budget",
@@ -320,6 +322,11 @@ def simulate_identification(
       batch_size: items per pull, ``1 <= b <= n``.
       n_train: training models (default: half of the deduplicated models).
       n_instances: instances drawn from the pool.
+      instances: the instances themselves instead of ``n_instances`` random draws: an
+        ``[I, K]`` array of candidate-pool rows (as in a report's ``instances``) or of
+        model names (each must be a pool model, i.e. not one of the ``n_train``
+        training models of this ``seed``'s split). Each row lists ``K`` distinct models.
+        A report's own ``instances`` passed back with its seed reproduce it exactly.
       cs_kinds: interval kinds (``"eb"``, ``"hoeffding"``, ``"betting"``).
       stop_kind: kind used by PULSE's radius and the fixed-confidence stop.
       mode: ``"budget"`` (checkpoints) or ``"confidence"`` (stop when confident; the
@@ -384,6 +391,8 @@ def simulate_identification(
     notes: dict[str, Any] = {}
 
     if isinstance(data, SyntheticSpec):
+        if instances is not None:
+            raise ValueError("instances: only for real data (synthetic truth draws its own)")
         n = _check_int("data.n_items", data.n_items, 2)
         truth = "synthetic"
         r = _check_int("data.rank", data.rank, 1)
@@ -415,11 +424,14 @@ def simulate_identification(
                 f"models have missing cells ({int((~pool.mask).sum())} cells); drop them or "
                 "fill them before simulating"
             )
-        rng = np.random.default_rng([seed, K])
-        n_instances = _check_int("n_instances", n_instances, 1)
-        instances = np.stack(
-            [rng.choice(pool.n_models, K, replace=False) for _ in range(n_instances)]
-        )
+        if instances is None:
+            rng = np.random.default_rng([seed, K])
+            n_instances = _check_int("n_instances", n_instances, 1)
+            instances = np.stack(
+                [rng.choice(pool.n_models, K, replace=False) for _ in range(n_instances)]
+            )
+        else:
+            instances = _check_instances(instances, K, pool)
         pool_models = np.asarray(pool.models)
         data_name = str(sm.source)
         r = 1
@@ -524,6 +536,40 @@ def simulate_identification(
         jaxeval_version=_version(), **notes,
     )
     return _summarise(out, config, settings, instances, pool_models, needs_pred)
+
+
+def _check_instances(instances, K: int, pool: ScoreMatrix) -> np.ndarray:
+    """``instances`` (pool rows or model names) as an int64 ``[I, K]`` array of pool rows."""
+    arr = np.asarray(instances)
+    if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] != K:
+        raise ValueError(
+            f"instances: expected shape [I, K] = [I, {K}] with I >= 1, got {arr.shape}"
+        )
+    if arr.dtype.kind in "USO":
+        names = {str(m): i for i, m in enumerate(pool.models)}
+        missing = sorted({str(m) for m in arr.ravel()} - names.keys())
+        if missing:
+            raise ValueError(
+                f"instances: {len(missing)} model name(s) are not in the candidate pool of "
+                f"this seed's split (training models and unknown names cannot be "
+                f"candidates): {missing[:5]}"
+            )
+        rows = np.vectorize(lambda m: names[str(m)], otypes=[np.int64])(arr)
+    elif arr.dtype.kind in "iu":
+        rows = arr.astype(np.int64)
+        if rows.min() < 0 or rows.max() >= pool.n_models:
+            raise ValueError(
+                f"instances: pool rows must lie in [0, {pool.n_models}), got "
+                f"[{rows.min()}, {rows.max()}]"
+            )
+    else:
+        raise TypeError(
+            f"instances: expected integer pool rows or model names, got dtype {arr.dtype}"
+        )
+    dup = [i for i, r in enumerate(rows) if len(set(r.tolist())) != K]
+    if dup:
+        raise ValueError(f"instances: rows {dup[:5]} repeat a model (each needs K distinct)")
+    return rows
 
 
 def _version() -> str:

@@ -155,3 +155,49 @@ def test_real_data_pulse_smoke():
 def test_default_budget_grid_is_spec_grid():
     assert _simulate.DEFAULT_BUDGET_FRACTIONS[0] == 0.005
     assert len(_simulate.DEFAULT_BUDGET_FRACTIONS) == 13
+
+
+def test_given_instances_reproduce_the_random_draw_by_rows_and_by_names():
+    sm = _small_matrix(m=16, n=20)
+    kw = dict(K=3, n_replicates=8, seed=4, budget_fractions=(0.2, 1.0), cs_kinds=("eb",))
+    drawn = simulate_identification(sm, "ucbe", n_instances=4, **kw)
+    by_rows = simulate_identification(sm, "ucbe", instances=drawn.instances, **kw)
+    names = drawn.pool_models[drawn.instances]
+    by_names = simulate_identification(sm, "ucbe", instances=names, **kw)
+    for rep in (by_rows, by_names):
+        np.testing.assert_array_equal(rep.instances, drawn.instances)
+        np.testing.assert_array_equal(rep.instance, drawn.instance)
+        np.testing.assert_array_equal(rep.recommended, drawn.recommended)
+        np.testing.assert_array_equal(rep.calls_used, drawn.calls_used)
+    # a different instance list is played instead (its truth is the named models' means)
+    top = np.argsort(sm.drop_duplicates().scores.mean(axis=1))  # not all are pool models
+    pool = list(drawn.pool_models)
+    mine = [m for m in np.asarray(sm.drop_duplicates().models)[top] if m in pool][-3:]
+    rep = simulate_identification(sm, "ucbe", instances=[mine], **kw)
+    assert set(rep.instance.tolist()) == {0}
+    full = dict(zip(np.asarray(sm.models).tolist(), sm.scores.mean(axis=1)))
+    np.testing.assert_allclose(np.sort(rep.theta[0]), np.sort([full[m] for m in mine]),
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "instances, match",
+    [
+        (np.zeros((2, 4), np.int64), r"expected shape \[I, K\] = \[I, 3\]"),
+        (np.zeros((0, 3), np.int64), r"expected shape"),
+        ([[0, 1, 1]], "repeat a model"),
+        ([[0, 1, 99]], r"pool rows must lie in \[0, "),
+        ([[0.0, 1.0, 2.0]], "integer pool rows or model names"),
+        ([["a", "b", "nobody"]], "not in the candidate pool"),
+    ],
+)
+def test_refuses_bad_instances(instances, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        simulate_identification(_small_matrix(), "ucbe", K=3, n_replicates=4,
+                                instances=instances)
+
+
+def test_refuses_instances_with_synthetic_truth():
+    with pytest.raises(ValueError, match="instances: only for real data"):
+        simulate_identification(SyntheticSpec(n_items=20), "ucbe", K=2, n_replicates=4,
+                                instances=[[0, 1]])
