@@ -27,28 +27,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 import jaxeval
 from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS
 
-DATASETS = {
-    "ifeval": "oll2_ifeval",
-    "musr": "oll2_musr",
-    "arc": "oll2_arc_challenge",
-    "math5": "oll2_math_lvl5",
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# the same datasets and offline factorization as the tuning tables
+from bench_tuning import DATASETS, _factors  # noqa: E402
+
 #: UCB-E's ``a`` tuned on the tuning seed (BUILD_NOTES, 50 instances, K = 10);
 #: ``pulse_ucb``'s tuned ``a`` was 1 on all four.
 TUNED_UCBE_A = {"arc": 3.0, "math5": 0.3, "ifeval": 10.0, "musr": 1.0}
-
-
-def _factors(sm, seed, rank):
-    dd = sm.drop_duplicates()
-    train, _ = dd.split([dd.n_models // 2], seed=seed)
-    return jaxeval.fit_factorization(train, rank=rank, rho=1.0, seed=seed, num_steps=1000)
 
 
 def _fmt(calls, total):
