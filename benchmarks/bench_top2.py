@@ -90,7 +90,8 @@ def main(argv=None):
         means = {}
         for r, i in enumerate(rep.instance):
             means.setdefault(int(i), theta[r])
-        top2 = np.stack([inst[i][np.argsort(means[i])[-2:][::-1]] for i in range(len(inst))])
+        # (only the instances some replicate played: all of them at the default sizes)
+        top2 = np.stack([inst[i][np.argsort(means[i])[-2:][::-1]] for i in sorted(means)])
         gaps = np.sort([np.sort(means[i])[-1] - np.sort(means[i])[-2] for i in means])
         budgets = sorted({min(int(round(fr * total)), 2 * n) for fr in fracs} | {2 * n})
         top = {}
@@ -120,7 +121,8 @@ def main(argv=None):
     for ds, n, gaps, full, top in rows:
         u = full["ucbe"][0]
         g = gaps * n
-        print(f"| {ds} | {n} | {g[0]:.0f}, {g[1]:.0f}, {g[2]:.0f} / {np.median(g):.0f} | "
+        low = ", ".join(f"{x:.0f}" for x in g[:3])
+        print(f"| {ds} | {n} | {low} / {np.median(g):.0f} | "
               f"{_fmt(u, K * n)} | {_fmt(top['ucbe'][0], K * n)} (a={top['ucbe'][1]:g}) | "
               f"{_ratio(top['ucbe'][0], u)} | {_fmt(full['pulse_ucb'][0], K * n)} | "
               f"{_fmt(top['pulse_ucb'][0], K * n)} (a={top['pulse_ucb'][1]:g}) | "
