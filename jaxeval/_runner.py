@@ -79,8 +79,20 @@ def as_key(seed: Any) -> jax.Array:
 class Progress:
     """One line per chunk on stderr: done / total, replicates per second, ETA.
 
-    The rate excludes the first chunk (which pays for compilation) once a later
-    chunk has finished.
+    The rate is measured from :meth:`compiled` (the end of the first chunk's
+    tracing and compilation) when the caller reports it, so neither the first
+    line's ETA nor the later rates carry the compile time, and chunks that ran
+    concurrently do not show as a burst. Without that report, the rate excludes
+    the first chunk once a later chunk has finished.
+
+    Example:
+      >>> import io
+      >>> out = io.StringIO()
+      >>> p = Progress(8, stream=out)
+      >>> p.compiled()
+      >>> p.update(4)
+      >>> "4/8 replicates" in out.getvalue()
+      True
     """
 
     def __init__(
@@ -95,6 +107,20 @@ class Progress:
         self.t_first: float | None = None
         self.n_first = 0
         self.n_chunks = 0
+        self.t_compiled: float | None = None
+
+    def compiled(self) -> None:
+        """Mark the end of compilation (the first call only counts)."""
+        if self.t_compiled is None:
+            self.t_compiled = time.perf_counter()
+
+    def rate(self, now: float) -> float:
+        """Units per second so far (see the class docstring for the clock used)."""
+        if self.t_compiled is not None:
+            return self.done / max(now - self.t_compiled, 1e-9)
+        if self.t_first is not None and self.done > self.n_first:
+            return (self.done - self.n_first) / max(now - self.t_first, 1e-9)
+        return self.done / max(now - self.t0, 1e-9)
 
     def update(self, n: int) -> None:
         now = time.perf_counter()
@@ -102,11 +128,7 @@ class Progress:
         self.n_chunks += 1
         if self.t_first is None:
             self.t_first, self.n_first = now, self.done
-            rate = self.done / max(now - self.t0, 1e-9)
-        elif self.done > self.n_first:
-            rate = (self.done - self.n_first) / max(now - self.t_first, 1e-9)
-        else:
-            rate = self.done / max(now - self.t0, 1e-9)
+        rate = self.rate(now)
         if not self.enabled:
             return
         left = self.total - self.done
@@ -116,11 +138,16 @@ class Progress:
         bar = "#" * filled + "." * (width - filled)
         line = (
             f"[jaxeval] [{bar}] {self.done}/{self.total} {self.label} "
-            f"({100.0 * self.done / max(self.total, 1):5.1f}%)  {rate:,.0f}/s  "
+            f"({100.0 * self.done / max(self.total, 1):5.1f}%)  {_fmt_rate(rate)}/s  "
             f"elapsed {_fmt_s(now - self.t0)}  ETA {_fmt_s(eta)}"
         )
         stream = self.stream if self.stream is not None else sys.stderr
         print(line, file=stream, flush=True)
+
+
+def _fmt_rate(r: float) -> str:
+    """Whole numbers from 10 up, two significant digits below (0.5/s, not 0/s)."""
+    return f"{r:,.0f}" if r >= 10 else f"{r:.2g}"
 
 
 def _fmt_s(s: float) -> str:
@@ -290,6 +317,8 @@ class ReplicatePlan:
             if hi > 2**32:
                 raise ValueError(f"replicate indices must stay below 2**32, got {hi}")
             out = self._dispatch(key_data, lo)
+            if progress is not None:
+                progress.compiled()  # dispatch returns once the program is compiled
             if pending is not None:
                 plo, phi, pout = pending
                 res = self._to_host(pout, phi - plo)

@@ -225,3 +225,32 @@ def test_two_processes_jax_distributed_bit_identical(reference, tmp_path):
     for i in range(2):
         with np.load(f"{out}.{i}.npz") as z:
             assert_tree_equal(dict(z), reference)
+
+
+def test_progress_rate_excludes_compilation_and_smooths_concurrent_chunks(monkeypatch):
+    """With ``compiled()`` reported, the rate runs from the end of compilation: a
+    10 s compile does not inflate the first ETA, and a chunk that finished while the
+    previous one was fetched does not show as a burst of thousands per second."""
+    import io
+
+    from jaxeval import _runner
+
+    clock = iter([0.0, 10.0, 12.0, 12.001, 14.0])
+    monkeypatch.setattr(_runner.time, "perf_counter", lambda: next(clock))
+    out = io.StringIO()
+    p = _runner.Progress(16, stream=out)  # t0 = 0
+    p.compiled()  # 10
+    p.update(4)  # 12: 4 in 2 s
+    p.update(4)  # 12.001: 8 in 2.001 s
+    p.update(4)  # 14: 12 in 4 s
+    lines = out.getvalue().splitlines()
+    assert [ln.split("/s")[0].split()[-1] for ln in lines] == ["2", "4", "3"]
+    assert lines[0].endswith("ETA 6.0s") and "elapsed 12.0s" in lines[0]
+    # without the report (a caller that cannot tell) the first line counts from t0;
+    # a rate below 1/s is printed as such, not rounded to 0/s
+    clock2 = iter([0.0, 8.0])
+    monkeypatch.setattr(_runner.time, "perf_counter", lambda: next(clock2))
+    out2 = io.StringIO()
+    q = _runner.Progress(16, stream=out2)
+    q.update(4)
+    assert "  0.5/s  " in out2.getvalue() and "ETA 24.0s" in out2.getvalue()
