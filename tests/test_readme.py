@@ -1,0 +1,51 @@
+"""README.md's Python quickstart stays in step with the package."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+import jaxeval
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+
+
+def test_quickstart_parses_and_names_only_public_attributes():
+    """Cheap drift check: every ``jaxeval.<name>`` the quickstart uses exists and is
+    exported, and every keyword it passes to one is a parameter of that function."""
+    import inspect
+
+    blocks = _python_blocks()
+    assert blocks, "README.md has no ```python block"
+    for src in blocks:
+        tree = ast.parse(src)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id == "jaxeval":
+                assert node.attr in jaxeval.__all__, f"README uses jaxeval.{node.attr}"
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "jaxeval":
+                params = inspect.signature(getattr(jaxeval, node.func.attr)).parameters
+                for kw in node.keywords:
+                    assert kw.arg in params, f"README passes {kw.arg}= to jaxeval.{node.func.attr}"
+
+
+@pytest.mark.slow
+def test_quickstart_runs():
+    """The whole quickstart as printed (about 2 min on 2 CPU cores), then its results."""
+    import numpy as np
+
+    ns: dict = {"__name__": "readme"}
+    for src in _python_blocks():
+        exec(compile(src, str(README), "exec"), ns)
+    assert 0.0 < ns["rep"].calls_to(0.95, fraction=True) <= 1.0
+    assert len(ns["rep2"].instances) == 2
+    est, lo, hi = ns["est"], ns["lo"], ns["hi"]
+    assert est.shape == lo.shape == hi.shape == (ns["split"].test.n_models,)
+    assert np.all((lo <= est) & (est <= hi))
+    assert ns["means"].shape == (100_000,) and abs(float(ns["means"].mean()) - 0.3) < 0.005
