@@ -36,16 +36,25 @@ def test_quickstart_parses_and_names_only_public_attributes():
 
 
 @pytest.mark.slow
-def test_quickstart_runs():
-    """The whole quickstart as printed (about 2 min on 2 CPU cores), then its results."""
+def test_quickstart_runs(tmp_path, monkeypatch):
+    """Each Python block as printed (about 3 min on 2 CPU cores), then its results."""
     import numpy as np
 
+    monkeypatch.chdir(tmp_path)  # the anchors block saves a file
+    blocks = _python_blocks()
+    assert len(blocks) == 2
     ns: dict = {"__name__": "readme"}
-    for src in _python_blocks():
-        exec(compile(src, str(README), "exec"), ns)
+    exec(compile(blocks[0], str(README), "exec"), ns)
     assert 0.0 < ns["rep"].calls_to(0.95, fraction=True) <= 1.0
     assert len(ns["rep2"].instances) == 2
     est, lo, hi = ns["est"], ns["lo"], ns["hi"]
     assert est.shape == lo.shape == hi.shape == (ns["split"].test.n_models,)
     assert np.all((lo <= est) & (est <= hi))
     assert ns["means"].shape == (100_000,) and abs(float(ns["means"].mean()) - 0.3) < 0.005
+
+    ns = {"__name__": "readme"}
+    exec(compile(blocks[1], str(README), "exec"), ns)
+    assert (tmp_path / "musr_anchors.npz").is_file()
+    assert ns["pred"].k == 30 and len(ns["extra"]) == 100
+    assert not set(ns["extra"]) & set(ns["pred"].anchor_items)
+    assert ns["lo"] <= ns["est"] <= ns["hi"] and ns["lo_u"] <= ns["est_u"] <= ns["hi_u"]
