@@ -325,7 +325,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     _setup_jax(args, argv)
     from jaxeval._study import (
-        StudyConfigError,
         StudyFolderError,
         load_study,
         merge_studies,
@@ -380,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
             paths = plot_study(summarize(study, results), args.out or Path(args.dir) / "plots")
             print("\n".join(str(p) for p in paths))
             return 0
-    except (StudyConfigError, StudyFolderError, FileNotFoundError) as e:
+    except (ValueError, StudyFolderError, FileNotFoundError) as e:
+        # StudyConfigError is a ValueError; so is every refusal of bad data or settings
         print(f"jaxeval {args.command}: error: {e}", file=sys.stderr)
         return 2
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover

@@ -854,6 +854,7 @@ def _open_folder(study: Study, out: Path, rng: tuple[int, int]) -> dict:
             "versions": _versions(),
             "chunks": {},
             "complete": False,
+            "task_names": [t.name for t in study.tasks()],
         }
         if _is_writer():
             out.mkdir(parents=True, exist_ok=True)
@@ -980,6 +981,10 @@ def run_study(
         raise ValueError(
             f"replicate_range must satisfy 0 <= lo < hi <= {n} (the study's units), got {rng}"
         )
+    if _read_manifest(out) is None:
+        # a new folder: everything the data can refuse is checked before it is made
+        # and before any task computes (a resumed folder was checked when created)
+        _preflight(study)
     manifest = _open_folder(study, out, rng)  # type: ignore[arg-type]
     _verify_chunks(out, manifest, repair=True)
     if _is_writer():  # half-written files of a killed run
@@ -1013,6 +1018,31 @@ def run_study(
         manifest["task_names"] = [t.name for t in tasks]
         _atomic_write_json(out / MANIFEST_FILE, manifest)
     return out
+
+
+def _preflight(study: Study) -> None:
+    """Data-dependent checks of a study, run before its folder is created.
+
+    Identification: the data load, the training / candidate split, ``num_arms``, the
+    budgets, every policy's kernel configuration and (for policies with predictions) the
+    factorization, whose fit is cached for the tasks. Anchors: the data load, every
+    ``k`` against the number of items, and the first split. So a setting the data cannot
+    satisfy is refused with its name before any chunk is computed, and the folder is not
+    left holding a study that can never finish.
+    """
+    if isinstance(study, IdentificationStudy):
+        study_budgets(study)
+        for spec in study.policies:
+            identification_problem(study, spec)
+    elif isinstance(study, AnchorStudy):
+        sm = study.data.load()
+        for k in study.k:
+            if k >= sm.n_items:
+                raise StudyConfigError("k", f"k={k} must be below the {sm.n_items} items")
+        try:
+            sm.drop_duplicates().protocol_split(study.first_seed)
+        except ValueError as e:
+            raise StudyConfigError("data", str(e)) from None
 
 
 def resume_study(out: str | os.PathLike, *, progress: bool = True) -> Path:
@@ -1073,12 +1103,21 @@ def load_results(
     by_task: dict[str, list] = {}
     for name, c in manifest["chunks"].items():
         by_task.setdefault(c["task"], []).append((int(c["lo"]), int(c["hi"]), name))
-    order = manifest.get("task_names") or sorted(by_task)
+    # every task of the study, finished or not (folders written before task_names was
+    # recorded at creation list it only once a run ended)
+    order = manifest.get("task_names") or [t.name for t in study.tasks()]
     results: dict[str, dict[str, np.ndarray]] = {}
     for task in order:
         spans = sorted(by_task.get(task, []))
-        pos = spans[0][0] if spans else 0
-        if not allow_partial and (not spans or pos != 0):
+        if not spans:
+            if allow_partial:
+                continue
+            raise StudyFolderError(
+                f"{out}: task {task!r} has no finished chunk yet; run `jaxeval resume {out}` "
+                "(or merge the other ranges) first"
+            )
+        pos = spans[0][0]
+        if not allow_partial and pos != 0:
             raise StudyFolderError(f"{out}: task {task!r} is incomplete (starts at {pos})")
         parts: dict[str, list] = {}
         for lo, hi, name in spans:

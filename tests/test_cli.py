@@ -112,3 +112,73 @@ def test_compilation_cache_only_when_asked(tmp_path):
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert res.returncode == 0, res.stderr[-2000:]
     assert (tmp_path / "cc").is_dir()
+
+
+def _small_npz(tmp_path, m=30, n=20):
+    import numpy as np
+
+    import jaxeval
+
+    rng = np.random.default_rng(0)
+    s = (rng.random((m, n)) < rng.random((m, 1))).astype(np.float32)
+    return str(jaxeval.ScoreMatrix(s).to_npz(tmp_path / "small.npz"))
+
+
+@pytest.mark.parametrize(
+    "cfg, key",
+    [
+        ({"kind": "identification", "policies": ["uniform", "pulse"], "rank": 50,
+          "num_arms": 3, "n_replicates": 2, "budgets": [0.1, 0.5, 1.0]}, "rank"),
+        ({"kind": "identification", "policies": ["uniform"], "num_arms": 20,
+          "n_replicates": 2, "budgets": [0.1, 0.5, 1.0]}, "num_arms"),
+        ({"kind": "identification", "policies": ["uniform"], "num_arms": 3,
+          "n_replicates": 2}, "budgets"),
+        ({"kind": "anchors", "methods": ["random_mean"], "k": [5, 25], "n_seeds": 1}, "k"),
+    ],
+)
+def test_data_dependent_refusal_before_any_work(tmp_path, capsys, cfg, key):
+    """A setting the data cannot satisfy is refused with its name before the folder is
+    made or any task computed, so the fixed study can reuse the same --out folder."""
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(dict(cfg, data={"npz": _small_npz(tmp_path)})))
+    out = tmp_path / "o"
+    assert main(["run", str(p), "--out", str(out), "--quiet", "--no-report"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxeval run: error:") and key in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_range_outside_the_study_is_a_clean_error(tmp_path, capsys):
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps({"kind": "identification", "n_replicates": 4,
+                             "data": {"synthetic": {"n_items": 30}}, "policies": ["uniform"]}))
+    assert main(["run", str(p), "--out", str(tmp_path / "o"), "--range", "0:99"]) == 2
+    assert "replicate_range" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_summary_of_an_interrupted_study_names_the_unfinished_task(tmp_path, capsys):
+    """The folder lists every task from its creation: a task without chunks (the run
+    was killed before it) is reported as unfinished, never silently left out."""
+    from jaxeval._study import MANIFEST_FILE, StudyFolderError, load_results
+
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps({"kind": "identification", "n_replicates": 4, "chunk_size": 4,
+                             "lanes": 4, "data": {"synthetic": {"n_items": 30}},
+                             "policies": ["uniform", "ucbe"]}))
+    out = tmp_path / "o"
+    assert main(["run", str(p), "--out", str(out), "--quiet", "--no-report"]) == 0
+    man = json.loads((out / MANIFEST_FILE).read_text())
+    assert man["task_names"] == ["uniform", "ucbe"]
+    # as if killed after the first task: drop the second task's chunks
+    man["chunks"] = {k: v for k, v in man["chunks"].items() if v["task"] == "uniform"}
+    man["complete"] = False
+    (out / MANIFEST_FILE).write_text(json.dumps(man))
+    with pytest.raises(StudyFolderError, match="'ucbe' has no finished chunk"):
+        load_results(out)
+    assert set(load_results(out, allow_partial=True)[1]) == {"uniform"}
+    capsys.readouterr()
+    assert main(["summary", str(out)]) == 2
+    assert "'ucbe' has no finished chunk" in capsys.readouterr().err
+    assert main(["resume", str(out), "--quiet", "--no-report"]) == 0
+    assert set(load_results(out)[1]) == {"uniform", "ucbe"}
