@@ -230,6 +230,45 @@ def test_bad_input_errors(small_sm):
         fit_anchors(small_sm, 5, method="nope")
 
 
+def test_predictor_input_and_file_errors_name_the_problem(small_sm, tmp_path):
+    """A ScoreMatrix or an empty batch passed as anchor scores, a Split passed as the
+    validation set, too few validation models for the level, and saved files that are
+    missing, truncated, foreign or not .npz at all: each gets a message naming it."""
+    import warnings
+
+    pred = fit_anchors(small_sm, 6, method="random_ridge", seed=0, settings=FAST)
+    x = small_sm.take(items=pred.anchor_items)
+    with pytest.raises(TypeError, match="anchor_scores: .*ScoreMatrix.*\\.scores"):
+        pred.predict(x)
+    with pytest.raises(ValueError, match="anchor_scores: no model"):
+        pred.predict(np.zeros((0, 6)))
+    with pytest.raises(TypeError, match="anchor_scores: expected an array of numbers"):
+        pred.predict([["a"] * 6])
+    sp = small_sm.protocol_split(0)
+    with pytest.raises(TypeError, match="validation: .*Split.*split.validation"):
+        fit_anchors(sp.train, 5, method="random_mean", validation=sp)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        tiny = fit_anchors(small_sm.take(models=np.arange(40)), 3, method="random_mean")
+    assert tiny.radius == np.inf
+    assert any("8 validation models are too few" in str(m.message) for m in w)
+    # save() appends .npz as numpy does; load() takes the path either way
+    written = pred.save(tmp_path / "p")
+    assert written == tmp_path / "p.npz" and written.is_file()
+    for q in (tmp_path / "p", written):
+        back = AnchorPredictor.load(q, items=small_sm)
+        np.testing.assert_allclose(back.predict(x.scores)[0], pred.predict(x.scores)[0])
+    (tmp_path / "trunc.npz").write_bytes(written.read_bytes()[:300])
+    small_sm.to_npz(tmp_path / "sm.npz")
+    (tmp_path / "x.csv").write_text("a,b\n1,2\n")
+    for bad, why in (("trunc.npz", "BadZipFile"), ("sm.npz", "another kind of .npz"),
+                     ("x.csv", "not an .npz file")):
+        with pytest.raises(ValueError, match=f"{bad}: not a.*{why}"):
+            AnchorPredictor.load(tmp_path / bad)
+    with pytest.raises(FileNotFoundError, match="nope"):
+        AnchorPredictor.load(tmp_path / "nope")
+
+
 def test_leakage_guard_test_rows_do_not_matter():
     """Perturbing test models changes neither the anchors nor the predictor."""
     from jaxeval.anchors._protocol import evaluate_protocol

@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import warnings
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -101,7 +103,15 @@ class AnchorPredictor:
         return Fitted(jnp.asarray(self.anchor_index, jnp.int32), self.kind, params)
 
     def _check_scores(self, anchor_scores: Any, what: str = "anchor_scores") -> np.ndarray:
-        x = np.asarray(anchor_scores, dtype=np.float64)
+        if isinstance(anchor_scores, ScoreMatrix):
+            raise TypeError(
+                f"{what}: expected an array of scores, got a ScoreMatrix; pass "
+                "sm.take(items=predictor.anchor_items).scores"
+            )
+        try:
+            x = np.asarray(anchor_scores, dtype=np.float64)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{what}: expected an array of numbers ({e})") from None
         single = x.ndim == 1
         x2 = x[None, :] if single else x
         if x2.ndim != 2 or x2.shape[1] != self.k:
@@ -109,6 +119,8 @@ class AnchorPredictor:
                 f"{what}: expected {self.k} scores per model (one per anchor item, in the "
                 f"order of .anchor_items), got shape {x.shape}"
             )
+        if x2.shape[0] == 0:
+            raise ValueError(f"{what}: no model to predict (shape {x.shape})")
         if not np.all(np.isfinite(x2)):
             bad = np.argwhere(~np.isfinite(x2))[0]
             raise ValueError(
@@ -201,8 +213,12 @@ class AnchorPredictor:
         return float(est), float(lo), float(hi)
 
     # ------------------------------------------------------------- persistence
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the predictor to a ``.npz`` file (no pickle)."""
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the predictor to a ``.npz`` file (no pickle); returns the path written.
+
+        ``.npz`` is appended to a path without it, as :func:`numpy.savez` does;
+        :meth:`load` accepts the path with or without it.
+        """
         leaves, treedef = jax.tree.flatten(self.params)
         meta = {
             "format": _FORMAT,
@@ -232,6 +248,8 @@ class AnchorPredictor:
             **arrays,
         )
         del treedef
+        p = Path(path)
+        return p if p.suffix == ".npz" else p.with_name(p.name + ".npz")
 
     @classmethod
     def load(cls, path: str | os.PathLike, items: Any = None) -> AnchorPredictor:
@@ -242,19 +260,34 @@ class AnchorPredictor:
           items: optional item names (or a :class:`ScoreMatrix`) of the benchmark it
             will be used with; refused when they differ from the saved ones.
         """
-        with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(str(z["meta"]))
-            if meta.get("format") != _FORMAT:
-                raise ValueError(f"{path}: not a saved AnchorPredictor ({meta.get('format')!r})")
-            saved_items = z["items"].astype(str)
-            anchor_index = z["anchor_index"].astype(np.int32)
-            leaves = [z[f"leaf_{i}"] for i in range(len(meta["param_keys"]))]
-            item_model = None
-            if "item_V" in z.files:
-                from jaxeval._factorization import ItemFactors
+        p = Path(path)
+        if not p.exists() and p.suffix != ".npz" and p.with_name(p.name + ".npz").is_file():
+            p = p.with_name(p.name + ".npz")  # save() appends .npz, as numpy does
+        if not p.is_file():
+            raise FileNotFoundError(f"{path}: no such file")
+        with open(p, "rb") as fh:
+            if fh.read(2) != b"PK":  # every .npz is a zip archive
+                raise ValueError(f"{p}: not a saved AnchorPredictor (not an .npz file)")
+        try:
+            with np.load(p, allow_pickle=False) as z:
+                if "meta" not in z.files:
+                    raise ValueError("no 'meta' entry: another kind of .npz file")
+                meta = json.loads(str(z["meta"]))
+                if meta.get("format") != _FORMAT:
+                    raise ValueError(f"format {meta.get('format')!r}, expected {_FORMAT!r}")
+                saved_items = z["items"].astype(str)
+                anchor_index = z["anchor_index"].astype(np.int32)
+                leaves = [z[f"leaf_{i}"] for i in range(len(meta["param_keys"]))]
+                item_model = None
+                if "item_V" in z.files:
+                    from jaxeval._factorization import ItemFactors
 
-                F = ItemFactors(z["item_V"], z["item_c"], z["item_u_mean"])
-                item_model = {"F": F, "rho": z["item_rho"]}
+                    F = ItemFactors(z["item_V"], z["item_c"], z["item_u_mean"])
+                    item_model = {"F": F, "rho": z["item_rho"]}
+        except Exception as e:  # truncated, corrupt or foreign files: say which and why
+            raise ValueError(
+                f"{p}: not a readable saved AnchorPredictor ({type(e).__name__}: {e})"
+            ) from None
         if items is not None:
             names = items.items if isinstance(items, ScoreMatrix) else np.asarray(items).astype(str)
             if names.shape != saved_items.shape or not np.array_equal(names, saved_items):
@@ -423,6 +456,13 @@ def fit_anchors(
             raise ValueError(f"train: {train.n_models} models are too few to hold out validation")
         validation, train = train.split([n_val], seed=split_seed)
     else:
+        if not isinstance(validation, ScoreMatrix):
+            hint = (" (a Split: pass split.validation, and split.train as train)"
+                    if type(validation).__name__ == "Split" else "")
+            raise TypeError(
+                f"validation: expected a ScoreMatrix or None, got {type(validation).__name__}"
+                + hint
+            )
         validation.require_complete("fit_anchors (validation)")
         if not np.array_equal(validation.items, train.items):
             raise ValueError("validation: item names must equal those of train, in the same order")
@@ -481,6 +521,15 @@ def fit_anchors(
     f, vp, _ = results[best]
     if radius is None:
         radius = float(conformal_quantile(jnp.asarray(vp - y_val), alpha))
+    if not np.isfinite(radius):
+        need_val = int(np.ceil((1 - alpha) / alpha - 1e-9))
+        warnings.warn(
+            f"fit_anchors: {validation.n_models} validation models are too few for a "
+            f"{1 - alpha:.0%} conformal interval (at least {need_val} are needed), so every "
+            "interval is [0, 1]; pass a larger validation set or a "
+            "larger alpha",
+            stacklevel=2,
+        )
     info = {
         "seed": int(seed) if isinstance(seed, (int, np.integer)) else None,
         "requested_method": method,
