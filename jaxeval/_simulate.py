@@ -64,6 +64,13 @@ class SyntheticSpec:
     difficulty_scale: float = 1.5
     difficulty_mean: float = 0.0
 
+    def __post_init__(self):
+        _check_int("n_items", self.n_items, 2)
+        _check_int("rank", self.rank, 1)
+        _check_real("model_scale", self.model_scale, 0.0, 1e6)
+        _check_real("difficulty_scale", self.difficulty_scale, 0.0, 1e6)
+        _check_real("difficulty_mean", self.difficulty_mean, -1e6, 1e6)
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class IdentificationReport:
@@ -232,6 +239,42 @@ def _check_unit(name, value, lo=0.0, hi=1.0):
     return v
 
 
+def _check_real(name, value, lo, hi):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    v = float(value)
+    if not (math.isfinite(v) and lo <= v <= hi):
+        raise ValueError(f"{name} must lie in [{lo:g}, {hi:g}], got {value!r}")
+    return v
+
+
+def _config(policy, K, n, batch_size, budgets, budget_fractions, mode, cs_kinds, stop_kind,
+            use_predictions, refit, num_newton, synchronized, horizon, truth, rank, corruption,
+            item_block) -> idn.Config:
+    """The kernel's static configuration; every argument checked, with its name."""
+    batch_size = _check_int("batch_size", batch_size, 1, n)
+    budget_tuple = _canonical_budgets(budgets, budget_fractions, K * n)
+    return idn.Config(
+        policy=policy,
+        num_arms=K,
+        num_items=n,
+        budgets=budget_tuple,
+        batch_size=batch_size,
+        mode=mode,
+        cs_kinds=cs_kinds,
+        stop_kind=stop_kind,
+        use_predictions=use_predictions,
+        refit=bool(refit),
+        num_newton=int(num_newton),
+        synchronized=synchronized,
+        horizon=horizon,
+        truth=truth,
+        rank=rank,
+        corruption=corruption,
+        item_block=item_block,
+    )
+
+
 def _check_int(name, value, lo, hi=None):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
@@ -245,7 +288,17 @@ def _canonical_budgets(budgets, fractions, total):
     if budgets is not None and fractions is not None:
         raise ValueError("give either budgets or budget_fractions, not both")
     if budgets is None:
-        fr = DEFAULT_BUDGET_FRACTIONS if fractions is None else tuple(fractions)
+        if fractions is None:
+            fr = DEFAULT_BUDGET_FRACTIONS
+        else:
+            try:
+                fr = tuple(float(f) for f in fractions)
+            except (TypeError, ValueError):
+                raise TypeError(
+                    f"budget_fractions must be a sequence of numbers, got {fractions!r}"
+                ) from None
+            if not fr:
+                raise ValueError("budget_fractions must not be empty")
         if any(not (0 < f <= 1) for f in fr):
             raise ValueError(f"budget_fractions must lie in (0, 1], got {fr}")
         budgets = [max(1, int(round(f * total))) for f in fr]
@@ -383,6 +436,18 @@ def simulate_identification(
     n_replicates = _check_int("n_replicates", n_replicates, 1)
     lanes = _check_int("lanes", lanes, 1, 2**20)
     _check_int("seed", seed, 0)
+    for name, v, lo, hi in (("a", a, 0.0, 1e6), ("scale", scale, 0.0, 1e6),
+                            ("shrink", shrink, 0.0, 1e6), ("lam0", lam0, 0.0, 1.0),
+                            ("eps", eps, 0.0, 1.0), ("bias", bias, -1.0, 1.0)):
+        _check_real(name, v, lo, hi)
+    if rho is not None:
+        _check_real("rho", rho, 0.0, 1e6)
+    num_newton = _check_int("num_newton", num_newton, 0, 10_000)
+    fit_steps = _check_int("fit_steps", fit_steps, 1)
+    if horizon is not None:
+        horizon = _check_int("horizon", horizon, 1)
+    if chunk_size is not None:
+        chunk_size = _check_int("chunk_size", chunk_size, 1)
     cs_kinds = tuple(cs_kinds)
     key = as_key(seed)
     needs_pred = (
@@ -434,6 +499,10 @@ def simulate_identification(
             instances = _check_instances(instances, K, pool)
         pool_models = np.asarray(pool.models)
         data_name = str(sm.source)
+        # every setting the kernel checks, checked before the (slow) factorization fit
+        _config(policy, K, n, batch_size, budgets, budget_fractions, mode, cs_kinds,
+                stop_kind, use_predictions, refit, num_newton, synchronized, horizon, truth,
+                1, corruption, item_block)
         r = 1
         fit_rho = 1.0
         item_factors = ItemFactors(
@@ -472,28 +541,10 @@ def simulate_identification(
             f"data must be a ScoreMatrix or a SyntheticSpec, got {type(data).__name__}"
         )
 
-    batch_size = _check_int("batch_size", batch_size, 1, n)
-    total = K * n
-    budget_tuple = _canonical_budgets(budgets, budget_fractions, total)
-    config = idn.Config(
-        policy=policy,
-        num_arms=K,
-        num_items=n,
-        budgets=budget_tuple,
-        batch_size=batch_size,
-        mode=mode,
-        cs_kinds=cs_kinds,
-        stop_kind=stop_kind,
-        use_predictions=use_predictions,
-        refit=bool(refit),
-        num_newton=int(num_newton),
-        synchronized=synchronized,
-        horizon=horizon,
-        truth=truth,
-        rank=r,
-        corruption=corruption,
-        item_block=item_block,
-    )
+    config = _config(policy, K, n, batch_size, budgets, budget_fractions, mode, cs_kinds,
+                     stop_kind, use_predictions, refit, num_newton, synchronized, horizon, truth,
+                     r, corruption, item_block)
+    budget_tuple, batch_size = config.budgets, config.batch_size
     if pdata is None:
         pdata = idn.dummy_data(config)
         pdata = jax.tree.map(np.asarray, pdata)

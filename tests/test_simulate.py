@@ -32,6 +32,14 @@ def _small_matrix(m=12, n=20, seed=0):
         (dict(item_block=0), "item_block: expected an int >= 1"),
         (dict(lanes=0), r"lanes must be in \[1, 1048576\], got 0"),
         (dict(lanes=2.5), "lanes must be an integer"),
+        (dict(a=-1.0), r"a must lie in \[0, 1e\+06\], got -1.0"),
+        (dict(a=float("nan")), "a must lie in"),
+        (dict(eps=-0.1), "eps must lie in"),
+        (dict(lam0=2.0), "lam0 must lie in"),
+        (dict(num_newton=-1), "num_newton must be"),
+        (dict(horizon=0), "horizon must be >= 1"),
+        (dict(chunk_size=1.5), "chunk_size must be an integer"),
+        (dict(fit_steps=0), "fit_steps must be >= 1"),
     ],
 )
 def test_refusals(kwargs, match):
@@ -40,6 +48,41 @@ def test_refusals(kwargs, match):
     policy = kw.pop("policy", "ucbe")
     with pytest.raises((ValueError, TypeError), match=match):
         simulate_identification(_small_matrix(), policy, **kw)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(mode="conf"), "mode"),
+        (dict(cs_kinds=("eb", "nope")), "cs_kinds"),
+        (dict(corruption="nope"), "corruption"),
+        (dict(batch_size=21), "batch_size"),
+        (dict(budget_fractions=[]), "budget_fractions must not be empty"),
+        (dict(budget_fractions=0.5), "budget_fractions must be a sequence"),
+    ],
+)
+def test_kernel_settings_refused_before_the_factorization_fit(monkeypatch, kwargs, match):
+    """PULSE fits a factorization first (seconds to minutes): the kernel's settings are
+    checked before it, so a typo costs nothing."""
+    import jaxeval._factorization_api as fa
+
+    def no_fit(*a, **k):
+        raise AssertionError("the factorization was fitted before the settings were checked")
+
+    monkeypatch.setattr(fa, "fit_factorization", no_fit)
+    with pytest.raises((ValueError, TypeError), match=match):
+        simulate_identification(_small_matrix(), "pulse", K=3, n_replicates=4, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [(dict(n_items=1), "n_items must be"), (dict(rank=0), "rank must be"),
+     (dict(difficulty_scale=float("nan")), "difficulty_scale must lie in"),
+     (dict(model_scale=-1.0), "model_scale must lie in")],
+)
+def test_synthetic_spec_refuses_bad_values(kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        SyntheticSpec(**{"n_items": 50, **kwargs})
 
 
 def test_refuses_missing_cells_in_candidates():
