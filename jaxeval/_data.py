@@ -74,6 +74,14 @@ def _check_names(names: Any, length: int, what: str, source: str) -> np.ndarray:
     return arr
 
 
+
+def _check_seed(seed: Any, where: str) -> None:
+    """Split seeds are non-negative ints (``None`` would silently draw a random split)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"{where}: 'seed' must be a non-negative int, got {seed!r}")
+    if seed < 0:
+        raise ValueError(f"{where}: 'seed' must be a non-negative int, got {seed!r}")
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class ScoreMatrix:
     """A validated ``[models, items]`` matrix of per-item scores in ``[0, 1]``.
@@ -306,8 +314,17 @@ class ScoreMatrix:
           One ScoreMatrix per group, in order.
         """
         m = self.n_models
+        if isinstance(sizes, (int, float, np.integer, np.floating)):
+            raise TypeError(
+                f"split: 'sizes' must be a sequence of group sizes, got {sizes!r} "
+                f"(for one training group: split([{sizes!r}]))"
+            )
+        _check_seed(seed, "split")
         if not sizes:
             raise ValueError("split: 'sizes' is empty")
+        if any(isinstance(s, bool) or not isinstance(s, (int, float, np.integer, np.floating))
+               or not np.isfinite(s) for s in sizes):
+            raise ValueError(f"split: 'sizes' must be finite numbers, got {list(sizes)!r}")
         if all(isinstance(s, (int, np.integer)) for s in sizes):
             counts = [int(s) for s in sizes]
         else:
@@ -418,6 +435,7 @@ class ScoreMatrix:
         test = first ``h``, validation = next ``h``, train = the rest.
         Deduplicate first (``drop_duplicates``) to follow the protocol exactly.
         """
+        _check_seed(seed, "protocol_split")
         m = self.n_models
         h = 200 if m >= 1000 else int(round(0.2 * m))
         if h < 1 or m - 2 * h < 1:

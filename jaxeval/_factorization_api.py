@@ -34,9 +34,14 @@ DEFAULT_RHOS = (0.3, 1.0, 3.0, 10.0, 30.0)
 
 def _as_key(seed: Any) -> jax.Array:
     """An int seed or a (typed or raw uint32) key -> a typed key."""
-    if isinstance(seed, (int, np.integer)):
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        if seed < 0:
+            raise ValueError(f"seed: expected a non-negative int or a PRNG key, got {seed}")
         return jax.random.key(int(seed))
-    arr = jnp.asarray(seed) if not isinstance(seed, jax.Array) else seed
+    try:
+        arr = jnp.asarray(seed) if not isinstance(seed, jax.Array) else seed
+    except TypeError:
+        raise TypeError(f"seed: expected an int or a PRNG key, got {type(seed).__name__}") from None
     if jnp.issubdtype(arr.dtype, jax.dtypes.prng_key):
         return arr
     if arr.dtype == jnp.uint32 and arr.shape == (2,):
@@ -375,6 +380,15 @@ def fit_factorization(
 
     if not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
         raise ValueError(f"num_steps: expected a positive int, got {num_steps!r}")
+    if not isinstance(selection_steps, (int, np.integer)) or selection_steps < 1:
+        raise ValueError(f"selection_steps: expected a positive int, got {selection_steps!r}")
+    try:
+        lr_ok = 0.0 < float(learning_rate) < np.inf
+    except (TypeError, ValueError):
+        lr_ok = False
+    if not lr_ok:
+        raise ValueError(f"learning_rate: expected a finite value > 0, got {learning_rate!r}")
+    rv_given = None if rho_v is None else check_rho(rho_v, "rho_v")
     if not (0.0 < holdout_fraction < 1.0):
         raise ValueError(f"holdout_fraction: expected a value in (0, 1), got {holdout_fraction!r}")
     auto_rank = isinstance(rank, str)
@@ -393,6 +407,8 @@ def fit_factorization(
                 return False
             return True
 
+        if len(ranks) == 0:
+            raise ValueError("ranks: the rank grid is empty")
         for r in ranks:
             if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 1:
                 raise ValueError(f"ranks: expected positive ints, got {list(ranks)!r}")
@@ -401,6 +417,8 @@ def fit_factorization(
             check_rank(min(ranks), "ranks")  # raises with the reason
     else:
         grid_ranks = (check_rank(rank, "rank"),)
+    if auto_rho and len(rhos) == 0:
+        raise ValueError("rhos: the regularisation grid is empty")
     grid_rhos = tuple(check_rho(x, "rhos") for x in rhos) if auto_rho else (check_rho(rho, "rho"),)
     scores = jnp.asarray(sm.scores)
     mask = jnp.asarray(sm.mask)
@@ -432,7 +450,7 @@ def fit_factorization(
         )
     else:
         chosen_rank, chosen_rho = grid_ranks[0], grid_rhos[0]
-    rv = chosen_rho if rho_v is None else check_rho(rho_v, "rho_v")
+    rv = chosen_rho if rv_given is None else rv_given
     res = fz.fit_factors(
         jax.random.fold_in(key, 0),
         scores,

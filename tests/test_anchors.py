@@ -228,6 +228,10 @@ def test_bad_input_errors(small_sm):
         pred.predict(np.array([0, 1, np.nan, 1, 0, 1]))
     with pytest.raises(ValueError, match="method"):
         fit_anchors(small_sm, 5, method="nope")
+    with pytest.raises(TypeError, match="seed: expected a non-negative int or a PRNG key"):
+        fit_anchors(small_sm, 5, method="random_mean", seed=None)
+    with pytest.raises(ValueError, match="seed: expected a non-negative int"):
+        fit_anchors(small_sm, 5, method="random_mean", seed=-1)
 
 
 def test_predictor_input_and_file_errors_name_the_problem(small_sm, tmp_path):

@@ -81,6 +81,14 @@ def test_splits_are_seeded_and_disjoint():
     assert len(set(names.tolist())) == 50
     with pytest.raises(ValueError, match="need 60 models"):
         sm.split([30, 30])
+    with pytest.raises(TypeError, match=r"for one training group: split\(\[0.8\]\)"):
+        sm.split(0.8)
+    with pytest.raises(ValueError, match="finite numbers"):
+        sm.split([float("nan")])
+    with pytest.raises(ValueError, match="'seed' must be a non-negative int, got -1"):
+        sm.split([10], seed=-1)
+    with pytest.raises(TypeError, match="protocol_split: 'seed'.*None"):
+        sm.protocol_split(None)  # would silently draw a random split
     p = sm.protocol_split(42)
     perm = np.random.default_rng(42).permutation(50)
     assert p.test.models.tolist() == sm.models[perm[:10]].tolist()

@@ -515,6 +515,12 @@ def test_wrapper_refuses_bad_input(wrapped, planted):
         jaxeval.fit_factorization(S, ranks=(25, 40), rho=1.0)
     with pytest.raises(ValueError, match="rho"):
         jaxeval.fit_factorization(S, rank=2, rho=-1.0)
+    # checked before any fitting (the selection grid alone takes seconds)
+    for kw, msg in ((dict(rho_v=-1.0), "rho_v"), (dict(selection_steps=0), "selection_steps"),
+                    (dict(learning_rate=0.0), "learning_rate"), (dict(ranks=()), "ranks: the"),
+                    (dict(rhos=(), rank=2, rho="auto"), "rhos: the"), (dict(seed=-1), "seed")):
+        with pytest.raises(ValueError, match=msg):
+            jaxeval.fit_factorization(S, **{"rank": "auto", "rho": 1.0, **kw})
     bad = S.copy()
     bad[3] = np.nan
     with pytest.raises(ValueError, match="model rows have no observed cell"):

@@ -40,9 +40,13 @@ _FORMAT = "jaxeval.anchors/1"
 
 
 def _key(seed: Any) -> jax.Array:
-    if isinstance(seed, (int, np.integer)):
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        if seed < 0:
+            raise ValueError(f"seed: expected a non-negative int or a PRNG key, got {seed}")
         return jax.random.key(int(seed))
-    return seed
+    if isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
+        return seed
+    raise TypeError(f"seed: expected a non-negative int or a PRNG key, got {seed!r}")
 
 
 def _min_models(method: str) -> int:
@@ -448,6 +452,7 @@ def fit_anchors(
     if not 0 < alpha < 1:
         raise ValueError(f"alpha: expected a level in (0, 1), got {alpha!r}")
     train.require_complete("fit_anchors")
+    key = _key(seed)
     st = dataclasses.replace(settings or Settings(), external=train.target is not None)
     split_seed = int(seed) if isinstance(seed, (int, np.integer)) else 0
     if validation is None:
@@ -481,7 +486,6 @@ def fit_anchors(
         jnp.asarray(validation.scores),
         jnp.asarray(validation.true_score()),
     )
-    key = _key(seed)
     y_val = np.asarray(d.y_val, np.float64)
     cands = auto_candidates(validation.n_models, st) if method == "auto" else (method,)
     with_factors = train.target is None
