@@ -252,7 +252,18 @@ class ScoreMatrix:
     def _index(self, sel: Any, names: np.ndarray, what: str) -> np.ndarray:
         if sel is None:
             return np.arange(names.size)
-        sel = np.asarray(sel)
+        if isinstance(sel, range):
+            sel = np.arange(sel.start, sel.stop, sel.step, dtype=np.int64)
+        try:
+            sel = np.asarray(sel)
+        except ValueError as e:  # ragged nested lists
+            raise ValueError(f"{what}: expected a 1-D selection ({e})") from None
+        if sel.ndim == 0:  # one name or one index
+            sel = sel.reshape(1)
+        if sel.ndim != 1:
+            raise ValueError(f"{what}: expected a 1-D selection, got shape {sel.shape}")
+        if sel.size == 0:
+            return np.zeros(0, np.int64)
         if sel.dtype == bool:
             if sel.shape != names.shape:
                 raise ValueError(f"{what} mask has shape {sel.shape}, expected {names.shape}")
@@ -262,11 +273,23 @@ class ScoreMatrix:
             missing = [s for s in sel.tolist() if s not in lookup]
             if missing:
                 raise KeyError(f"{self.source}: unknown {what} names {missing[:5]}")
-            return np.array([lookup[s] for s in sel.tolist()], dtype=np.int64)
-        idx = sel.astype(np.int64).ravel()
-        if idx.size and (idx.min() < -names.size or idx.max() >= names.size):
-            raise IndexError(f"{what} index out of range for {names.size} {what}")
-        return idx % names.size if idx.size else idx
+            idx = np.array([lookup[s] for s in sel.tolist()], dtype=np.int64)
+        elif sel.dtype.kind in "iu":
+            idx = sel.astype(np.int64)
+            if idx.min() < -names.size or idx.max() >= names.size:
+                raise IndexError(f"{what} index out of range for {names.size} {what}")
+            idx = idx % names.size
+        else:
+            raise TypeError(
+                f"{what}: expected integer indices, a boolean mask or names, got "
+                f"{sel.dtype} values such as {sel[:3].tolist()}"
+            )
+        uniq, counts = np.unique(idx, return_counts=True)
+        if (counts > 1).any():
+            raise ValueError(
+                f"{what}: the selection repeats {names[uniq[counts > 1][:5]].tolist()}"
+            )
+        return idx
 
     def take(self, models: Any = None, items: Any = None) -> ScoreMatrix:
         """Restrict to some rows and/or columns (indices, boolean masks or names)."""

@@ -71,6 +71,24 @@ def test_take_drop_duplicates_and_accuracy():
         sm.take(models=["zz"])
 
 
+def test_take_refuses_ambiguous_selections():
+    """A float index is not truncated, a bare name is one name (not its letters), a
+    nested list is not flattened, a repeated row is named."""
+    sm = ScoreMatrix(np.random.default_rng(0).integers(0, 2, (6, 4)),
+                     models=[f"model_{i}" for i in range(6)])
+    assert sm.take(models="model_1").models.tolist() == ["model_1"]
+    assert sm.take(models=3).models.tolist() == ["model_3"]
+    assert sm.take(models=range(2)).models.tolist() == ["model_0", "model_1"]
+    with pytest.raises(TypeError, match="models: expected integer indices.*float64"):
+        sm.take(models=[1.7])
+    with pytest.raises(ValueError, match=r"models: expected a 1-D selection, got shape \(1, 2\)"):
+        sm.take(models=[[0, 1]])
+    with pytest.raises(ValueError, match=r"models: the selection repeats \['model_2'\]"):
+        sm.take(models=[2, 2])
+    with pytest.raises(ValueError, match="selection is empty"):
+        sm.take(models=[])
+
+
 def test_splits_are_seeded_and_disjoint():
     sm = ScoreMatrix(np.random.default_rng(0).integers(0, 2, (50, 7)))
     a = sm.split([0.6, 0.2], seed=3)
