@@ -132,7 +132,15 @@ def load(source: Any, **kwargs: Any) -> ScoreMatrix:
     if isinstance(source, ScoreMatrix):
         return source
     if isinstance(source, str) and source in datasets.names():
+        if kwargs:
+            raise TypeError(
+                f"load: {source!r} is a bundled dataset; options {sorted(kwargs)} are for files"
+            )
         return datasets.load(source)
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(
+            f"load: expected a dataset name, a path or a ScoreMatrix, got {type(source).__name__}"
+        )
     path = Path(source)
     if not path.exists():
         raise FileNotFoundError(

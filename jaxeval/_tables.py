@@ -68,10 +68,23 @@ def _read_cells(path: Path, sep: str | None) -> tuple[list[str], list[list[Any]]
         raise ValueError(f"{src}: the table is empty") from e
     except pd.errors.ParserError as e:
         raise ValueError(f"{src}: malformed table, rows of different lengths ({e})") from e
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"{src}: not UTF-8 text ({e.reason} at byte {e.start}); re-save the table as "
+            "UTF-8, or check that it is a CSV at all"
+        ) from None
     rows = df.values.tolist()
     if not rows:
         raise ValueError(f"{src}: the table is empty")
-    return [str(h).strip() for h in rows[0]], rows[1:]
+    header = [str(h).strip() for h in rows[0]]
+    if len(header) == 1:
+        other = [s for s in (";", "\t", ",", "|") if s != sep and s in header[0]]
+        if other:
+            raise ValueError(
+                f"{src}: the header is one column {header[0][:60]!r} with {other[0]!r} in it; "
+                f"pass sep={other[0]!r}"
+            )
+    return header, rows[1:]
 
 
 def _to_float(cell: Any, src: str, where: str, notes: dict) -> float:

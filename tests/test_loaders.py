@@ -370,3 +370,21 @@ def test_load_dispatch_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="neither a bundled dataset"):
         jaxeval.load(tmp_path / "nothing.csv")
     _raises([r"cannot tell the format", r"'\.xyz'"], jaxeval.load, _write(tmp_path / "a.xyz", ""))
+    with pytest.raises(TypeError, match="load: expected a dataset name, a path"):
+        jaxeval.load(None)
+    with pytest.raises(TypeError, match=r"bundled dataset; options \['sep'\]"):
+        jaxeval.load("oll2_musr", sep=";")
+
+
+def test_table_encoding_and_separator_hints(tmp_path):
+    """A file that is not UTF-8 and a table written with another separator get a message
+    naming the file and what to do, not a codec traceback or a layout complaint."""
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("model,item,score\nmod\xe8le,q1,1\n".encode("latin-1"))
+    _raises([r"latin\.csv: not UTF-8 text", "re-save the table as UTF-8"], jaxeval.load, latin)
+    blob = tmp_path / "blob.csv"
+    blob.write_bytes(bytes(range(128, 256)) * 4)
+    _raises([r"blob\.csv: not UTF-8"], jaxeval.load, blob)
+    semi = _write(tmp_path / "semi.csv", "model;q1;q2\na;1;0\nb;0;1\n")
+    _raises([r"semi\.csv: the header is one column", r"pass sep=';'"], jaxeval.load, semi)
+    assert jaxeval.load(semi, sep=";").shape == (2, 2)
