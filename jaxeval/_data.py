@@ -178,6 +178,11 @@ class ScoreMatrix:
             t = np.asarray(self.target, dtype=np.float64)
             if t.shape != (m,):
                 raise ValueError(f"{src}: field 'target' must have shape ({m},), got {t.shape}")
+            if np.isinf(t).any():
+                raise ValueError(
+                    f"{src}: field 'target' holds inf at models "
+                    f"{np.flatnonzero(np.isinf(t))[:5].tolist()} (NaN marks a missing target)"
+                )
             fin = t[np.isfinite(t)]
             if fin.size and (fin.min() < 0 or fin.max() > 1):
                 raise ValueError(

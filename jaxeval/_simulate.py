@@ -233,6 +233,10 @@ def _replicate_fn(config: idn.Config, treedef):
 
 
 def _check_unit(name, value, lo=0.0, hi=1.0):
+    if isinstance(value, (bool, str)) or not isinstance(
+        value, (int, float, np.integer, np.floating)
+    ):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
     v = float(value)
     if not (lo < v < hi) or not math.isfinite(v):
         raise ValueError(f"{name} must lie strictly between {lo} and {hi}, got {value!r}")

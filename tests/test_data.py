@@ -42,6 +42,7 @@ def test_nan_marked_observed_refused():
         (dict(scores=np.zeros((2, 2)), items=["a"]), "'items' must be a 1-D array of 2"),
         (dict(scores=np.zeros((2, 2)), mask=np.ones((2, 3), bool)), "'mask' has shape"),
         (dict(scores=np.zeros((2, 2)), target=np.array([0.5, 50.0])), "fractions, not percent"),
+        (dict(scores=np.zeros((2, 2)), target=np.array([np.inf, 0.5])), "'target' holds inf"),
     ],
 )
 def test_bad_input_refused(kwargs, match):

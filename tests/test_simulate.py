@@ -25,6 +25,8 @@ def _small_matrix(m=12, n=20, seed=0):
         (dict(budgets=[0, 10]), "budgets must lie"),
         (dict(alpha=1.0), "alpha must lie strictly between 0"),
         (dict(alpha=0.0), "alpha must lie strictly between 0"),
+        (dict(alpha=None), "alpha must be a number"),
+        (dict(alpha="0.05"), "alpha must be a number"),
         (dict(batch_size=21), r"batch_size must be in \[1, 20\], got 21"),
         (dict(policy="thompson"), "policy must be one of"),
         (dict(n_train=11), r"n_train must be in \[0, 10\]"),
