@@ -60,8 +60,8 @@ def load_npz(
             raise ValueError(f"{src}: field 'metadata_json' must hold a JSON object")
         notes = saved
         notes.setdefault("conversions", [])
-        if name is None and "source" in data:
-            src = str(data["source"])
+        if name is None and "source" in data and str(data["source"]) != "<array>":
+            src = str(data["source"])  # a saved name; an in-memory matrix keeps the path
         notes["file"] = str(path)
     if scores.dtype == np.uint8 or scores.dtype == bool:
         if scores.size and scores.max() > 1:
