@@ -204,6 +204,13 @@ class Config:
             )
         if self.policy not in _policies.POLICIES:
             raise ValueError(f"policy: expected one of {_policies.POLICIES}, got {self.policy!r}")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or not (
+            1 <= self.batch_size <= self.num_items
+        ):
+            raise ValueError(
+                f"batch_size: expected an int in [1, num_items={self.num_items}], "
+                f"got {self.batch_size!r}"
+            )
         if self.order_table is not None and not isinstance(self.order_table, bool):
             raise ValueError(f"order_table: expected None, True or False, got {self.order_table!r}")
         if self.order_table and self.blocked:

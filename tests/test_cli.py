@@ -133,6 +133,8 @@ def _small_npz(tmp_path, m=30, n=20):
           "n_replicates": 2, "budgets": [0.1, 0.5, 1.0]}, "num_arms"),
         ({"kind": "identification", "policies": ["uniform"], "num_arms": 3,
           "n_replicates": 2}, "budgets"),
+        ({"kind": "identification", "num_arms": 3, "n_replicates": 2, "budgets": [0.5, 1.0],
+          "policies": [{"policy": "ucbe", "settings": {"batch_size": 50}}]}, "batch_size"),
         ({"kind": "anchors", "methods": ["random_mean"], "k": [5, 25], "n_seeds": 1}, "k"),
     ],
 )
