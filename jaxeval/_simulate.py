@@ -233,20 +233,24 @@ def _replicate_fn(config: idn.Config, treedef):
 
 
 def _check_unit(name, value, lo=0.0, hi=1.0):
-    if isinstance(value, (bool, str)) or not isinstance(
-        value, (int, float, np.integer, np.floating)
-    ):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
-    v = float(value)
+    v = _as_number(name, value)
     if not (lo < v < hi) or not math.isfinite(v):
         raise ValueError(f"{name} must lie strictly between {lo} and {hi}, got {value!r}")
     return v
 
 
-def _check_real(name, value, lo, hi):
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+def _as_number(name, value) -> float:
+    """A real scalar (Python, NumPy or 0-d JAX); bools, strings and arrays are refused."""
+    if isinstance(value, (bool, str, bytes, np.bool_)) or np.ndim(value) != 0:
         raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
-    v = float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}") from None
+
+
+def _check_real(name, value, lo, hi):
+    v = _as_number(name, value)
     if not (math.isfinite(v) and lo <= v <= hi):
         raise ValueError(f"{name} must lie in [{lo:g}, {hi:g}], got {value!r}")
     return v
