@@ -47,6 +47,9 @@ repeated jobs compile faster with the persistent compilation cache:
 Results depend only on the study definition: replicate i always uses
 fold_in(key(seed), i), so chunk size, device count, process count and resume
 points never change a number.
+
+Refused settings and data print one line ("jaxeval run: error: ...", exit code 2);
+JAXEVAL_DEBUG=1 shows the full traceback instead.
 """
 
 
@@ -381,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     except (ValueError, StudyFolderError, FileNotFoundError) as e:
         # StudyConfigError is a ValueError; so is every refusal of bad data or settings
+        if os.environ.get("JAXEVAL_DEBUG"):
+            raise
         print(f"jaxeval {args.command}: error: {e}", file=sys.stderr)
         return 2
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover

@@ -83,6 +83,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxeval import _confseq, _estimators, _policies, _sampling
 from jaxeval._factorization import (
@@ -204,6 +205,8 @@ class Config:
             )
         if self.policy not in _policies.POLICIES:
             raise ValueError(f"policy: expected one of {_policies.POLICIES}, got {self.policy!r}")
+        if isinstance(self.batch_size, np.integer):
+            object.__setattr__(self, "batch_size", int(self.batch_size))
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or not (
             1 <= self.batch_size <= self.num_items
         ):

@@ -66,10 +66,10 @@ class SyntheticSpec:
 
     def __post_init__(self):
         _check_int("n_items", self.n_items, 2)
-        _check_int("rank", self.rank, 1)
-        _check_real("model_scale", self.model_scale, 0.0, 1e6)
-        _check_real("difficulty_scale", self.difficulty_scale, 0.0, 1e6)
-        _check_real("difficulty_mean", self.difficulty_mean, -1e6, 1e6)
+        _check_int("rank", self.rank, 1, 256)
+        _check_real("model_scale", self.model_scale, 0.0, 100.0)  # the study JSON's ranges
+        _check_real("difficulty_scale", self.difficulty_scale, 0.0, 100.0)
+        _check_real("difficulty_mean", self.difficulty_mean, -100.0, 100.0)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

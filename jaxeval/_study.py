@@ -983,7 +983,13 @@ def run_study(
         )
     if _read_manifest(out) is None:
         # a new folder: everything the data can refuse is checked before it is made
-        # and before any task computes (a resumed folder was checked when created)
+        # and before any task computes (a resumed folder was checked when created);
+        # the cheap refusal of a folder holding something else comes first
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise StudyFolderError(
+                f"{out} is not empty and holds no {MANIFEST_FILE}: refusing to write a study "
+                "there; choose a new or empty folder with --out"
+            )
         _preflight(study)
     manifest = _open_folder(study, out, rng)  # type: ignore[arg-type]
     _verify_chunks(out, manifest, repair=True)
@@ -1219,7 +1225,7 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
             "versions": _versions(),
             "chunks": {name: c for name, (_, c) in merged.items()},
             "merged_from": [str(d) for d in dirs],
-            "task_names": ref.get("task_names") or sorted(spans),
+            "task_names": ref.get("task_names") or [t.name for t in study.tasks()],
         }
         names = manifest["task_names"]
         cov = {t: _covered(manifest, t) for t in names}

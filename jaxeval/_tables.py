@@ -42,6 +42,18 @@ def _pandas():
     return pd
 
 
+def _sep_hint(path: Path, sep: str) -> str:
+    """'; pass sep=...' when the first line holds another separator but not ``sep``."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            first = fh.readline()
+    except OSError:
+        return ""
+    other = [s for s in (";", "\t", "|") if s != sep and s in first]
+    return f"; the header has {other[0]!r} in it: pass sep={other[0]!r}?" if other and (
+        sep not in first) else ""
+
+
 def _read_cells(path: Path, sep: str | None) -> tuple[list[str], list[list[Any]]]:
     """Header and body rows of the file, every cell as text (CSV) or value (Parquet)."""
     pd = _pandas()
@@ -67,7 +79,9 @@ def _read_cells(path: Path, sep: str | None) -> tuple[list[str], list[list[Any]]
     except pd.errors.EmptyDataError as e:
         raise ValueError(f"{src}: the table is empty") from e
     except pd.errors.ParserError as e:
-        raise ValueError(f"{src}: malformed table, rows of different lengths ({e})") from e
+        raise ValueError(
+            f"{src}: malformed table, rows of different lengths ({e})" + _sep_hint(path, sep)
+        ) from e
     except UnicodeDecodeError as e:
         raise ValueError(
             f"{src}: not UTF-8 text ({e.reason} at byte {e.start}); re-save the table as "

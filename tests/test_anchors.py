@@ -232,6 +232,10 @@ def test_bad_input_errors(small_sm):
         fit_anchors(small_sm, 5, method="random_mean", seed=None)
     with pytest.raises(ValueError, match="seed: expected a non-negative int"):
         fit_anchors(small_sm, 5, method="random_mean", seed=-1)
+    # raw uint32[2] key data is a key, as everywhere else in the package
+    a = fit_anchors(small_sm, 5, method="random_mean", seed=jax.random.PRNGKey(3))
+    b = fit_anchors(small_sm, 5, method="random_mean", seed=jax.random.key(3))
+    np.testing.assert_array_equal(a.anchor_items, b.anchor_items)
 
 
 def test_predictor_input_and_file_errors_name_the_problem(small_sm, tmp_path):
@@ -262,6 +266,13 @@ def test_predictor_input_and_file_errors_name_the_problem(small_sm, tmp_path):
     for q in (tmp_path / "p", written):
         back = AnchorPredictor.load(q, items=small_sm)
         np.testing.assert_allclose(back.predict(x.scores)[0], pred.predict(x.scores)[0])
+    import io
+
+    buf = io.BytesIO()
+    assert pred.save(buf) is None  # file objects work both ways
+    buf.seek(0)
+    np.testing.assert_allclose(AnchorPredictor.load(buf).predict(x.scores)[0],
+                               pred.predict(x.scores)[0])
     (tmp_path / "trunc.npz").write_bytes(written.read_bytes()[:300])
     small_sm.to_npz(tmp_path / "sm.npz")
     (tmp_path / "x.csv").write_text("a,b\n1,2\n")

@@ -135,7 +135,8 @@ def _small_npz(tmp_path, m=30, n=20):
           "n_replicates": 2}, "budgets"),
         ({"kind": "identification", "num_arms": 3, "n_replicates": 2, "budgets": [0.5, 1.0],
           "policies": [{"policy": "ucbe", "settings": {"batch_size": 50}}]}, "batch_size"),
-        ({"kind": "anchors", "methods": ["random_mean"], "k": [5, 25], "n_seeds": 1}, "k"),
+        ({"kind": "anchors", "methods": ["random_mean"], "k": [5, 25], "n_seeds": 1},
+         "k: k=25 must be below the 20 items"),
     ],
 )
 def test_data_dependent_refusal_before_any_work(tmp_path, capsys, cfg, key):
@@ -184,3 +185,30 @@ def test_summary_of_an_interrupted_study_names_the_unfinished_task(tmp_path, cap
     assert "'ucbe' has no finished chunk" in capsys.readouterr().err
     assert main(["resume", str(out), "--quiet", "--no-report"]) == 0
     assert set(load_results(out)[1]) == {"uniform", "ucbe"}
+
+
+def test_jaxeval_debug_shows_the_traceback(tmp_path, capsys, monkeypatch):
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps({"kind": "identification", "n_replicates": 4,
+                             "data": {"synthetic": {"n_items": 30}}, "policies": ["uniform"]}))
+    monkeypatch.setenv("JAXEVAL_DEBUG", "1")
+    with pytest.raises(ValueError, match="replicate_range"):
+        main(["run", str(p), "--out", str(tmp_path / "o"), "--range", "0:99"])
+
+
+def test_a_foreign_folder_is_refused_before_any_fit(tmp_path, capsys, monkeypatch):
+    """The cheap refusal (a folder holding something else) comes before the data checks,
+    which may fit a factorization."""
+    import jaxeval._factorization_api as fa
+
+    monkeypatch.setattr(fa, "fit_factorization",
+                        lambda *a, **k: (_ for _ in ()).throw(AssertionError("fitted")))
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps({"kind": "identification", "policies": ["pulse"], "num_arms": 3,
+                             "n_replicates": 2, "budgets": [0.5, 1.0],
+                             "data": {"npz": _small_npz(tmp_path)}}))
+    assert main(["run", str(p), "--out", str(out), "--quiet", "--no-report"]) == 2
+    assert "is not empty" in capsys.readouterr().err

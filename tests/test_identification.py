@@ -203,3 +203,10 @@ def test_every_policy_semantics(policy):
     assert np.all((cp.lower <= theta + 1e-6) & (theta - 1e-6 <= cp.upper))
     if policy != "sysrs":
         assert cp.calls[-1] == 24 and np.all(cp.upper[-1] == cp.lower[-1])
+
+
+def test_config_batch_size_is_checked_by_name():
+    assert idn.Config("ucbe", 3, 20, budgets=(4,), batch_size=np.int64(2)).batch_size == 2
+    for b in (0, 21, 2.0, True):
+        with pytest.raises(ValueError, match=r"batch_size: expected an int in \[1, num_items=20\]"):
+            idn.Config("ucbe", 3, 20, budgets=(4,), batch_size=b)

@@ -388,3 +388,5 @@ def test_table_encoding_and_separator_hints(tmp_path):
     semi = _write(tmp_path / "semi.csv", "model;q1;q2\na;1;0\nb;0;1\n")
     _raises([r"semi\.csv: the header is one column", r"pass sep=';'"], jaxeval.load, semi)
     assert jaxeval.load(semi, sep=";").shape == (2, 2)
+    comma = _write(tmp_path / "comma.csv", "model;q1;q2\na;0,5;1\nb;0;1\n")  # decimal commas
+    _raises([r"comma\.csv: malformed table", r"pass sep=';'"], jaxeval.load, comma)

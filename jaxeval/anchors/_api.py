@@ -40,13 +40,15 @@ _FORMAT = "jaxeval.anchors/1"
 
 
 def _key(seed: Any) -> jax.Array:
-    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-        if seed < 0:
-            raise ValueError(f"seed: expected a non-negative int or a PRNG key, got {seed}")
-        return jax.random.key(int(seed))
-    if isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
-        return seed
-    raise TypeError(f"seed: expected a non-negative int or a PRNG key, got {seed!r}")
+    """An int seed (>= 0), a typed key or raw ``uint32[2]`` key data, as the runner takes."""
+    from jaxeval._runner import as_key
+
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed < 0:
+        raise ValueError(f"seed: expected a non-negative int or a PRNG key, got {seed}")
+    try:
+        return as_key(seed)
+    except (TypeError, ValueError):
+        raise TypeError(f"seed: expected a non-negative int or a PRNG key, got {seed!r}") from None
 
 
 def _min_models(method: str) -> int:
@@ -217,11 +219,12 @@ class AnchorPredictor:
         return float(est), float(lo), float(hi)
 
     # ------------------------------------------------------------- persistence
-    def save(self, path: str | os.PathLike) -> Path:
+    def save(self, path: str | os.PathLike) -> Path | None:
         """Write the predictor to a ``.npz`` file (no pickle); returns the path written.
 
         ``.npz`` is appended to a path without it, as :func:`numpy.savez` does;
-        :meth:`load` accepts the path with or without it.
+        :meth:`load` accepts the path with or without it. A writable binary file
+        object works too (``None`` is returned).
         """
         leaves, treedef = jax.tree.flatten(self.params)
         meta = {
@@ -252,6 +255,8 @@ class AnchorPredictor:
             **arrays,
         )
         del treedef
+        if not isinstance(path, (str, os.PathLike)):
+            return None  # a file object: written as given
         p = Path(path)
         return p if p.suffix == ".npz" else p.with_name(p.name + ".npz")
 
@@ -264,14 +269,17 @@ class AnchorPredictor:
           items: optional item names (or a :class:`ScoreMatrix`) of the benchmark it
             will be used with; refused when they differ from the saved ones.
         """
-        p = Path(path)
-        if not p.exists() and p.suffix != ".npz" and p.with_name(p.name + ".npz").is_file():
-            p = p.with_name(p.name + ".npz")  # save() appends .npz, as numpy does
-        if not p.is_file():
-            raise FileNotFoundError(f"{path}: no such file")
-        with open(p, "rb") as fh:
-            if fh.read(2) != b"PK":  # every .npz is a zip archive
-                raise ValueError(f"{p}: not a saved AnchorPredictor (not an .npz file)")
+        if isinstance(path, (str, os.PathLike)):
+            p = Path(path)
+            if not p.exists() and p.suffix != ".npz" and p.with_name(p.name + ".npz").is_file():
+                p = p.with_name(p.name + ".npz")  # save() appends .npz, as numpy does
+            if not p.is_file():
+                raise FileNotFoundError(f"{path}: no such file")
+            with open(p, "rb") as fh:
+                if fh.read(2) != b"PK":  # every .npz is a zip archive
+                    raise ValueError(f"{p}: not a saved AnchorPredictor (not an .npz file)")
+        else:  # a file object
+            p = path
         try:
             with np.load(p, allow_pickle=False) as z:
                 if "meta" not in z.files:
