@@ -138,7 +138,7 @@ class Progress:
         bar = "#" * filled + "." * (width - filled)
         line = (
             f"[jaxeval] [{bar}] {self.done}/{self.total} {self.label} "
-            f"({100.0 * self.done / max(self.total, 1):5.1f}%)  {_fmt_rate(rate)}/s  "
+            f"({100.0 * self.done / max(self.total, 1):5.1f}%)  {_fmt_rate(rate)}  "
             f"elapsed {_fmt_s(now - self.t0)}  ETA {_fmt_s(eta)}"
         )
         stream = self.stream if self.stream is not None else sys.stderr
@@ -146,8 +146,13 @@ class Progress:
 
 
 def _fmt_rate(r: float) -> str:
-    """Whole numbers from 10 up, two significant digits below (0.5/s, not 0/s)."""
-    return f"{r:,.0f}" if r >= 10 else f"{r:.2g}"
+    """Whole numbers from 10/s up, two significant digits below (0.5/s, not 0/s), and
+    the time per unit below 0.1/s (52.0s each, not 0.019/s)."""
+    if r >= 10:
+        return f"{r:,.0f}/s"
+    if r >= 0.1 or r <= 0:
+        return f"{r:.2g}/s"
+    return f"{_fmt_s(1.0 / r)} each"
 
 
 def _fmt_s(s: float) -> str:

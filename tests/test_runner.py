@@ -254,3 +254,4 @@ def test_progress_rate_excludes_compilation_and_smooths_concurrent_chunks(monkey
     q = _runner.Progress(16, stream=out2)
     q.update(4)
     assert "  0.5/s  " in out2.getvalue() and "ETA 24.0s" in out2.getvalue()
+    assert _runner._fmt_rate(1 / 52) == "52.0s each" and _runner._fmt_rate(0.0) == "0/s"
