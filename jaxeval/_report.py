@@ -70,7 +70,7 @@ def calls_to_target(
     Returns ``None`` when the curve never reaches it.
 
     Example:
-      >>> calls_to_target([10, 20, 40], [0.5, 0.9, 1.0])
+      >>> round(calls_to_target([10, 20, 40], [0.5, 0.9, 1.0]), 6)
       30.0
     """
     c = np.asarray(calls, np.float64)

@@ -434,7 +434,7 @@ def simulate_identification(
       >>> rep = jaxeval.simulate_identification(
       ...     jaxeval.SyntheticSpec(n_items=40), "ucbe", K=3, n_replicates=8,
       ...     budget_fractions=(0.1, 0.5, 1.0))
-      >>> rep.accuracy[-1]
+      >>> float(rep.accuracy[-1])
       1.0
     """
     if policy not in _policies.POLICIES:

@@ -443,7 +443,7 @@ def fit_anchors(
 
     Example:
       >>> import jaxeval
-      >>> sm = jaxeval.load("oll2_ifeval_promptstrict").drop_duplicates()
+      >>> sm = jaxeval.load("oll2_ifeval").drop_duplicates()
       >>> pred = jaxeval.fit_anchors(sm, 20, method="kmeans_ridge", seed=0)
       >>> pred.anchor_items.shape
       (20,)
