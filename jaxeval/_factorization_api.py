@@ -20,6 +20,7 @@ import numpy as np
 
 from jaxeval import _factorization as fz
 from jaxeval._data import ScoreMatrix
+from jaxeval._runner import as_key
 
 __all__ = ["LowRankLogistic", "fit_factorization"]
 
@@ -30,23 +31,6 @@ _predict = jax.jit(fz.predict_scores)
 _logit_variance = jax.jit(fz.predictive_logit_variance)
 _empirical_prior = jax.jit(fz.empirical_prior)
 DEFAULT_RHOS = (0.3, 1.0, 3.0, 10.0, 30.0)
-
-
-def _as_key(seed: Any) -> jax.Array:
-    """An int seed or a (typed or raw uint32) key -> a typed key."""
-    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-        if seed < 0:
-            raise ValueError(f"seed: expected a non-negative int or a PRNG key, got {seed}")
-        return jax.random.key(int(seed))
-    try:
-        arr = jnp.asarray(seed) if not isinstance(seed, jax.Array) else seed
-    except TypeError:
-        raise TypeError(f"seed: expected an int or a PRNG key, got {type(seed).__name__}") from None
-    if jnp.issubdtype(arr.dtype, jax.dtypes.prng_key):
-        return arr
-    if arr.dtype == jnp.uint32 and arr.shape == (2,):
-        return jax.random.wrap_key_data(arr)
-    raise TypeError(f"seed: expected an int or a PRNG key, got {type(seed).__name__} {arr.dtype}")
 
 
 def _as_matrix(data: Any, what: str) -> ScoreMatrix:
@@ -339,7 +323,7 @@ def fit_factorization(
     """
     sm = _as_matrix(data, "data")
     m, n = sm.shape
-    key = _as_key(seed)
+    key = as_key(seed)
     empty_rows = np.flatnonzero(~sm.mask.any(axis=1))
     if empty_rows.size:
         raise ValueError(

@@ -49,6 +49,27 @@ _PLAN_CACHE: collections.OrderedDict = collections.OrderedDict()
 _PLAN_CACHE_SIZE = 32
 
 
+def _int_key(seed: int) -> jax.Array:
+    """``jax.random.key(seed)`` for every seed in ``[0, 2**63)``, x64 mode on or off.
+
+    With 64-bit mode off, ``jax.random.key`` keeps only the low 32 bits of an int
+    seed, so ``1`` and ``2**32 + 1`` would silently give the same stream. For the
+    default threefry keys the key data of a 64-bit seed is ``[seed >> 32, seed &
+    0xFFFFFFFF]`` (what x64 mode gives), built here directly; another key
+    implementation gets seeds below ``2**32`` only.
+    """
+    if seed < 2**32 or jax.config.jax_enable_x64:
+        return jax.random.key(seed)
+    if str(jax.random.key_impl(jax.random.key(0))) == "threefry2x32":
+        data = np.array([seed >> 32, seed & 0xFFFFFFFF], dtype=np.uint32)
+        return jax.random.wrap_key_data(jnp.asarray(data), impl="threefry2x32")
+    raise ValueError(
+        f"seed {seed} >= 2**32: with 64-bit mode off and the "
+        f"{jax.random.key_impl(jax.random.key(0))} PRNG, JAX keeps only a seed's low 32 "
+        "bits; use a seed below 2**32 or enable jax_enable_x64"
+    )
+
+
 def as_key(seed: Any) -> jax.Array:
     """A typed PRNG key from an int seed, a typed key, or raw ``uint32`` key data.
 
@@ -61,7 +82,7 @@ def as_key(seed: Any) -> jax.Array:
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
         if seed < 0 or seed >= 2**63:
             raise ValueError(f"seed must be a non-negative integer below 2**63, got {seed}")
-        return jax.random.key(int(seed))
+        return _int_key(int(seed))
     if isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
         if seed.shape != ():
             raise ValueError(f"seed: expected a single key, got a key array of shape {seed.shape}")

@@ -224,6 +224,10 @@ def test_bad_input_errors(small_sm):
     pred = fit_anchors(small_sm, 6, method="kmeans_blend", seed=0, settings=FAST)
     with pytest.raises(ValueError, match="expected 6 scores"):
         pred.predict(np.zeros(4))
+    with pytest.raises(ValueError, match="seed: expected a non-negative int"):
+        pred.extra_items(5, seed=-1)
+    np.testing.assert_array_equal(pred.extra_items(5, seed=3),
+                                  pred.extra_items(5, seed=jax.random.key(3)))
     with pytest.raises(ValueError, match="NaN"):
         pred.predict(np.array([0, 1, np.nan, 1, 0, 1]))
     with pytest.raises(ValueError, match="method"):
@@ -282,6 +286,17 @@ def test_predictor_input_and_file_errors_name_the_problem(small_sm, tmp_path):
             AnchorPredictor.load(tmp_path / bad)
     with pytest.raises(FileNotFoundError, match="nope"):
         AnchorPredictor.load(tmp_path / "nope")
+
+
+def test_evaluate_protocol_seed_errors(small_sm):
+    from jaxeval.anchors import evaluate_protocol
+
+    with pytest.raises(ValueError, match="seeds: expected at least one"):
+        evaluate_protocol(small_sm, 5, ["random_mean"], seeds=())
+    with pytest.raises(TypeError, match="'seed' must be a non-negative int, got 1.5"):
+        evaluate_protocol(small_sm, 5, ["random_mean"], seeds=[1.5])
+    with pytest.raises(ValueError, match="'seed' must be a non-negative int, got -1"):
+        evaluate_protocol(small_sm, 5, ["random_mean"], seeds=[-1])
 
 
 def test_leakage_guard_test_rows_do_not_matter():

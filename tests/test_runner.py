@@ -169,6 +169,24 @@ def test_bad_arguments_named():
         as_key(-1)
 
 
+def test_seeds_above_2_pow_32_get_their_own_stream():
+    # jax.random.key keeps only the low 32 bits of an int seed when x64 is off:
+    # seeds 1 and 2**32 + 1 must not share a stream (a study accepts seeds < 2**63).
+    data = lambda s: np.asarray(jax.random.key_data(as_key(s))).tolist()
+    assert data(1) == np.asarray(jax.random.key_data(jax.random.key(1))).tolist()
+    assert data(2**32 - 1) == [0, 2**32 - 1]
+    assert data(2**32 + 1) == [1, 1] != data(1)
+    assert data(2**63 - 1) == [2**31 - 1, 2**32 - 1]
+    assert len({tuple(data(s)) for s in (5, 2**32 + 5, 2**33 + 5, 2**62 + 5)}) == 4
+    with pytest.raises(ValueError, match="seed"):
+        as_key(2**63)
+    # ... and the replicates of those seeds differ
+    f = lambda k: jax.random.uniform(k)
+    a = run_replicates(f, 7, 4, progress=False)
+    b = run_replicates(f, 2**32 + 7, 4, progress=False)
+    assert not np.allclose(a, b)
+
+
 DIST_SCRIPT = textwrap.dedent(
     """
     import os, sys

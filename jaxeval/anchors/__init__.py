@@ -29,6 +29,7 @@ from jaxeval.anchors._methods import (
     fit_method,
 )
 from jaxeval.anchors._mlp import AnchorMLP, train_mlp
+from jaxeval.anchors._protocol import ProtocolResult, evaluate_protocol
 from jaxeval.anchors._ridge import fit_ridge, fit_ridge_validated, greedy_ridge_anchors
 from jaxeval.anchors._select import (
     ais_scores,
@@ -45,6 +46,7 @@ __all__ = [
     "AnchorMLP",
     "AnchorPredictor",
     "Fitted",
+    "ProtocolResult",
     "Settings",
     "SplitData",
     "ais_scores",
@@ -53,6 +55,7 @@ __all__ = [
     "cis_scores",
     "conformal_quantile",
     "dr_estimate",
+    "evaluate_protocol",
     "fit_anchors",
     "fit_lowrank_validated",
     "fit_method",

@@ -169,7 +169,7 @@ class AnchorPredictor:
         n = self.items.size
         if not 1 <= m <= n - self.k:
             raise ValueError(f"m: expected 1..{n - self.k} extra items, got {m}")
-        idx = sample_non_anchors(jax.random.key(seed), jnp.asarray(self.anchor_index), n, m)
+        idx = sample_non_anchors(_key(seed), jnp.asarray(self.anchor_index), n, m)
         return self.items[np.asarray(idx)]
 
     def predict_unbiased(

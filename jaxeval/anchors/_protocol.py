@@ -35,6 +35,7 @@ import numpy as np
 
 from jaxeval._data import ScoreMatrix
 from jaxeval._metrics import kendall_tau_b, mae_pp
+from jaxeval._runner import as_key
 from jaxeval.anchors._intervals import conformal_quantile, dr_estimate, sample_non_anchors
 from jaxeval.anchors._irt import fit_item_factors, irt_item_predictions
 from jaxeval.anchors._methods import (
@@ -205,7 +206,10 @@ def evaluate_protocol(
         raise ValueError(f"k: expected 1..{sm.n_items - 1}, got {k}")
     external = sm.target is not None
     st = dataclasses.replace(settings or Settings(), external=external)
-    splits = [sm.protocol_split(int(s)) for s in seeds]
+    seeds = tuple(seeds)
+    if not seeds:
+        raise ValueError("seeds: expected at least one split seed, got none")
+    splits = [sm.protocol_split(s) for s in seeds]  # checks each seed (non-negative int)
     cands = auto_candidates(splits[0].validation.n_models, st)
     fit_names = [m for m in methods if m != "auto"]
     if "auto" in methods:
@@ -219,7 +223,7 @@ def evaluate_protocol(
     )
     s_te = stack(lambda sp: sp.test.scores)
     y_te = np.stack([sp.test.true_score() for sp in splits]).astype(np.float64)
-    keys = jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
+    keys = jnp.stack([as_key(int(s)) for s in seeds])  # all 64 bits of a seed count
     dr_m = 0 if external else int(dr_items)
     t0 = time.perf_counter()
     S = len(seeds)
