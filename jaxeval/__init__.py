@@ -13,9 +13,12 @@ Public API (everything else lives in private ``_module`` files):
   the ``jaxeval`` command line
 - identification: :func:`simulate_identification` -> :class:`IdentificationReport`
   (kernels in ``jaxeval._identification``; truth :class:`SyntheticSpec` or a ScoreMatrix)
+- a real identification campaign: :class:`IdentificationCampaign` (ask which model to
+  evaluate on which items, tell the scores, read anytime-valid intervals; save / load)
 """
 
 from jaxeval import datasets, metrics
+from jaxeval._campaign import IdentificationCampaign
 from jaxeval._data import ScoreMatrix, Split
 from jaxeval._factorization_api import LowRankLogistic, fit_factorization
 from jaxeval._io import load
@@ -51,6 +54,7 @@ __all__ = [
     "fit_anchors",
     "simulate_identification",
     "IdentificationReport",
+    "IdentificationCampaign",
     "SyntheticSpec",
     "run_replicates",
     "IdentificationStudy",

@@ -42,7 +42,7 @@ def test_quickstart_runs(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)  # the anchors block saves a file
     blocks = _python_blocks()
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     ns: dict = {"__name__": "readme"}
     exec(compile(blocks[0], str(README), "exec"), ns)
     assert 0.0 < ns["rep"].calls_to(0.95, fraction=True) <= 1.0
@@ -58,3 +58,12 @@ def test_quickstart_runs(tmp_path, monkeypatch):
     assert ns["pred"].k == 30 and len(ns["extra"]) == 100
     assert not set(ns["extra"]) & set(ns["pred"].anchor_items)
     assert ns["lo"] <= ns["est"] <= ns["hi"] and ns["lo_u"] <= ns["est_u"] <= ns["hi_u"]
+
+    ns = {"__name__": "readme"}
+    exec(compile(blocks[2], str(README), "exec"), ns)
+    st, new = ns["camp"].status(), ns["new"]
+    assert st.done and st.calls <= 1500 and (tmp_path / "ifeval_campaign.npz").is_file()
+    back = jaxeval.IdentificationCampaign.load(tmp_path / "ifeval_campaign.npz")
+    np.testing.assert_array_equal(back.status().estimate, st.estimate)
+    acc = new.accuracy()
+    assert np.all((st.lower <= acc + 1e-6) & (acc <= st.upper + 1e-6))

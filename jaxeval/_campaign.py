@@ -1,0 +1,584 @@
+"""A live best-model identification: ask which model to evaluate on which items, tell
+the scores, read anytime-valid intervals.
+
+:func:`~jaxeval.simulate_identification` replays the loop on matrices whose every cell
+is known; :class:`IdentificationCampaign` runs the very same kernel step by step for a
+real evaluation, where a score exists only once somebody has paid for the LLM call.
+Each :meth:`~IdentificationCampaign.ask` returns the model the policy pulls next and
+the ``b`` items of that model's own uniform without-replacement order;
+:meth:`~IdentificationCampaign.tell` takes their scores and advances the state (the
+doubly robust terms, the confidence sequences, the online refit of the model's factor).
+Because the state is the simulation's state and the step is the simulation's step, an
+oracle that answers from a known matrix reproduces ``simulate_identification``'s
+replicate 0 exactly (``tests/test_campaign.py``), so every validity and accuracy figure
+measured there carries over to the campaign.
+
+The intervals hold at every step simultaneously (confidence sequences, each model at
+level ``alpha / K``), so a campaign may be stopped whenever its user likes: after a
+budget, when the leader's interval separates from every other model's (the ε-good rule
+of the fixed-confidence mode, :attr:`CampaignStatus.confident`), or by hand.
+
+A campaign saves itself (:meth:`~IdentificationCampaign.save`: its settings, the fitted
+item factors and every answered request) and :meth:`~IdentificationCampaign.load`
+replays the answers, so an evaluation interrupted after hours of LLM calls loses none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxeval import _identification as idn
+from jaxeval import _policies, _sampling
+from jaxeval._data import ScoreMatrix
+from jaxeval._factorization import ItemFactors
+from jaxeval._runner import as_key
+from jaxeval._simulate import _check_int, _check_real, _check_unit, _config
+
+__all__ = ["CampaignRequest", "CampaignStatus", "IdentificationCampaign"]
+
+_FORMAT = "jaxeval.campaign/1"
+
+
+@dataclasses.dataclass(frozen=True)
+class CampaignRequest:
+    """What to evaluate next: one model on a batch of items, in order.
+
+    Attributes:
+      model: the candidate's name.
+      arm: its index in :attr:`IdentificationCampaign.candidates`.
+      items: ``[b']`` item names (``b' <= batch_size``: fewer near the budget or when
+        the model has fewer unseen items left).
+      index: ``[b']`` their item indices.
+      step: the number of requests answered before this one.
+    """
+
+    model: str
+    arm: int
+    items: np.ndarray
+    index: np.ndarray
+    step: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CampaignStatus:
+    """The campaign's estimates and anytime-valid intervals now (numpy).
+
+    Attributes:
+      models: ``[K]`` candidate names.
+      estimate: ``[K]`` accuracy estimates (the policy's ranking estimate: the doubly
+        robust difference estimate for prediction policies, the mean of the scored
+        items otherwise; exact once a model is fully evaluated).
+      lower, upper: ``[K]`` bounds of the ``stop_kind`` interval, jointly valid for all
+        ``K`` models at level ``1 - alpha`` at every step.
+      bounds: ``{kind: (lower [K], upper [K])}`` for every computed interval kind.
+      pulls: ``[K]`` items scored per model.
+      calls: LLM calls spent.
+      budget: the campaign's call budget.
+      recommended: the model with the highest estimate (among those the policy keeps).
+      confident: the leader's lower bound clears every other model's upper bound
+        minus ``eps``: the leader is ε-best with probability at least ``1 - alpha``.
+      done: :meth:`IdentificationCampaign.ask` has nothing more to request.
+      reason: why it is done (``"budget"``, ``"confident"``, ``"exhausted"``,
+        ``"policy"``) or ``""``.
+    """
+
+    models: np.ndarray
+    estimate: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    bounds: dict
+    pulls: np.ndarray
+    calls: int
+    budget: int
+    recommended: str
+    confident: bool
+    done: bool
+    reason: str
+
+    def table(self) -> str:
+        """A plain-text table, best estimate first."""
+        order = np.argsort(-self.estimate, kind="stable")
+        w = max(5, *(len(str(m)) for m in self.models))
+        lines = [
+            f"{'model':<{w}}  estimate  interval            scored",
+        ]
+        for i in order:
+            mark = " *" if self.models[i] == self.recommended else ""
+            lines.append(
+                f"{str(self.models[i]):<{w}}  {self.estimate[i]:8.4f}  "
+                f"[{self.lower[i]:.4f}, {self.upper[i]:.4f}]  {int(self.pulls[i]):6d}{mark}"
+            )
+        state = f"done ({self.reason})" if self.done else "running"
+        lines.append(
+            f"{self.calls} of {self.budget} calls; {state}; "
+            f"{'confident' if self.confident else 'not yet confident'} that "
+            f"{self.recommended} is best"
+        )
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+# The kernel's step and the batch it would draw, jitted once per configuration. The
+# configuration is static (hashable); everything else is an operand.
+_step = jax.jit(idn._step, static_argnums=4)
+
+
+def _peek_impl(state, order_key, table, config: idn.Config, params, cap):
+    """The arm, items and validity of the batch :func:`idn._step_whole` would draw."""
+    arm, limit, active, _ = idn._choose(state, config, params, cap)
+    b, n = config.batch_size, config.num_items
+    if table is not None:
+        items, valid, _ = _sampling.take_from_table(
+            table, order_key, state.sampler, arm, b, limit, config.sync
+        )
+    else:
+        keys, seen = _sampling.arm_view(order_key, state.sampler, arm, n, config.sync)
+        items, valid, _ = _sampling.take_batch(keys, seen, state.sampler, arm, b, limit)
+    return arm, items, valid & active, active
+
+
+_peek = jax.jit(_peek_impl, static_argnums=3)
+
+
+def _confident(state, config: idn.Config, params) -> tuple[Any, Any, Any]:
+    rec = idn._record(state, config)
+    q = config.cs_kinds.index(config.stop_kind)
+    lead = jnp.argmax(state.estimate)
+    lo = rec.lower[q, lead]
+    others = jnp.where(jnp.arange(config.num_arms) == lead, -jnp.inf, rec.upper[q])
+    return rec, lo > jnp.max(others) - params.eps
+
+
+_confident_jit = jax.jit(_confident, static_argnums=1)
+
+
+class IdentificationCampaign:
+    """Find the best of ``K`` models with real LLM calls: ask, evaluate, tell.
+
+    The loop of :func:`~jaxeval.simulate_identification`, one step at a time, for an
+    evaluation whose scores do not exist yet. ``history`` holds models already scored
+    on the benchmark (complete or not); PULSE fits its low-rank factorization on them
+    and uses it to predict the candidates' unseen items, while the doubly robust
+    estimator keeps every estimate unbiased and every interval valid whatever the
+    quality of those predictions.
+
+    Args:
+      candidates: the ``K >= 2`` model names to compare (distinct; none of them in
+        ``history``).
+      history: a :class:`~jaxeval.ScoreMatrix` of other models on the benchmark's
+        items (required by the prediction policies unless ``factors`` is given).
+      items: the benchmark's item names when there is no ``history`` (default: the
+        history's items; when both are given they must be equal).
+      policy: ``"pulse_ucb"`` (the default: PULSE's estimate + ``sqrt(a / N)``),
+        ``"pulse"``, ``"ucbe"``, ``"naive"``, ``"uniform"`` or ``"sysrs"``.
+      budget: the most LLM calls to spend (default ``K * n``; SySRs plans its phases
+        for it).
+      batch_size: items per request (a request's items can be evaluated in parallel).
+      alpha: family-wise error level of the intervals (each model gets ``alpha / K``).
+      seed: the item orders' seed (an int or a PRNG key). The same seed, candidates
+        and answers give the same requests.
+      stop_when_confident: stop requesting once the leader is ε-best with confidence
+        ``1 - alpha`` (:attr:`CampaignStatus.confident`).
+      eps: ε of that rule (0: the leader's lower bound must clear every other upper).
+      a, scale, rank, rho, lam0, shrink, num_newton, refit, cs_kinds, stop_kind,
+        synchronized, fit_steps: as in :func:`~jaxeval.simulate_identification` (same
+        defaults).
+      factors: a fitted :class:`~jaxeval.LowRankLogistic` to use instead of fitting
+        one on ``history``.
+
+    Example:
+      >>> import jaxeval
+      >>> sm = jaxeval.load("oll2_musr").drop_duplicates()
+      >>> history, pool = sm.split([len(sm.models) // 2], seed=0)
+      >>> cands = pool.models[:3].tolist()
+      >>> camp = jaxeval.IdentificationCampaign(cands, history, batch_size=8,
+      ...                                       budget=300, fit_steps=100)
+      >>> while (req := camp.ask()) is not None:
+      ...     scores = pool.take(models=[req.model], items=req.items).scores[0]
+      ...     camp.tell(req, scores)   # in a real campaign: your LLM's scores
+      >>> st = camp.status()
+      >>> st.calls <= 300, bool(st.lower[0] <= st.estimate[0] <= st.upper[0])
+      (True, True)
+    """
+
+    def __init__(
+        self,
+        candidates: Sequence[str],
+        history: ScoreMatrix | None = None,
+        *,
+        items: Sequence[str] | None = None,
+        policy: str = "pulse_ucb",
+        budget: int | None = None,
+        batch_size: int = 1,
+        alpha: float = 0.05,
+        seed: Any = 0,
+        stop_when_confident: bool = True,
+        eps: float = 0.0,
+        a: float = 1.0,
+        scale: float = 1.0,
+        rank: int = 8,
+        rho: float | None = None,
+        lam0: float = 1.0,
+        shrink: float = 10.0,
+        num_newton: int = 1,
+        refit: bool = True,
+        cs_kinds: Sequence[str] = ("eb", "hoeffding"),
+        stop_kind: str = "eb",
+        synchronized: bool | None = None,
+        factors: Any = None,
+        fit_steps: int = 500,
+    ) -> None:
+        if policy not in _policies.POLICIES:
+            raise ValueError(f"policy: expected one of {_policies.POLICIES}, got {policy!r}")
+        if isinstance(candidates, (str, bytes)):
+            raise TypeError("candidates: expected a sequence of model names, got one string")
+        cands = np.asarray([str(c) for c in candidates])
+        if cands.ndim != 1 or cands.size < 2:
+            raise ValueError(f"candidates: expected at least 2 model names, got {cands.size}")
+        dup = sorted({c for c in cands.tolist() if (cands == c).sum() > 1})
+        if dup:
+            raise ValueError(f"candidates: repeated model name(s) {dup[:5]}")
+        if history is not None and not isinstance(history, ScoreMatrix):
+            raise TypeError(
+                f"history: expected a ScoreMatrix (jaxeval.load or jaxeval.ScoreMatrix), "
+                f"got {type(history).__name__}"
+            )
+        if history is not None:
+            known = sorted(set(cands.tolist()) & {str(m) for m in history.models})
+            if known:
+                raise ValueError(
+                    f"candidates: {known[:5]} already have scores in history; drop them "
+                    "from history (history.take(models=...)) or from candidates"
+                )
+        if items is None:
+            if history is None:
+                raise ValueError("items: give the benchmark's item names or a history")
+            item_names = np.asarray(history.items).astype(str)
+        else:
+            if isinstance(items, (str, bytes)):
+                raise TypeError("items: expected a sequence of item names, got one string")
+            item_names = np.asarray([str(x) for x in items])
+            if history is not None and not np.array_equal(
+                item_names, np.asarray(history.items).astype(str)
+            ):
+                raise ValueError("items: differ from history.items (names or order)")
+            if np.unique(item_names).size != item_names.size:
+                raise ValueError("items: repeated item names")
+        K, n = int(cands.size), int(item_names.size)
+        if n < 2:
+            raise ValueError(f"items: expected at least 2 items, got {n}")
+        alpha = _check_unit("alpha", alpha)
+        budget = K * n if budget is None else _check_int("budget", budget, 1, K * n)
+        for name, v, lo, hi in (("a", a, 0.0, 1e6), ("scale", scale, 0.0, 1e6),
+                                ("shrink", shrink, 0.0, 1e6), ("lam0", lam0, 0.0, 1.0),
+                                ("eps", eps, 0.0, 1.0)):
+            _check_real(name, v, lo, hi)
+        if rho is not None:
+            _check_real("rho", rho, 0.0, 1e6)
+        num_newton = _check_int("num_newton", num_newton, 0, 10_000)
+        fit_steps = _check_int("fit_steps", fit_steps, 1)
+        key = as_key(seed)
+        needs_pred = policy in _policies.PREDICTION_POLICIES
+        # every kernel setting checked before the (slow) factorization fit
+        item_block = max(n, idn.ITEM_BLOCK)  # whole rows: one campaign, no streaming
+        cs_kinds = tuple(cs_kinds)
+        _config(policy, K, n, batch_size, (budget,), None, "budget", cs_kinds, stop_kind,
+                None, refit, num_newton, synchronized, None, "real", 1, "none", item_block)
+
+        fit_rho = 1.0
+        if needs_pred:
+            if factors is None:
+                if history is None:
+                    raise ValueError(
+                        f"history: policy {policy!r} predicts unseen items from models "
+                        "already scored; give history (or factors), or use 'ucbe' / 'sysrs'"
+                    )
+                from jaxeval._factorization_api import fit_factorization
+
+                factors = fit_factorization(history, rank=rank, rho=1.0, seed=seed,
+                                            num_steps=fit_steps)
+            if isinstance(factors, ItemFactors):
+                V, c, u_mean = (np.asarray(x, np.float32) for x in factors)
+            else:
+                V, c, u_mean = (np.asarray(getattr(factors, f), np.float32)
+                                for f in ("V", "c", "u_mean"))
+                fit_rho = float(getattr(factors, "online_rho", 1.0))
+            if V.ndim != 2 or V.shape[0] != n or c.shape != (n,) or u_mean.shape != V.shape[1:]:
+                raise ValueError(
+                    f"factors: item factors of shape {V.shape} do not match the {n} items"
+                )
+        else:
+            V = np.zeros((n, 1), np.float32)
+            c = np.zeros((n,), np.float32)
+            u_mean = np.zeros((1,), np.float32)
+        rho = fit_rho if rho is None else float(rho)
+
+        self.candidates = cands
+        self.items = item_names
+        self.settings = dict(
+            policy=policy, budget=int(budget), batch_size=int(batch_size), alpha=alpha,
+            stop_when_confident=bool(stop_when_confident), eps=float(eps), a=float(a),
+            scale=float(scale), rho=rho, lam0=float(lam0), shrink=float(shrink),
+            num_newton=num_newton, refit=bool(refit), cs_kinds=list(cs_kinds),
+            stop_kind=stop_kind, synchronized=synchronized,
+        )
+        self._key_data = np.asarray(jax.random.key_data(key))
+        self._factors = (V, c, u_mean)
+        self._build()
+
+    # ------------------------------------------------------------------ internals
+    def _build(self) -> None:
+        s = self.settings
+        K, n = self.candidates.size, self.items.size
+        V, c, u_mean = self._factors
+        r = int(V.shape[1])
+        self._config = _config(
+            s["policy"], K, n, s["batch_size"], (s["budget"],), None, "budget",
+            tuple(s["cs_kinds"]), s["stop_kind"], None, s["refit"], s["num_newton"],
+            s["synchronized"], None, "real", r, "none", max(n, idn.ITEM_BLOCK),
+        )
+        self._params = idn.Params.make(
+            alpha=s["alpha"], a=s["a"], scale=s["scale"], rho=s["rho"], lam0=s["lam0"],
+            shrink=s["shrink"], eps=s["eps"],
+        )
+        rep_key = jax.random.fold_in(jax.random.wrap_key_data(jnp.asarray(self._key_data)), 0)
+        self._order_key = jax.random.fold_in(rep_key, idn._PURPOSE_ORDER)
+        self._truth = idn._Truth(
+            rows=jnp.arange(K, dtype=jnp.int32),
+            key=jax.random.fold_in(rep_key, idn._PURPOSE_TRUTH),
+            pred_key=jax.random.fold_in(rep_key, idn._PURPOSE_PRED),
+        )
+        self._scores = np.zeros((K, n), np.float32)  # answered cells; 0 elsewhere
+        self._answered = np.zeros((K, n), bool)
+        factors = ItemFactors(jnp.asarray(V), jnp.asarray(c), jnp.asarray(u_mean))
+        self._data = idn.ProblemData(
+            pool=jnp.asarray(self._scores),
+            instances=jnp.arange(K, dtype=jnp.int32)[None],
+            item_factors=factors,
+        )
+        cfg = self._config
+        self._table = (
+            jax.jit(_sampling.order_table, static_argnums=(1, 2, 3, 4))(
+                self._order_key, K, n, cfg.sync, cfg.predictions)
+            if cfg.tabled else None
+        )
+        self._state = jax.jit(idn._init_state, static_argnums=2)(
+            self._truth, self._data, cfg, self._params
+        )
+        self._cap = jnp.int32(s["budget"])
+        self._log: list[tuple[int, np.ndarray, np.ndarray]] = []
+        self._pending: CampaignRequest | None = None
+        self._done_reason = ""
+
+    def _advance(self) -> None:
+        """Apply one kernel step with the scores answered so far."""
+        self._data = self._data._replace(pool=jnp.asarray(self._scores))
+        self._state = _step(self._state, self._order_key, self._truth, self._data,
+                            self._config, self._params, self._cap, self._table)
+
+    # ------------------------------------------------------------------- public
+    @property
+    def calls(self) -> int:
+        """LLM calls answered so far."""
+        return int(self._state.calls)
+
+    def ask(self) -> CampaignRequest | None:
+        """The next request, or ``None`` when the campaign is done.
+
+        Asking again before :meth:`tell` returns the same request. Done means: the
+        budget is spent, every model is fully evaluated, the policy has nothing left to
+        pull (SySRs' schedule), or (with ``stop_when_confident``) the leader is
+        separated; :meth:`status` says which.
+        """
+        if self._pending is not None:
+            return self._pending
+        cfg = self._config
+        for _ in range(cfg.num_steps + 1):
+            if self.calls >= self.settings["budget"]:
+                self._done_reason = "budget"
+                return None
+            if bool(np.all(np.asarray(self._state.sampler.count) >= cfg.num_items)):
+                self._done_reason = "exhausted"
+                return None
+            if self.settings["stop_when_confident"] and self.status().confident:
+                self._done_reason = "confident"
+                return None
+            arm, index, valid, active = _peek(self._state, self._order_key, self._table,
+                                              cfg, self._params, self._cap)
+            if bool(active) and bool(np.any(valid)):
+                arm = int(arm)
+                index = np.asarray(index)[np.asarray(valid)].astype(np.int64)
+                self._pending = CampaignRequest(
+                    model=str(self.candidates[arm]), arm=arm, items=self.items[index],
+                    index=index, step=len(self._log),
+                )
+                return self._pending
+            # an empty pull still advances the policy (SySRs' rejections): step on
+            before = jax.tree.map(np.asarray, self._state.pstate)
+            self._advance()
+            after = jax.tree.map(np.asarray, self._state.pstate)
+            if all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(before),
+                                                         jax.tree.leaves(after))):
+                break
+        self._done_reason = "policy"
+        return None
+
+    def tell(self, request: CampaignRequest, scores: Any) -> None:
+        """The scores of a request's items, in its order (floats in [0, 1]).
+
+        Raises:
+          ValueError: ``request`` is not the pending request (ask first; answer each
+            request once), or ``scores`` has the wrong length, NaN or values outside
+            ``[0, 1]``; nothing is changed then.
+        """
+        if self._pending is None:
+            raise ValueError("request: no pending request; call ask() first")
+        if not isinstance(request, CampaignRequest) or request.step != self._pending.step or (
+            request.arm != self._pending.arm
+            or not np.array_equal(request.index, self._pending.index)
+        ):
+            raise ValueError(
+                "request: not the pending request (answer the request the last ask() "
+                "returned, once)"
+            )
+        try:
+            x = np.asarray(scores, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"scores: expected {request.index.size} numbers, got {type(scores).__name__}"
+            ) from None
+        x = x.reshape(-1) if x.ndim == 0 or x.size == request.index.size else x
+        if x.shape != (request.index.size,):
+            raise ValueError(
+                f"scores: expected {request.index.size} scores (one per requested item), "
+                f"got shape {np.shape(scores)}"
+            )
+        if not np.all(np.isfinite(x)):
+            raise ValueError(f"scores: {int((~np.isfinite(x)).sum())} NaN or infinite value(s)")
+        if np.any((x < 0) | (x > 1)):
+            raise ValueError(
+                f"scores: must lie in [0, 1], got [{x.min():g}, {x.max():g}]"
+            )
+        arm, index = request.arm, request.index
+        count0 = np.asarray(self._state.sampler.count)
+        self._scores[arm, index] = x.astype(np.float32)
+        self._answered[arm, index] = True
+        self._advance()
+        count1 = np.asarray(self._state.sampler.count)
+        expected = count0.copy()
+        expected[arm] += index.size
+        if not np.array_equal(count1, expected):  # pragma: no cover - kernel invariant
+            raise RuntimeError("campaign: the kernel step drew other items than requested")
+        self._log.append((arm, index.copy(), x.astype(np.float32)))
+        self._pending = None
+
+    def status(self) -> CampaignStatus:
+        """Estimates, anytime-valid intervals, the leader and whether it is separated."""
+        rec, conf = _confident_jit(self._state, self._config, self._params)
+        cfg = self._config
+        q = cfg.cs_kinds.index(cfg.stop_kind)
+        lower, upper = np.asarray(rec.lower), np.asarray(rec.upper)
+        done = bool(self._done_reason) and self._pending is None
+        return CampaignStatus(
+            models=self.candidates.copy(),
+            estimate=np.asarray(rec.estimate, np.float64),
+            lower=lower[q].astype(np.float64),
+            upper=upper[q].astype(np.float64),
+            bounds={k: (lower[i].astype(np.float64), upper[i].astype(np.float64))
+                    for i, k in enumerate(cfg.cs_kinds)},
+            pulls=np.asarray(rec.pulls, np.int64),
+            calls=int(rec.calls),
+            budget=int(self.settings["budget"]),
+            recommended=str(self.candidates[int(rec.recommended)]),
+            confident=bool(conf),
+            done=done,
+            reason=self._done_reason if done else "",
+        )
+
+    def scores(self) -> ScoreMatrix:
+        """The answered cells as a ``[K, n]`` :class:`~jaxeval.ScoreMatrix` (mask = answered)."""
+        return ScoreMatrix(self._scores.copy(), mask=self._answered.copy(),
+                           models=self.candidates, items=self.items, source="campaign")
+
+    # --------------------------------------------------------------- persistence
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the campaign (settings, item factors, every answer) to ``path`` (.npz).
+
+        Written to a temporary file first and renamed, so an interrupted save never
+        leaves a broken file in place of the previous one.
+        """
+        path = Path(path)
+        if path.suffix != ".npz":
+            path = path.with_suffix(path.suffix + ".npz")
+        meta = dict(format=_FORMAT, settings=self.settings,
+                    candidates=self.candidates.tolist(), items=self.items.tolist())
+        arms = np.asarray([a for a, _, _ in self._log], np.int64)
+        lens = np.asarray([len(i) for _, i, _ in self._log], np.int64)
+        idx = np.concatenate([i for _, i, _ in self._log]) if self._log else np.zeros(0, np.int64)
+        val = (np.concatenate([s for _, _, s in self._log]) if self._log
+               else np.zeros(0, np.float32))
+        V, c, u_mean = self._factors
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            np.savez(f, meta=np.asarray(json.dumps(meta)), key=self._key_data, V=V, c=c,
+                     u_mean=u_mean, arms=arms, lens=lens, index=idx.astype(np.int64),
+                     scores=val.astype(np.float32))
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> IdentificationCampaign:
+        """A saved campaign, its answers replayed: it continues where it stopped."""
+        path = Path(path)
+        if not path.exists() and path.with_suffix(path.suffix + ".npz").exists():
+            path = path.with_suffix(path.suffix + ".npz")
+        if not path.exists():
+            raise FileNotFoundError(f"no saved campaign at {path}")
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                meta = json.loads(str(z["meta"]))
+                arrays = {k: np.asarray(z[k]) for k in
+                          ("key", "V", "c", "u_mean", "arms", "lens", "index", "scores")}
+        except (OSError, ValueError, KeyError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path}: not a saved jaxeval campaign ({e})") from None
+        if meta.get("format") != _FORMAT:
+            raise ValueError(f"{path}: format {meta.get('format')!r}, expected {_FORMAT!r}")
+        self = cls.__new__(cls)
+        self.candidates = np.asarray(meta["candidates"])
+        self.items = np.asarray(meta["items"])
+        self.settings = meta["settings"]
+        self._key_data = arrays["key"].astype(np.uint32)
+        self._factors = (arrays["V"], arrays["c"], arrays["u_mean"])
+        self._build()
+        starts = np.concatenate([[0], np.cumsum(arrays["lens"])])
+        for j, arm in enumerate(arrays["arms"]):
+            req = self.ask()
+            sl = slice(starts[j], starts[j + 1])
+            if req is None or req.arm != int(arm) or not np.array_equal(
+                req.index, arrays["index"][sl]
+            ):
+                raise ValueError(
+                    f"{path}: answer {j} does not replay (a different jaxeval version or a "
+                    "corrupt file)"
+                )
+            self.tell(req, arrays["scores"][sl])
+        return self
+
+    def __repr__(self) -> str:
+        s = self.settings
+        return (
+            f"IdentificationCampaign(K={self.candidates.size}, n={self.items.size}, "
+            f"policy={s['policy']!r}, calls={self.calls}/{s['budget']}, "
+            f"batch_size={s['batch_size']})"
+        )

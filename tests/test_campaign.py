@@ -1,0 +1,169 @@
+"""IdentificationCampaign: the simulation's kernel, one real request at a time."""
+
+import jax
+import numpy as np
+import pytest
+
+import jaxeval
+from jaxeval import _identification as idn
+from jaxeval._campaign import CampaignRequest, IdentificationCampaign
+from jaxeval._factorization import ItemFactors
+
+
+@pytest.fixture(scope="module")
+def problem():
+    """A real matrix cut to 90 items: history models, 4 candidates, fitted factors."""
+    sm = jaxeval.load("oll2_musr").drop_duplicates()
+    sm = sm.take(items=np.arange(90))
+    hist, pool = sm.split([sm.n_models // 2], seed=0)
+    lr = jaxeval.fit_factorization(hist, rank=4, rho=1.0, seed=0, num_steps=100)
+    cands = pool.take(models=np.arange(4))
+    return hist, cands, lr
+
+
+def _oracle(camp, cands, stop_after=None):
+    steps = 0
+    while (req := camp.ask()) is not None:
+        camp.tell(req, cands.take(models=[req.model], items=req.items).scores[0])
+        steps += 1
+        if stop_after is not None and steps == stop_after:
+            break
+    return steps
+
+
+@pytest.mark.parametrize("policy, b", [("ucbe", 1), ("pulse_ucb", 4), ("sysrs", 3)])
+def test_oracle_campaign_is_the_simulation_replicate(problem, policy, b):
+    """Answered from a known matrix, a campaign is replicate 0 of the kernel, exactly."""
+    hist, cands, lr = problem
+    K, n = cands.shape
+    budget = int(0.35 * K * n)
+    camp = IdentificationCampaign(cands.models, hist, policy=policy, batch_size=b,
+                                  budget=budget, seed=7, factors=lr,
+                                  stop_when_confident=False)
+    steps = _oracle(camp, cands)
+    st = camp.status()
+    assert st.done and st.reason == "budget" and st.calls == budget
+    assert steps == len(camp._log) and st.pulls.sum() == budget
+
+    cfg = idn.Config(policy, num_arms=K, num_items=n, budgets=(budget,), batch_size=b)
+    data = idn.ProblemData(
+        pool=np.asarray(cands.scores, np.float32),
+        instances=np.arange(K, dtype=np.int32)[None],
+        item_factors=ItemFactors(lr.V, lr.c, lr.u_mean),
+    )
+    params = idn.Params.make(rho=lr.online_rho)
+    key = jax.random.fold_in(jax.random.key(7), 0)
+    out = jax.jit(idn.run_identification, static_argnums=3)(key, data, params, cfg)
+    rec = jax.tree.map(lambda x: np.asarray(x)[-1], out.checkpoints)
+    np.testing.assert_array_equal(st.pulls, rec.pulls)
+    assert st.calls == int(rec.calls)
+    assert st.recommended == cands.models[int(rec.recommended)]
+    np.testing.assert_allclose(st.estimate, rec.estimate, atol=1e-5)
+    np.testing.assert_allclose(st.lower, rec.lower[0], atol=1e-5)
+    np.testing.assert_allclose(st.upper, rec.upper[0], atol=1e-5)
+    np.testing.assert_allclose(st.bounds["hoeffding"][1], rec.upper[1], atol=1e-5)
+    # the answered cells are exactly the scores told
+    told = camp.scores()
+    assert int(told.mask.sum()) == budget
+    np.testing.assert_array_equal(told.scores[told.mask], cands.scores[told.mask])
+
+
+def test_stops_when_the_leader_is_separated():
+    # one clearly better model among four: the campaign stops before its budget
+    rng = np.random.default_rng(0)
+    n = 200
+    acc = np.array([0.85, 0.4, 0.35, 0.3])
+    s = (rng.random((4, n)) < acc[:, None]).astype(np.float32)
+    camp = IdentificationCampaign(["best", "b", "c", "d"], items=[f"q{j}" for j in range(n)],
+                                  policy="ucbe", batch_size=5, seed=1)
+    _oracle(camp, jaxeval.ScoreMatrix(s, models=["best", "b", "c", "d"],
+                                      items=[f"q{j}" for j in range(n)]))
+    st = camp.status()
+    assert st.done and st.reason == "confident" and st.confident
+    assert st.recommended == "best" and st.calls < 0.7 * 4 * n
+    assert st.lower[0] > st.upper[1:].max()
+    assert "confident that best is best" in st.table()
+
+
+def test_save_load_continues_exactly(problem, tmp_path):
+    hist, cands, lr = problem
+    kw = dict(policy="pulse_ucb", batch_size=2, budget=120, seed=3, factors=lr,
+              stop_when_confident=False)
+    full = IdentificationCampaign(cands.models, hist, **kw)
+    _oracle(full, cands)
+    part = IdentificationCampaign(cands.models, hist, **kw)
+    _oracle(part, cands, stop_after=17)
+    pending = part.ask()  # a request asked but not answered is not saved
+    path = part.save(tmp_path / "camp")
+    assert path.name == "camp.npz"
+    back = IdentificationCampaign.load(tmp_path / "camp")
+    assert back.calls == part.calls == 34
+    again = back.ask()
+    assert again.arm == pending.arm and np.array_equal(again.index, pending.index)
+    _oracle(back, cands)
+    a, b = full.status(), back.status()
+    np.testing.assert_array_equal(a.pulls, b.pulls)
+    np.testing.assert_array_equal(a.estimate, b.estimate)
+    np.testing.assert_array_equal(a.upper, b.upper)
+    # corrupt and foreign files are named
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="not a saved jaxeval campaign"):
+        IdentificationCampaign.load(tmp_path / "bad.npz")
+    with pytest.raises(FileNotFoundError, match="no saved campaign"):
+        IdentificationCampaign.load(tmp_path / "nope.npz")
+
+
+def test_requests_and_answers_are_checked(problem):
+    hist, cands, lr = problem
+    camp = IdentificationCampaign(cands.models, hist, policy="pulse_ucb", batch_size=3,
+                                  seed=0, factors=lr)
+    with pytest.raises(ValueError, match="no pending request"):
+        camp.tell(CampaignRequest("x", 0, np.array([]), np.array([], int), 0), [])
+    req = camp.ask()
+    assert camp.ask() is req  # asking again returns the same request
+    assert req.items.shape == (3,) and req.model in cands.models
+    with pytest.raises(ValueError, match="expected 3 scores"):
+        camp.tell(req, [1, 0])
+    with pytest.raises(ValueError, match="NaN"):
+        camp.tell(req, [1, np.nan, 0])
+    with pytest.raises(ValueError, match=r"must lie in \[0, 1\]"):
+        camp.tell(req, [1, 2, 0])
+    other = CampaignRequest(req.model, req.arm, req.items, req.index[::-1], req.step)
+    with pytest.raises(ValueError, match="not the pending request"):
+        camp.tell(other, [1, 0, 0])
+    assert camp.calls == 0  # nothing changed by the refused answers
+    camp.tell(req, [1, 0, 1])
+    assert camp.calls == 3
+    with pytest.raises(ValueError, match="no pending request"):
+        camp.tell(req, [1, 0, 1])  # answered once only
+
+
+def test_bad_settings_are_named(problem):
+    hist, cands, lr = problem
+    names = cands.models.tolist()
+    with pytest.raises(ValueError, match="repeated model"):
+        IdentificationCampaign([names[0], names[0], names[1]], hist, factors=lr)
+    with pytest.raises(TypeError, match="one string"):
+        IdentificationCampaign("gpt", hist, factors=lr)
+    with pytest.raises(ValueError, match="at least 2 model names"):
+        IdentificationCampaign(names[:1], hist, factors=lr)
+    with pytest.raises(ValueError, match="already have scores in history"):
+        IdentificationCampaign([hist.models[0], names[0]], hist, factors=lr)
+    with pytest.raises(ValueError, match=r"budget must be in \[1, 360\]"):
+        IdentificationCampaign(names, hist, budget=361, factors=lr)
+    with pytest.raises(ValueError, match="batch_size"):
+        IdentificationCampaign(names, hist, batch_size=0, factors=lr)
+    with pytest.raises(ValueError, match="history: policy 'pulse_ucb' predicts"):
+        IdentificationCampaign(names, items=hist.items)
+    with pytest.raises(ValueError, match="items: give"):
+        IdentificationCampaign(names, policy="ucbe")
+    with pytest.raises(ValueError, match="items: differ"):
+        IdentificationCampaign(names, hist, items=hist.items[::-1], factors=lr)
+    with pytest.raises(ValueError, match="alpha"):
+        IdentificationCampaign(names, hist, alpha=1.5, factors=lr)
+    with pytest.raises(ValueError, match="policy"):
+        IdentificationCampaign(names, hist, policy="thompson")
+    with pytest.raises(TypeError, match="history: expected a ScoreMatrix"):
+        IdentificationCampaign(names, hist.scores)
+    with pytest.raises(ValueError, match="factors: item factors of shape"):
+        IdentificationCampaign(names, hist, factors=ItemFactors(lr.V[:5], lr.c[:5], lr.u_mean))
