@@ -28,7 +28,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Sequence
+import warnings
+import zipfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -154,7 +156,7 @@ _peek = jax.jit(_peek_impl, static_argnums=3)
 def _confident(state, config: idn.Config, params) -> tuple[Any, Any, Any]:
     rec = idn._record(state, config)
     q = config.cs_kinds.index(config.stop_kind)
-    lead = jnp.argmax(state.estimate)
+    lead = rec.recommended  # the highest estimate among the models the policy keeps
     lo = rec.lower[q, lead]
     others = jnp.where(jnp.arange(config.num_arms) == lead, -jnp.inf, rec.upper[q])
     return rec, lo > jnp.max(others) - params.eps
@@ -288,6 +290,12 @@ class IdentificationCampaign:
             _check_real("rho", rho, 0.0, 1e6)
         num_newton = _check_int("num_newton", num_newton, 0, 10_000)
         fit_steps = _check_int("fit_steps", fit_steps, 1)
+        rank = _check_int("rank", rank, 1, n)
+        for name, v in (("synchronized", synchronized), ("refit", refit),
+                        ("stop_when_confident", stop_when_confident)):
+            if not (isinstance(v, (bool, np.bool_)) or (v is None and name == "synchronized")):
+                raise TypeError(f"{name}: expected True or False, got {v!r}")
+        synchronized = None if synchronized is None else bool(synchronized)
         key = as_key(seed)
         needs_pred = policy in _policies.PREDICTION_POLICIES
         # every kernel setting checked before the (slow) factorization fit
@@ -363,7 +371,7 @@ class IdentificationCampaign:
         self._answered = np.zeros((K, n), bool)
         factors = ItemFactors(jnp.asarray(V), jnp.asarray(c), jnp.asarray(u_mean))
         self._data = idn.ProblemData(
-            pool=jnp.asarray(self._scores),
+            pool=jnp.zeros((K, n), jnp.float32),
             instances=jnp.arange(K, dtype=jnp.int32)[None],
             item_factors=factors,
         )
@@ -378,14 +386,25 @@ class IdentificationCampaign:
         )
         self._cap = jnp.int32(s["budget"])
         self._log: list[tuple[int, np.ndarray, np.ndarray]] = []
-        self._pending: CampaignRequest | None = None
-        self._done_reason = ""
+        self._pending: tuple[int, np.ndarray, int] | None = None
+        self._policy_done = False
 
-    def _advance(self) -> None:
-        """Apply one kernel step with the scores answered so far."""
-        self._data = self._data._replace(pool=jnp.asarray(self._scores))
-        self._state = _step(self._state, self._order_key, self._truth, self._data,
-                            self._config, self._params, self._cap, self._table)
+    def _stepped(self, data: idn.ProblemData):
+        """The state after one kernel step on ``data`` (nothing is committed)."""
+        return _step(self._state, self._order_key, self._truth, data, self._config,
+                     self._params, self._cap, self._table)
+
+    def _finished(self) -> str:
+        """Why nothing more can be asked now (``""``: something can)."""
+        if bool(np.all(np.asarray(self._state.sampler.count) >= self._config.num_items)):
+            return "exhausted"
+        if self.calls >= self.settings["budget"]:
+            return "budget"
+        if self.settings["stop_when_confident"] and bool(
+            _confident_jit(self._state, self._config, self._params)[1]
+        ):
+            return "confident"
+        return "policy" if self._policy_done else ""
 
     # ------------------------------------------------------------------- public
     @property
@@ -402,94 +421,119 @@ class IdentificationCampaign:
         separated; :meth:`status` says which.
         """
         if self._pending is not None:
-            return self._pending
+            return self._request(self._pending)
         cfg = self._config
         for _ in range(cfg.num_steps + 1):
-            if self.calls >= self.settings["budget"]:
-                self._done_reason = "budget"
-                return None
-            if bool(np.all(np.asarray(self._state.sampler.count) >= cfg.num_items)):
-                self._done_reason = "exhausted"
-                return None
-            if self.settings["stop_when_confident"] and self.status().confident:
-                self._done_reason = "confident"
+            if self._finished():
                 return None
             arm, index, valid, active = _peek(self._state, self._order_key, self._table,
                                               cfg, self._params, self._cap)
             if bool(active) and bool(np.any(valid)):
                 arm = int(arm)
                 index = np.asarray(index)[np.asarray(valid)].astype(np.int64)
-                self._pending = CampaignRequest(
-                    model=str(self.candidates[arm]), arm=arm, items=self.items[index],
-                    index=index, step=len(self._log),
-                )
-                return self._pending
+                index.flags.writeable = False
+                self._pending = (arm, index, len(self._log))
+                return self._request(self._pending)
             # an empty pull still advances the policy (SySRs' rejections): step on
             before = jax.tree.map(np.asarray, self._state.pstate)
-            self._advance()
+            self._state = self._stepped(self._data)
             after = jax.tree.map(np.asarray, self._state.pstate)
             if all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(before),
                                                          jax.tree.leaves(after))):
                 break
-        self._done_reason = "policy"
+        self._policy_done = True
         return None
 
+    def _request(self, pending) -> CampaignRequest:
+        """A fresh request object for the pending (arm, index, step): the user may
+        change theirs without changing what the campaign expects."""
+        arm, index, step = pending
+        items = self.items[index]
+        items.flags.writeable = False
+        return CampaignRequest(model=str(self.candidates[arm]), arm=arm, items=items,
+                               index=index.copy(), step=step)
+
     def tell(self, request: CampaignRequest, scores: Any) -> None:
-        """The scores of a request's items, in its order (floats in [0, 1]).
+        """Answer the pending request: its items' scores (floats in [0, 1]).
+
+        Args:
+          request: the request the last :meth:`ask` returned.
+          scores: one score per requested item, in the request's order, or a mapping
+            ``{item name: score}`` covering exactly the request's items. Every item
+            needs its score (the estimator's terms are defined on the drawn items):
+            retry a failed LLM call, or score it as your benchmark scores a failure.
 
         Raises:
-          ValueError: ``request`` is not the pending request (ask first; answer each
-            request once), or ``scores`` has the wrong length, NaN or values outside
-            ``[0, 1]``; nothing is changed then.
+          ValueError / TypeError: ``request`` is not the pending request (ask first;
+            answer each request once), or ``scores`` has the wrong length or items,
+            NaN or values outside ``[0, 1]``. Nothing is changed then.
         """
         if self._pending is None:
             raise ValueError("request: no pending request; call ask() first")
-        if not isinstance(request, CampaignRequest) or request.step != self._pending.step or (
-            request.arm != self._pending.arm
-            or not np.array_equal(request.index, self._pending.index)
+        arm, index, step = self._pending
+        if not isinstance(request, CampaignRequest) or request.step != step or (
+            request.arm != arm or not np.array_equal(np.asarray(request.index), index)
         ):
             raise ValueError(
                 "request: not the pending request (answer the request the last ask() "
                 "returned, once)"
             )
+        if isinstance(scores, Mapping):
+            names = self.items[index].tolist()
+            got = {str(k) for k in scores}
+            if got != set(names):
+                missing, extra = sorted(set(names) - got), sorted(got - set(names))
+                raise ValueError(
+                    f"scores: the mapping must cover exactly the request's {len(names)} "
+                    f"items; missing {missing[:5]}, not requested {extra[:5]}"
+                )
+            scores = [scores[k] if k in scores else scores[str(k)] for k in names]
         try:
             x = np.asarray(scores, dtype=np.float64)
         except (TypeError, ValueError):
             raise TypeError(
-                f"scores: expected {request.index.size} numbers, got {type(scores).__name__}"
+                f"scores: expected {index.size} numbers, got {type(scores).__name__}"
             ) from None
-        x = x.reshape(-1) if x.ndim == 0 or x.size == request.index.size else x
-        if x.shape != (request.index.size,):
+        if x.shape != (index.size,):
             raise ValueError(
-                f"scores: expected {request.index.size} scores (one per requested item), "
-                f"got shape {np.shape(scores)}"
+                f"scores: expected {index.size} scores (one per requested item), "
+                f"got shape {x.shape}"
             )
         if not np.all(np.isfinite(x)):
             raise ValueError(f"scores: {int((~np.isfinite(x)).sum())} NaN or infinite value(s)")
         if np.any((x < 0) | (x > 1)):
-            raise ValueError(
-                f"scores: must lie in [0, 1], got [{x.min():g}, {x.max():g}]"
-            )
-        arm, index = request.arm, request.index
+            raise ValueError(f"scores: must lie in [0, 1], got [{x.min():g}, {x.max():g}]")
+        x = x.astype(np.float32)
+        data = self._data._replace(pool=self._data.pool.at[arm, index].set(x))
+        new = self._stepped(data)
+        # commit only if the step drew exactly the requested items: the same arm, as
+        # many items, the last one the request's last (each arm's order is fixed)
         count0 = np.asarray(self._state.sampler.count)
-        self._scores[arm, index] = x.astype(np.float32)
-        self._answered[arm, index] = True
-        self._advance()
-        count1 = np.asarray(self._state.sampler.count)
         expected = count0.copy()
         expected[arm] += index.size
-        if not np.array_equal(count1, expected):  # pragma: no cover - kernel invariant
-            raise RuntimeError("campaign: the kernel step drew other items than requested")
-        self._log.append((arm, index.copy(), x.astype(np.float32)))
+        if not (np.array_equal(np.asarray(new.sampler.count), expected)
+                and int(new.sampler.thr_idx[arm]) == int(index[-1])):
+            raise RuntimeError(  # pragma: no cover - the peek and the step agree in tests
+                "campaign: the kernel step chose other items than the request (a near-tie "
+                "of the policy index decided differently); nothing was changed"
+            )
+        self._data, self._state = data, new
+        self._scores[arm, index] = x
+        self._answered[arm, index] = True
+        self._log.append((arm, index.copy(), x))
         self._pending = None
 
     def status(self) -> CampaignStatus:
-        """Estimates, anytime-valid intervals, the leader and whether it is separated."""
+        """Estimates, anytime-valid intervals, the leader and whether it is separated.
+
+        ``done`` and ``reason`` are current: after the last answer that spends the
+        budget or separates the leader, ``status().done`` is already True.
+        """
         rec, conf = _confident_jit(self._state, self._config, self._params)
         cfg = self._config
         q = cfg.cs_kinds.index(cfg.stop_kind)
         lower, upper = np.asarray(rec.lower), np.asarray(rec.upper)
-        done = bool(self._done_reason) and self._pending is None
+        reason = "" if self._pending is not None else self._finished()
         return CampaignStatus(
             models=self.candidates.copy(),
             estimate=np.asarray(rec.estimate, np.float64),
@@ -502,8 +546,8 @@ class IdentificationCampaign:
             budget=int(self.settings["budget"]),
             recommended=str(self.candidates[int(rec.recommended)]),
             confident=bool(conf),
-            done=done,
-            reason=self._done_reason if done else "",
+            done=bool(reason),
+            reason=reason,
         )
 
     def scores(self) -> ScoreMatrix:
@@ -515,14 +559,16 @@ class IdentificationCampaign:
     def save(self, path: str | os.PathLike) -> Path:
         """Write the campaign (settings, item factors, every answer) to ``path`` (.npz).
 
-        Written to a temporary file first and renamed, so an interrupted save never
-        leaves a broken file in place of the previous one.
+        Written to a temporary file, flushed to disk and renamed over ``path``, so an
+        interrupted save never leaves a broken file in place of the previous one. A
+        request asked but not answered is not saved (:meth:`ask` gives it again).
         """
         path = Path(path)
         if path.suffix != ".npz":
             path = path.with_suffix(path.suffix + ".npz")
         meta = dict(format=_FORMAT, settings=self.settings,
-                    candidates=self.candidates.tolist(), items=self.items.tolist())
+                    candidates=self.candidates.tolist(), items=self.items.tolist(),
+                    jax_version=jax.__version__, platform=jax.default_backend())
         arms = np.asarray([a for a, _, _ in self._log], np.int64)
         lens = np.asarray([len(i) for _, i, _ in self._log], np.int64)
         idx = np.concatenate([i for _, i, _ in self._log]) if self._log else np.zeros(0, np.int64)
@@ -530,16 +576,31 @@ class IdentificationCampaign:
                else np.zeros(0, np.float32))
         V, c, u_mean = self._factors
         tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            np.savez(f, meta=np.asarray(json.dumps(meta)), key=self._key_data, V=V, c=c,
-                     u_mean=u_mean, arms=arms, lens=lens, index=idx.astype(np.int64),
-                     scores=val.astype(np.float32))
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                np.savez(f, meta=np.asarray(json.dumps(meta)), key=self._key_data, V=V, c=c,
+                         u_mean=u_mean, arms=arms, lens=lens, index=idx.astype(np.int64),
+                         scores=val.astype(np.float32))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        try:  # make the rename itself durable where the platform allows it
+            fd = os.open(path.parent, os.O_RDONLY)
+        except OSError:  # pragma: no cover - e.g. Windows
+            return path
+        try:
+            os.fsync(fd)
+        except OSError:  # pragma: no cover
+            pass
+        finally:
+            os.close(fd)
         return path
 
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> IdentificationCampaign:
-        """A saved campaign, its answers replayed: it continues where it stopped."""
+    @staticmethod
+    def _read(path: str | os.PathLike) -> tuple[Path, dict, dict]:
         path = Path(path)
         if not path.exists() and path.with_suffix(path.suffix + ".npz").exists():
             path = path.with_suffix(path.suffix + ".npz")
@@ -550,17 +611,57 @@ class IdentificationCampaign:
                 meta = json.loads(str(z["meta"]))
                 arrays = {k: np.asarray(z[k]) for k in
                           ("key", "V", "c", "u_mean", "arms", "lens", "index", "scores")}
-        except (OSError, ValueError, KeyError, json.JSONDecodeError) as e:
+            if meta.get("format") != _FORMAT:
+                raise ValueError(f"format {meta.get('format')!r}, expected {_FORMAT!r}")
+            for k in ("settings", "candidates", "items"):
+                if k not in meta:
+                    raise ValueError(f"no {k!r} entry")
+            lens = arrays["lens"]
+            if lens.shape != arrays["arms"].shape or int(lens.sum()) != arrays["index"].size \
+                    or arrays["index"].size != arrays["scores"].size:
+                raise ValueError("the answers' arrays disagree in length")
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
             raise ValueError(f"{path}: not a saved jaxeval campaign ({e})") from None
-        if meta.get("format") != _FORMAT:
-            raise ValueError(f"{path}: format {meta.get('format')!r}, expected {_FORMAT!r}")
+        return path, meta, arrays
+
+    @classmethod
+    def saved_scores(cls, path: str | os.PathLike) -> ScoreMatrix:
+        """The answers stored in a saved campaign, as a ``[K, n]`` ScoreMatrix (mask =
+        answered), without replaying anything: they stay readable whatever happens
+        to the campaign's state."""
+        path, meta, a = cls._read(path)
+        cands, items = np.asarray(meta["candidates"]), np.asarray(meta["items"])
+        scores = np.zeros((cands.size, items.size), np.float32)
+        mask = np.zeros_like(scores, bool)
+        rows = np.repeat(a["arms"], a["lens"])
+        scores[rows, a["index"]] = a["scores"]
+        mask[rows, a["index"]] = True
+        return ScoreMatrix(scores, mask=mask, models=cands, items=items, source=str(path))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, strict: bool = True) -> IdentificationCampaign:
+        """A saved campaign, its answers replayed: it continues where it stopped.
+
+        Args:
+          path: the file :meth:`save` wrote (``.npz`` may be left out).
+          strict: a replayed request that differs from the saved one (another jaxeval
+            or JAX version, another platform deciding a near-tie of the policy index
+            differently, or a damaged file) raises; with ``strict=False`` the replay
+            stops there with a warning and the campaign continues from that point
+            (the later answers are then not used; :meth:`saved_scores` still reads
+            them all).
+        """
+        path, meta, arrays = cls._read(path)
         self = cls.__new__(cls)
-        self.candidates = np.asarray(meta["candidates"])
-        self.items = np.asarray(meta["items"])
-        self.settings = meta["settings"]
-        self._key_data = arrays["key"].astype(np.uint32)
-        self._factors = (arrays["V"], arrays["c"], arrays["u_mean"])
-        self._build()
+        try:
+            self.candidates = np.asarray(meta["candidates"]).astype(str)
+            self.items = np.asarray(meta["items"]).astype(str)
+            self.settings = dict(meta["settings"])
+            self._key_data = arrays["key"].astype(np.uint32)
+            self._factors = tuple(arrays[k].astype(np.float32) for k in ("V", "c", "u_mean"))
+            self._build()
+        except (TypeError, ValueError, KeyError) as e:
+            raise ValueError(f"{path}: not a usable saved campaign ({e})") from None
         starts = np.concatenate([[0], np.cumsum(arrays["lens"])])
         for j, arm in enumerate(arrays["arms"]):
             req = self.ask()
@@ -568,10 +669,17 @@ class IdentificationCampaign:
             if req is None or req.arm != int(arm) or not np.array_equal(
                 req.index, arrays["index"][sl]
             ):
-                raise ValueError(
-                    f"{path}: answer {j} does not replay (a different jaxeval version or a "
-                    "corrupt file)"
+                msg = (
+                    f"{path}: saved answer {j} of {arrays['arms'].size} does not replay (saved "
+                    f"with jax {meta.get('jax_version', '?')} on "
+                    f"{meta.get('platform', '?')}, now jax {jax.__version__} on "
+                    f"{jax.default_backend()}; or a damaged file). "
+                    "IdentificationCampaign.saved_scores(path) reads every answer"
                 )
+                if strict:
+                    raise ValueError(msg + "; load(path, strict=False) continues from it")
+                warnings.warn(msg + f"; continuing after {j} answers", stacklevel=2)
+                break
             self.tell(req, arrays["scores"][sl])
         return self
 

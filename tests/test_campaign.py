@@ -31,21 +31,30 @@ def _oracle(camp, cands, stop_after=None):
     return steps
 
 
-@pytest.mark.parametrize("policy, b", [("ucbe", 1), ("pulse_ucb", 4), ("sysrs", 3)])
-def test_oracle_campaign_is_the_simulation_replicate(problem, policy, b):
-    """Answered from a known matrix, a campaign is replicate 0 of the kernel, exactly."""
+@pytest.mark.parametrize("policy, b, table, sync", [
+    ("ucbe", 1, True, None), ("pulse_ucb", 4, True, None), ("sysrs", 3, True, None),
+    ("pulse_ucb", 3, False, None), ("pulse", 2, False, True), ("sysrs", 2, False, None),
+])
+def test_oracle_campaign_is_the_simulation_replicate(problem, monkeypatch, policy, b, table,
+                                                     sync):
+    """Answered from a known matrix, a campaign is replicate 0 of the kernel, exactly
+    (item orders from the order table or regenerated keys, own or shared orders)."""
     hist, cands, lr = problem
+    if not table:
+        monkeypatch.setattr(idn, "ORDER_TABLE_MAX", 0)
     K, n = cands.shape
     budget = int(0.35 * K * n)
     camp = IdentificationCampaign(cands.models, hist, policy=policy, batch_size=b,
                                   budget=budget, seed=7, factors=lr,
-                                  stop_when_confident=False)
+                                  stop_when_confident=False, synchronized=sync)
+    assert camp._config.tabled == table
     steps = _oracle(camp, cands)
     st = camp.status()
     assert st.done and st.reason == "budget" and st.calls == budget
     assert steps == len(camp._log) and st.pulls.sum() == budget
 
-    cfg = idn.Config(policy, num_arms=K, num_items=n, budgets=(budget,), batch_size=b)
+    cfg = idn.Config(policy, num_arms=K, num_items=n, budgets=(budget,), batch_size=b,
+                     synchronized=sync)
     data = idn.ProblemData(
         pool=np.asarray(cands.scores, np.float32),
         instances=np.arange(K, dtype=np.int32)[None],
@@ -76,8 +85,14 @@ def test_stops_when_the_leader_is_separated():
     s = (rng.random((4, n)) < acc[:, None]).astype(np.float32)
     camp = IdentificationCampaign(["best", "b", "c", "d"], items=[f"q{j}" for j in range(n)],
                                   policy="ucbe", batch_size=5, seed=1)
-    _oracle(camp, jaxeval.ScoreMatrix(s, models=["best", "b", "c", "d"],
-                                      items=[f"q{j}" for j in range(n)]))
+    truth = jaxeval.ScoreMatrix(s, models=["best", "b", "c", "d"],
+                                items=[f"q{j}" for j in range(n)])
+    while not camp.status().done:  # status is current without another ask()
+        req = camp.ask()
+        # answers may also be a mapping {item: score}
+        camp.tell(req, dict(zip(req.items, truth.take(models=[req.model],
+                                                     items=req.items).scores[0])))
+    assert camp.ask() is None
     st = camp.status()
     assert st.done and st.reason == "confident" and st.confident
     assert st.recommended == "best" and st.calls < 0.7 * 4 * n
@@ -105,10 +120,28 @@ def test_save_load_continues_exactly(problem, tmp_path):
     np.testing.assert_array_equal(a.pulls, b.pulls)
     np.testing.assert_array_equal(a.estimate, b.estimate)
     np.testing.assert_array_equal(a.upper, b.upper)
+    # every answer stays readable without a replay
+    told = IdentificationCampaign.saved_scores(path)
+    assert int(told.mask.sum()) == 34
+    np.testing.assert_array_equal(told.scores[told.mask], cands.scores[told.mask])
+    # an answer that no longer replays: refused, or (strict=False) replayed up to it
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["index"] = arrays["index"].copy()
+    arrays["index"][6:8] = arrays["index"][6:8][::-1]  # the 4th answer's items swapped
+    np.savez(tmp_path / "tampered.npz", **arrays)
+    with pytest.raises(ValueError, match="saved answer 3 of 17 does not replay"):
+        IdentificationCampaign.load(tmp_path / "tampered.npz")
+    with pytest.warns(UserWarning, match="continuing after 3 answers"):
+        cut = IdentificationCampaign.load(tmp_path / "tampered.npz", strict=False)
+    assert cut.calls == 6
     # corrupt and foreign files are named
-    (tmp_path / "bad.npz").write_bytes(b"not a zip")
-    with pytest.raises(ValueError, match="not a saved jaxeval campaign"):
-        IdentificationCampaign.load(tmp_path / "bad.npz")
+    for name, content in (("bad.npz", b"not a zip"), ("empty.npz", b""),
+                          ("cut.npz", path.read_bytes()[:200])):
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(ValueError, match="not a saved jaxeval campaign"):
+            IdentificationCampaign.load(tmp_path / name)
+    assert not list(tmp_path.glob("*.tmp"))
     with pytest.raises(FileNotFoundError, match="no saved campaign"):
         IdentificationCampaign.load(tmp_path / "nope.npz")
 
@@ -120,7 +153,8 @@ def test_requests_and_answers_are_checked(problem):
     with pytest.raises(ValueError, match="no pending request"):
         camp.tell(CampaignRequest("x", 0, np.array([]), np.array([], int), 0), [])
     req = camp.ask()
-    assert camp.ask() is req  # asking again returns the same request
+    again = camp.ask()  # asking again returns the same request
+    assert again.arm == req.arm and np.array_equal(again.index, req.index)
     assert req.items.shape == (3,) and req.model in cands.models
     with pytest.raises(ValueError, match="expected 3 scores"):
         camp.tell(req, [1, 0])
@@ -131,6 +165,13 @@ def test_requests_and_answers_are_checked(problem):
     other = CampaignRequest(req.model, req.arm, req.items, req.index[::-1], req.step)
     with pytest.raises(ValueError, match="not the pending request"):
         camp.tell(other, [1, 0, 0])
+    changed = camp.ask()
+    changed.index.sort()  # a user's copy: the campaign keeps its own
+    changed.index[0] = (changed.index[0] + 1) % 90
+    with pytest.raises(ValueError, match="not the pending request"):
+        camp.tell(changed, [1, 0, 0])
+    with pytest.raises(ValueError, match="mapping must cover exactly"):
+        camp.tell(req, {req.items[0]: 1.0, req.items[1]: 0.0})
     assert camp.calls == 0  # nothing changed by the refused answers
     camp.tell(req, [1, 0, 1])
     assert camp.calls == 3
@@ -165,5 +206,9 @@ def test_bad_settings_are_named(problem):
         IdentificationCampaign(names, hist, policy="thompson")
     with pytest.raises(TypeError, match="history: expected a ScoreMatrix"):
         IdentificationCampaign(names, hist.scores)
+    with pytest.raises(TypeError, match="synchronized: expected True or False"):
+        IdentificationCampaign(names, hist, synchronized="no", factors=lr)
+    with pytest.raises(ValueError, match=r"rank must be in \[1, 90\]"):
+        IdentificationCampaign(names, hist, rank=0)
     with pytest.raises(ValueError, match="factors: item factors of shape"):
         IdentificationCampaign(names, hist, factors=ItemFactors(lr.V[:5], lr.c[:5], lr.u_mean))
