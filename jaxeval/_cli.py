@@ -31,6 +31,12 @@ examples:
   jaxeval summary runs/s                   print the summary table (and write summary.json)
   jaxeval plot runs/s                      write the figures to runs/s/plots/
 
+a real identification campaign (your harness scores the requested items):
+  jaxeval campaign new c.npz --history oll2_ifeval --candidates m1 m2 m3 --budget 1500
+  jaxeval campaign ask c.npz               the next model and items (JSON)
+  jaxeval campaign tell c.npz answers.json their scores: [1, 0, ...] or {"item": 1, ...}
+  jaxeval campaign status c.npz            estimates, intervals, the leader
+
 a cluster array job (independent jobs over replicate ranges, then one merge):
   jaxeval run s.json --range 0:5000     --out runs/part0
   jaxeval run s.json --range 5000:10000 --out runs/part1
@@ -118,6 +124,48 @@ def _parser() -> argparse.ArgumentParser:
 
     d = add("datasets", "list the bundled datasets with a summary", "jaxeval datasets")
     d.add_argument("--json", action="store_true", help="print JSON")
+
+    c = add(
+        "campaign",
+        "a real best-model identification: ask which model to run on which items, tell "
+        "the scores (a file holds the campaign; every answer is saved)",
+        "jaxeval campaign new c.npz --history oll2_ifeval --candidates m1 m2 m3",
+    )
+    csub = c.add_subparsers(dest="action", metavar="ACTION", required=True)
+    cn = csub.add_parser("new", help="start a campaign file", formatter_class=fmt,
+                         description="start a campaign file (refuses to overwrite one)")
+    cn.add_argument("file", help="the campaign file to create (.npz)")
+    cn.add_argument("--candidates", nargs="+", metavar="MODEL", default=[],
+                    help="the models to compare")
+    cn.add_argument("--candidates-file", metavar="FILE",
+                    help="the models to compare, one name per line")
+    cn.add_argument("--history", metavar="DATA",
+                    help="models already scored on the benchmark: a bundled name or a file "
+                    "jaxeval.load reads (needed by the PULSE policies)")
+    cn.add_argument("--items-file", metavar="FILE",
+                    help="the benchmark's item names, one per line (without --history)")
+    cn.add_argument("--policy", default="pulse_ucb",
+                    help="pulse_ucb (default), pulse, ucbe, naive, uniform or sysrs")
+    cn.add_argument("--budget", type=int, help="most LLM calls to spend (default K*n)")
+    cn.add_argument("--batch-size", type=int, default=1, help="items per request (default 1)")
+    cn.add_argument("--alpha", type=float, default=0.05, help="error level (default 0.05)")
+    cn.add_argument("--seed", type=int, default=0, help="seed of the item orders")
+    cn.add_argument("--no-stop", action="store_true",
+                    help="keep asking after the leader is separated (until the budget)")
+    help_ = 'print the next request as JSON ({"done": true, ...} when there is none)'
+    ca = csub.add_parser("ask", help=help_, description=help_)
+    ca.add_argument("file", help="the campaign file")
+    ca.add_argument("--items-only", action="store_true",
+                    help="print only the item names, one per line (nothing when done)")
+    help_ = "print estimates, intervals and the leader"
+    cs = csub.add_parser("status", help=help_, description=help_)
+    cs.add_argument("file", help="the campaign file")
+    cs.add_argument("--json", action="store_true", help="print JSON")
+    ct = csub.add_parser("tell", help="answer the pending request and save",
+                         description="answer the pending request and save")
+    ct.add_argument("file", help="the campaign file")
+    ct.add_argument("answers", help="a JSON file ('-' = stdin): a list of scores in the "
+                    "request's order or an object {item: score}")
 
     e = add(
         "example",
@@ -310,6 +358,90 @@ def _cmd_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _campaign_json(st) -> dict:
+    return {
+        "models": st.models.tolist(), "estimate": st.estimate.tolist(),
+        "lower": st.lower.tolist(), "upper": st.upper.tolist(), "pulls": st.pulls.tolist(),
+        "calls": st.calls, "budget": st.budget, "recommended": st.recommended,
+        "confident": st.confident, "done": st.done, "reason": st.reason,
+    }
+
+
+def _lines(path: str, what: str) -> list[str]:
+    try:
+        names = [ln.strip() for ln in Path(path).read_text(encoding="utf-8").splitlines()]
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{what}: cannot read {path} ({e})") from None
+    return [n for n in names if n]
+
+
+def _cmd_campaign(args: argparse.Namespace) -> int:
+    from jaxeval._campaign import IdentificationCampaign
+
+    if args.action == "new":
+        path = Path(args.file)
+        if path.suffix != ".npz":
+            path = path.with_suffix(path.suffix + ".npz")
+        if path.exists():
+            raise ValueError(f"file: {path} exists (a campaign's answers live there); "
+                             "choose another name or delete it yourself")
+        cands = list(args.candidates)
+        if args.candidates_file:
+            cands += _lines(args.candidates_file, "candidates-file")
+        history = None
+        if args.history:
+            import jaxeval
+
+            history = jaxeval.load(args.history)
+        items = _lines(args.items_file, "items-file") if args.items_file else None
+        camp = IdentificationCampaign(
+            cands, history, items=items, policy=args.policy, budget=args.budget,
+            batch_size=args.batch_size, alpha=args.alpha, seed=args.seed,
+            stop_when_confident=not args.no_stop,
+        )
+        camp.save(path)
+        print(f"created {path}: {camp!r}; next: jaxeval campaign ask {path}")
+        return 0
+    camp = IdentificationCampaign.load(args.file)
+    if args.action == "status":
+        st = camp.status()
+        print(json.dumps(_campaign_json(st), indent=1) if args.json else st.table())
+        return 0
+    req = camp.ask()
+    if args.action == "ask":
+        if req is None:
+            st = camp.status()
+            if args.items_only:
+                return 0
+            print(json.dumps({"done": True, "reason": st.reason, "recommended": st.recommended,
+                              "calls": st.calls}))
+            return 0
+        if args.items_only:
+            print("\n".join(req.items.tolist()))
+            return 0
+        print(json.dumps({"step": req.step, "model": req.model, "items": req.items.tolist()}))
+        return 0
+    # tell
+    if req is None:
+        raise ValueError(f"answers: the campaign is done ({camp.status().reason}); "
+                         "there is no request to answer")
+    try:
+        text = sys.stdin.read() if args.answers == "-" else Path(args.answers).read_text(
+            encoding="utf-8")
+        answers = json.loads(text)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"answers: cannot read {args.answers} as JSON ({e})") from None
+    try:
+        camp.tell(req, answers)
+    except TypeError as e:
+        raise ValueError(str(e)) from None
+    camp.save(args.file)
+    st = camp.status()
+    print(f"{st.calls} of {st.budget} calls; leader {st.recommended}"
+          + (f"; done ({st.reason})" if st.done else ""))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``jaxeval`` command."""
     parser = _parser()
@@ -339,6 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "datasets":
             return _cmd_datasets(args)
+        if args.command == "campaign":
+            return _cmd_campaign(args)
         if args.command == "main":
             return _cmd_main(args)
         if args.command == "run":

@@ -20,7 +20,7 @@ def test_help_teaches_with_examples(capsys):
         main(["--help"])
     assert e.value.code == 0
     text = capsys.readouterr().out
-    for cmd in ("run", "resume", "merge", "summary", "plot", "main", "datasets"):
+    for cmd in ("run", "resume", "merge", "summary", "plot", "main", "datasets", "campaign"):
         assert cmd in text
     assert "--range 0:5000" in text and "jaxeval merge" in text and "--coordinator" in text
     assert "compilation-cache" in text
@@ -212,3 +212,53 @@ def test_a_foreign_folder_is_refused_before_any_fit(tmp_path, capsys, monkeypatc
                              "data": {"npz": _small_npz(tmp_path)}}))
     assert main(["run", str(p), "--out", str(out), "--quiet", "--no-report"]) == 2
     assert "is not empty" in capsys.readouterr().err
+
+
+def test_campaign_new_ask_tell_status(tmp_path, capsys, monkeypatch):
+    """A campaign driven from the shell: each command loads the file, answers are saved."""
+    import numpy as np
+
+    import jaxeval
+
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(0)
+    n, items = 40, [f"q{j}" for j in range(40)]
+    truth = (rng.random((3, n)) < np.array([0.9, 0.3, 0.2])[:, None]).astype(float)
+    Path("items.txt").write_text("\n".join(items))
+    Path("cands.txt").write_text("a\nb\n\nc\n")
+    assert main(["campaign", "new", "c", "--items-file", "items.txt", "--candidates-file",
+                 "cands.txt", "--policy", "ucbe", "--batch-size", "4", "--budget", "100"]) == 0
+    assert "created c.npz" in capsys.readouterr().out
+    # never overwrite a campaign's answers
+    assert main(["campaign", "new", "c.npz", "--items-file", "items.txt",
+                 "--candidates", "a", "b", "--policy", "ucbe"]) == 2
+    assert "c.npz exists" in capsys.readouterr().err
+    rows = {"a": 0, "b": 1, "c": 2}
+    for step in range(3):
+        assert main(["campaign", "ask", "c.npz"]) == 0
+        req = json.loads(capsys.readouterr().out)
+        assert req["step"] == step and len(req["items"]) == 4
+        ans = {it: truth[rows[req["model"]], items.index(it)] for it in req["items"]}
+        Path("ans.json").write_text(json.dumps(ans if step % 2 else list(ans.values())))
+        assert main(["campaign", "tell", "c.npz", "ans.json"]) == 0
+        assert f"{4 * (step + 1)} of 100 calls" in capsys.readouterr().out
+    # the same state as a campaign answered in one process
+    camp = jaxeval.IdentificationCampaign(["a", "b", "c"], items=items, policy="ucbe",
+                                          batch_size=4, budget=100)
+    for _ in range(3):
+        req = camp.ask()
+        camp.tell(req, truth[req.arm, req.index])
+    assert main(["campaign", "status", "c.npz", "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert st["calls"] == 12 and st["pulls"] == camp.status().pulls.tolist()
+    np.testing.assert_allclose(st["estimate"], camp.status().estimate)
+    # a wrong answer: one error line, nothing saved
+    Path("bad.json").write_text("[1, 0]")
+    assert main(["campaign", "tell", "c.npz", "bad.json"]) == 2
+    assert "expected 4 scores" in capsys.readouterr().err
+    Path("bad.json").write_text("{not json")
+    assert main(["campaign", "tell", "c.npz", "bad.json"]) == 2
+    assert "cannot read bad.json as JSON" in capsys.readouterr().err
+    assert jaxeval.IdentificationCampaign.load("c.npz").calls == 12
+    assert main(["campaign", "ask", "c.npz", "--items-only"]) == 0
+    assert len(capsys.readouterr().out.split()) == 4
