@@ -130,6 +130,38 @@ class CampaignStatus:
     def __str__(self) -> str:
         return self.table()
 
+    def plot(self, path: str | os.PathLike) -> Path:
+        """A forest plot of the intervals (best estimate on top) as a PNG; needs
+        matplotlib (``pip install 'jaxeval[plots]'``)."""
+        from jaxeval._report import _plt
+
+        plt = _plt()
+        order = np.argsort(self.estimate, kind="stable")  # best at the top
+        y = np.arange(order.size)
+        fig, ax = plt.subplots(figsize=(6.5, 1.2 + 0.35 * order.size))
+        best = self.models[order] == self.recommended
+        for yi, i, b in zip(y, order, best):
+            color = "C3" if b else "C0"
+            ax.plot([self.lower[i], self.upper[i]], [yi, yi], color=color, lw=2.5,
+                    solid_capstyle="butt")
+            ax.plot(self.estimate[i], yi, "o", color=color, ms=5)
+            ax.text(1.01, yi, f"{int(self.pulls[i])}", transform=ax.get_yaxis_transform(),
+                    va="center", fontsize=8, color="0.35")
+        ax.set_yticks(y, [str(m) for m in self.models[order]], fontsize=8)
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("accuracy: estimate and anytime-valid interval (joint over the models)")
+        state = f"done ({self.reason})" if self.done else "running"
+        ax.set_title(f"{self.calls} of {self.budget} calls, {state}; leader "
+                     f"{'separated' if self.confident else 'not yet separated'}",
+                     fontsize=9)
+        ax.text(1.01, 1.0, "scored", transform=ax.transAxes, fontsize=8, color="0.35",
+                va="bottom")
+        fig.tight_layout()
+        path = Path(path)
+        fig.savefig(path)
+        plt.close(fig)
+        return path
+
 
 # The kernel's step and the batch it would draw, jitted once per configuration. The
 # configuration is static (hashable); everything else is an operand.

@@ -161,6 +161,7 @@ def _parser() -> argparse.ArgumentParser:
     cs = csub.add_parser("status", help=help_, description=help_)
     cs.add_argument("file", help="the campaign file")
     cs.add_argument("--json", action="store_true", help="print JSON")
+    cs.add_argument("--plot", metavar="PNG", help="also draw the intervals into this PNG")
     ct = csub.add_parser("tell", help="answer the pending request and save",
                          description="answer the pending request and save")
     ct.add_argument("file", help="the campaign file")
@@ -406,6 +407,8 @@ def _cmd_campaign(args: argparse.Namespace) -> int:
     if args.action == "status":
         st = camp.status()
         print(json.dumps(_campaign_json(st), indent=1) if args.json else st.table())
+        if args.plot:
+            print(f"plot: {st.plot(args.plot)}", file=sys.stderr)
         return 0
     req = camp.ask()
     if args.action == "ask":
