@@ -264,4 +264,4 @@ def test_campaign_new_ask_tell_status(tmp_path, capsys, monkeypatch):
     assert len(capsys.readouterr().out.split()) == 4
     assert main(["campaign", "status", "c.npz", "--plot", "st.png"]) == 0
     assert Path("st.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "leader" in capsys.readouterr().out
+    assert "confident that a is best" in capsys.readouterr().out
