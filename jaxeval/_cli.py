@@ -37,6 +37,10 @@ a real identification campaign (your harness scores the requested items):
   jaxeval campaign tell c.npz answers.json their scores: [1, 0, ...] or {"item": 1, ...}
   jaxeval campaign status c.npz            estimates, intervals, the leader
 
+accuracy from a few anchor items (fit once on models you have, then per new model):
+  jaxeval anchors fit oll2_musr --k 30 --out musr.npz > anchors.txt   the items to run
+  jaxeval anchors predict musr.npz scores.json     estimate and 90% interval (JSON)
+
 a cluster array job (independent jobs over replicate ranges, then one merge):
   jaxeval run s.json --range 0:5000     --out runs/part0
   jaxeval run s.json --range 5000:10000 --out runs/part1
@@ -167,6 +171,38 @@ def _parser() -> argparse.ArgumentParser:
     ct.add_argument("file", help="the campaign file")
     ct.add_argument("answers", help="a JSON file ('-' = stdin): a list of scores in the "
                     "request's order or an object {item: score}")
+
+    an = add(
+        "anchors",
+        "accuracy from a few anchor items: fit a predictor on scored models, list its "
+        "items, predict a new model's accuracy from its scores on them",
+        "jaxeval anchors fit oll2_musr --k 30 --out musr.npz > anchors.txt",
+    )
+    asub = an.add_subparsers(dest="action", metavar="ACTION", required=True)
+    af = asub.add_parser("fit", help="choose anchors and fit the predictor; prints the items",
+                         description="choose k anchor items on every model of DATA (a 20%% "
+                         "seeded hold-out calibrates the interval), save the predictor, print "
+                         "the anchor items one per line")
+    af.add_argument("data", help="scored models: a bundled name or a file jaxeval.load reads")
+    af.add_argument("--k", type=int, required=True, help="number of anchor items")
+    af.add_argument("--out", required=True, help="the predictor file (.npz; not overwritten)")
+    af.add_argument("--method", default="auto", help="auto (default) or a method name")
+    af.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    af.add_argument("--alpha", type=float, default=0.1, help="interval error level (0.1)")
+    ai = asub.add_parser("items", help="print a predictor's anchor items, one per line")
+    ai.add_argument("file", help="the predictor file")
+    ai.add_argument("--extra", type=int, metavar="M",
+                    help="print instead M random non-anchor items for an unbiased estimate")
+    ai.add_argument("--extra-seed", type=int, default=0, help="seed of those items (0)")
+    ap = asub.add_parser("predict", help="estimate a model's accuracy from its anchor scores",
+                         description="estimate a model's accuracy from its anchor scores "
+                         "(JSON {item: score}, or a list in anchor order); with --extra M the "
+                         "mapping must also hold the scores of `items --extra M` and an "
+                         "unbiased estimate with a finite-sample interval is added")
+    ap.add_argument("file", help="the predictor file")
+    ap.add_argument("scores", help="a JSON file ('-' = stdin)")
+    ap.add_argument("--extra", type=int, metavar="M", help="extra random items scored")
+    ap.add_argument("--extra-seed", type=int, default=0, help="their seed (0)")
 
     e = add(
         "example",
@@ -445,6 +481,71 @@ def _cmd_campaign(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_json(path: str, what: str):
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        return json.loads(text)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{what}: cannot read {path} as JSON ({e})") from None
+
+
+def _by_name(scores, names: np.ndarray, what: str) -> np.ndarray:
+    """Scores of ``names`` from a ``{item: score}`` mapping (extra keys refused)."""
+    missing = [n for n in names.tolist() if n not in scores]
+    if missing:
+        raise ValueError(f"{what}: no score for {len(missing)} item(s), e.g. {missing[:5]}")
+    try:
+        return np.asarray([scores[n] for n in names.tolist()], dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}: scores must be numbers") from None
+
+
+def _cmd_anchors(args: argparse.Namespace) -> int:
+    import jaxeval
+
+    if args.action == "fit":
+        out = Path(args.out)
+        if out.suffix != ".npz":
+            out = out.with_suffix(out.suffix + ".npz")
+        if out.exists():
+            raise ValueError(f"out: {out} exists; choose another name or delete it yourself")
+        sm = jaxeval.load(args.data).drop_duplicates()
+        pred = jaxeval.fit_anchors(sm, args.k, method=args.method, seed=args.seed,
+                                   alpha=args.alpha)
+        pred.save(out)
+        print("\n".join(pred.anchor_items.tolist()))
+        print(f"saved {out}: {pred!r}", file=sys.stderr)
+        return 0
+    pred = jaxeval.AnchorPredictor.load(args.file)
+    if args.action == "items":
+        names = (pred.extra_items(args.extra, seed=args.extra_seed) if args.extra
+                 else pred.anchor_items)
+        print("\n".join(np.asarray(names).astype(str).tolist()))
+        return 0
+    scores = _read_json(args.scores, "scores")
+    if isinstance(scores, dict):
+        x = _by_name(scores, pred.anchor_items, "scores")
+    elif args.extra:
+        raise ValueError("scores: with --extra give a mapping {item: score}")
+    else:
+        x = np.asarray(scores, dtype=object)
+        if x.ndim != 1 or not all(isinstance(v, (int, float)) for v in x):
+            raise ValueError(f"scores: expected {pred.k} numbers in anchor order or a "
+                             "mapping {item: score}")
+        x = x.astype(np.float64)
+    est, lo, hi = pred.predict(x)
+    res = {"estimate": float(est), "lower": float(lo), "upper": float(hi),
+           "level": 1 - float(pred.alpha)}
+    if args.extra:
+        extra = pred.extra_items(args.extra, seed=args.extra_seed)
+        e_u, l_u, h_u = pred.predict_unbiased(x, extra, _by_name(scores, np.asarray(extra),
+                                                                  "scores (extra items)"))
+        res.update(unbiased={"estimate": float(e_u), "lower": float(l_u),
+                             "upper": float(h_u), "extra_items": int(args.extra)})
+    print(json.dumps(res))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``jaxeval`` command."""
     parser = _parser()
@@ -476,6 +577,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_datasets(args)
         if args.command == "campaign":
             return _cmd_campaign(args)
+        if args.command == "anchors":
+            return _cmd_anchors(args)
         if args.command == "main":
             return _cmd_main(args)
         if args.command == "run":

@@ -20,7 +20,8 @@ def test_help_teaches_with_examples(capsys):
         main(["--help"])
     assert e.value.code == 0
     text = capsys.readouterr().out
-    for cmd in ("run", "resume", "merge", "summary", "plot", "main", "datasets", "campaign"):
+    for cmd in ("run", "resume", "merge", "summary", "plot", "main", "datasets", "campaign",
+                "anchors"):
         assert cmd in text
     assert "--range 0:5000" in text and "jaxeval merge" in text and "--coordinator" in text
     assert "compilation-cache" in text
@@ -265,3 +266,50 @@ def test_campaign_new_ask_tell_status(tmp_path, capsys, monkeypatch):
     assert main(["campaign", "status", "c.npz", "--plot", "st.png"]) == 0
     assert Path("st.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "confident that a is best" in capsys.readouterr().out
+
+
+def test_anchors_fit_items_predict(tmp_path, capsys, monkeypatch):
+    """fit prints the anchors, predict reads a mapping or a list; --extra adds the
+    unbiased estimate; the answers equal the Python API's."""
+
+    import jaxeval
+
+    monkeypatch.chdir(tmp_path)
+    sm = jaxeval.load("oll2_musr").drop_duplicates()
+    train, test = sm.split([sm.n_models - 3], seed=0)
+    train.to_npz("train.npz")
+    assert main(["anchors", "fit", "train.npz", "--k", "12", "--out", "p",
+                 "--method", "kmeans_ridge"]) == 0
+    out = capsys.readouterr()
+    anchors = out.out.split()
+    assert len(anchors) == 12 and "saved p.npz" in out.err
+    pred = jaxeval.AnchorPredictor.load("p.npz")
+    assert anchors == pred.anchor_items.tolist()
+    assert main(["anchors", "fit", "train.npz", "--k", "12", "--out", "p.npz"]) == 2
+    assert "p.npz exists" in capsys.readouterr().err
+    assert main(["anchors", "items", "p.npz", "--extra", "30", "--extra-seed", "4"]) == 0
+    extra = capsys.readouterr().out.split()
+    assert extra == pred.extra_items(30, seed=4).tolist()
+    row = test.take(models=[0])
+    x = row.take(items=anchors).scores[0]
+    names = anchors + extra
+    Path("s.json").write_text(json.dumps(
+        dict(zip(names, row.take(items=names).scores[0].tolist()))))
+    Path("l.json").write_text(json.dumps(x.tolist()))
+    assert main(["anchors", "predict", "p.npz", "l.json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    est, lo, hi = pred.predict(x)
+    assert res["level"] == pytest.approx(0.9)
+    assert (res["estimate"], res["lower"], res["upper"]) == pytest.approx((est, lo, hi))
+    assert main(["anchors", "predict", "p.npz", "s.json", "--extra", "30",
+                 "--extra-seed", "4"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    u = pred.predict_unbiased(x, extra, row.take(items=extra).scores[0])
+    assert (res["unbiased"]["estimate"], res["unbiased"]["lower"],
+            res["unbiased"]["upper"]) == pytest.approx(u)
+    # another seed's extra items are not in the mapping: named, one line
+    assert main(["anchors", "predict", "p.npz", "s.json", "--extra", "30"]) == 2
+    assert "no score for" in capsys.readouterr().err
+    Path("short.json").write_text("[1, 0]")
+    assert main(["anchors", "predict", "p.npz", "short.json"]) == 2
+    assert "expected 12" in capsys.readouterr().err
