@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import tempfile
 import warnings
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -420,6 +421,8 @@ class IdentificationCampaign:
         self._log: list[tuple[int, np.ndarray, np.ndarray]] = []
         self._pending: tuple[int, np.ndarray, int] | None = None
         self._policy_done = False
+        self._dropped: tuple[Path, int] | None = None  # (file, answers not replayed)
+        self.path: Path | None = None  # the file it was loaded from
 
     def _stepped(self, data: idn.ProblemData):
         """The state after one kernel step on ``data`` (nothing is committed)."""
@@ -596,8 +599,14 @@ class IdentificationCampaign:
         request asked but not answered is not saved (:meth:`ask` gives it again).
         """
         path = Path(path)
-        if path.suffix != ".npz":
+        if path.suffix != ".npz" and not path.exists():
             path = path.with_suffix(path.suffix + ".npz")
+        if self._dropped and self._dropped[0] == path.resolve():
+            raise ValueError(
+                f"path: {path} holds {self._dropped[1]} more answers that did not replay "
+                "(loaded with strict=False); saving there would delete them: save to "
+                "another path"
+            )
         meta = dict(format=_FORMAT, settings=self.settings,
                     candidates=self.candidates.tolist(), items=self.items.tolist(),
                     jax_version=jax.__version__, platform=jax.default_backend())
@@ -607,9 +616,10 @@ class IdentificationCampaign:
         val = (np.concatenate([s for _, _, s in self._log]) if self._log
                else np.zeros(0, np.float32))
         V, c, u_mean = self._factors
-        tmp = path.with_name(path.name + ".tmp")
+        fd, tmp_name = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        tmp = Path(tmp_name)
         try:
-            with open(tmp, "wb") as f:
+            with os.fdopen(fd, "wb") as f:
                 np.savez(f, meta=np.asarray(json.dumps(meta)), key=self._key_data, V=V, c=c,
                          u_mean=u_mean, arms=arms, lens=lens, index=idx.astype(np.int64),
                          scores=val.astype(np.float32))
@@ -711,8 +721,13 @@ class IdentificationCampaign:
                 if strict:
                     raise ValueError(msg + "; load(path, strict=False) continues from it")
                 warnings.warn(msg + f"; continuing after {j} answers", stacklevel=2)
+                self._dropped = (path.resolve(), int(arrays["arms"].size - j))
                 break
-            self.tell(req, arrays["scores"][sl])
+            try:
+                self.tell(req, arrays["scores"][sl])
+            except (ValueError, RuntimeError) as e:
+                raise ValueError(f"{path}: saved answer {j} is refused on replay ({e})") from None
+        self.path = path
         return self
 
     def __repr__(self) -> str:

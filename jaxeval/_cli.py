@@ -34,7 +34,7 @@ examples:
 a real identification campaign (your harness scores the requested items):
   jaxeval campaign new c.npz --history oll2_ifeval --candidates m1 m2 m3 --budget 1500
   jaxeval campaign ask c.npz               the next model and items (JSON)
-  jaxeval campaign tell c.npz answers.json their scores: [1, 0, ...] or {"item": 1, ...}
+  jaxeval campaign tell c.npz answers.json --step 0   the scores of request 0
   jaxeval campaign status c.npz            estimates, intervals, the leader
 
 accuracy from a few anchor items (fit once on models you have, then per new model):
@@ -145,7 +145,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="the models to compare, one name per line")
     cn.add_argument("--history", metavar="DATA",
                     help="models already scored on the benchmark: a bundled name or a file "
-                    "jaxeval.load reads (needed by the PULSE policies)")
+                    "jaxeval.load reads (needed by pulse_ucb, pulse and naive)")
     cn.add_argument("--items-file", metavar="FILE",
                     help="the benchmark's item names, one per line (without --history)")
     cn.add_argument("--policy", default="pulse_ucb",
@@ -166,11 +166,20 @@ def _parser() -> argparse.ArgumentParser:
     cs.add_argument("file", help="the campaign file")
     cs.add_argument("--json", action="store_true", help="print JSON")
     cs.add_argument("--plot", metavar="PNG", help="also draw the intervals into this PNG")
+    cs.add_argument("--no-strict", action="store_true",
+                    help="replay the saved answers only up to the first that no longer "
+                    "replays (another JAX version or platform) instead of refusing")
+    help_ = "print every saved answer as CSV (model,item,score), without a replay"
+    ce = csub.add_parser("export", help=help_, description=help_)
+    ce.add_argument("file", help="the campaign file")
     ct = csub.add_parser("tell", help="answer the pending request and save",
                          description="answer the pending request and save")
     ct.add_argument("file", help="the campaign file")
     ct.add_argument("answers", help="a JSON file ('-' = stdin): a list of scores in the "
                     "request's order or an object {item: score}")
+    ct.add_argument("--step", type=int, required=True,
+                    help="the request's step as `ask` printed it (refused if it is not the "
+                    "pending request: a repeated tell never files scores under another)")
 
     an = add(
         "anchors",
@@ -180,9 +189,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     asub = an.add_subparsers(dest="action", metavar="ACTION", required=True)
     af = asub.add_parser("fit", help="choose anchors and fit the predictor; prints the items",
-                         description="choose k anchor items on every model of DATA (a 20%% "
-                         "seeded hold-out calibrates the interval), save the predictor, print "
-                         "the anchor items one per line")
+                         description="choose k anchor items on the models of DATA (as "
+                         "jaxeval.fit_anchors: a seeded 20%% of them is held out for the "
+                         "choices made on validation and the interval), save the predictor, "
+                         "print the anchor items one per line")
     af.add_argument("data", help="scored models: a bundled name or a file jaxeval.load reads")
     af.add_argument("--k", type=int, required=True, help="number of anchor items")
     af.add_argument("--out", required=True, help="the predictor file (.npz; not overwritten)")
@@ -196,9 +206,13 @@ def _parser() -> argparse.ArgumentParser:
     ai.add_argument("--extra-seed", type=int, default=0, help="seed of those items (0)")
     ap = asub.add_parser("predict", help="estimate a model's accuracy from its anchor scores",
                          description="estimate a model's accuracy from its anchor scores "
-                         "(JSON {item: score}, or a list in anchor order); with --extra M the "
-                         "mapping must also hold the scores of `items --extra M` and an "
-                         "unbiased estimate with a finite-sample interval is added")
+                         "(JSON {item: score} for exactly the anchors, or a list in anchor "
+                         "order); with --extra M --extra-seed S the mapping must hold exactly "
+                         "the anchors and the items `items --extra M --extra-seed S` printed, "
+                         "and an unbiased estimate with a finite-sample interval is added. "
+                         "Fix M and S before scoring, once per model (a seed per model for "
+                         "intervals about several models at once): choosing them after "
+                         "seeing scores voids the interval.")
     ap.add_argument("file", help="the predictor file")
     ap.add_argument("scores", help="a JSON file ('-' = stdin)")
     ap.add_argument("--extra", type=int, metavar="M", help="extra random items scored")
@@ -439,7 +453,16 @@ def _cmd_campaign(args: argparse.Namespace) -> int:
         camp.save(path)
         print(f"created {path}: {camp!r}; next: jaxeval campaign ask {path}")
         return 0
-    camp = IdentificationCampaign.load(args.file)
+    if args.action == "export":
+        told = IdentificationCampaign.saved_scores(args.file)
+        rows, cols = np.nonzero(told.mask)
+        print("model,item,score")
+        for i, j in zip(rows, cols):
+            print(f"{json.dumps(str(told.models[i]))},{json.dumps(str(told.items[j]))},"
+                  f"{told.scores[i, j]:g}")
+        return 0
+    strict = not getattr(args, "no_strict", False)
+    camp = IdentificationCampaign.load(args.file, strict=strict)
     if args.action == "status":
         st = camp.status()
         print(json.dumps(_campaign_json(st), indent=1) if args.json else st.table())
@@ -464,6 +487,11 @@ def _cmd_campaign(args: argparse.Namespace) -> int:
     if req is None:
         raise ValueError(f"answers: the campaign is done ({camp.status().reason}); "
                          "there is no request to answer")
+    if args.step != req.step:
+        raise ValueError(
+            f"step: the pending request is step {req.step} ({req.model}), not {args.step}"
+            + (" (already answered)" if args.step < req.step else "") + "; nothing saved"
+        )
     try:
         text = sys.stdin.read() if args.answers == "-" else Path(args.answers).read_text(
             encoding="utf-8")
@@ -474,7 +502,7 @@ def _cmd_campaign(args: argparse.Namespace) -> int:
         camp.tell(req, answers)
     except TypeError as e:
         raise ValueError(str(e)) from None
-    camp.save(args.file)
+    camp.save(camp.path)
     st = camp.status()
     print(f"{st.calls} of {st.budget} calls; leader {st.recommended}"
           + (f"; done ({st.reason})" if st.done else ""))
@@ -489,11 +517,17 @@ def _read_json(path: str, what: str):
         raise ValueError(f"{what}: cannot read {path} as JSON ({e})") from None
 
 
-def _by_name(scores, names: np.ndarray, what: str) -> np.ndarray:
-    """Scores of ``names`` from a ``{item: score}`` mapping (extra keys refused)."""
+def _by_name(scores, names: np.ndarray, what: str, allowed=None) -> np.ndarray:
+    """Scores of ``names`` from a ``{item: score}`` mapping whose keys must be exactly
+    ``allowed`` (default ``names``)."""
     missing = [n for n in names.tolist() if n not in scores]
     if missing:
         raise ValueError(f"{what}: no score for {len(missing)} item(s), e.g. {missing[:5]}")
+    allowed = set(names.tolist()) if allowed is None else allowed
+    extra = sorted(set(scores) - allowed)
+    if extra:
+        raise ValueError(f"{what}: {len(extra)} item(s) that were not asked for, e.g. "
+                         f"{extra[:5]} (give exactly the requested items)")
     try:
         return np.asarray([scores[n] for n in names.tolist()], dtype=np.float64)
     except (TypeError, ValueError):
@@ -516,6 +550,8 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
         print("\n".join(pred.anchor_items.tolist()))
         print(f"saved {out}: {pred!r}", file=sys.stderr)
         return 0
+    if args.extra is not None and args.extra < 1:
+        raise ValueError(f"extra: expected M >= 1 extra items, got {args.extra}")
     pred = jaxeval.AnchorPredictor.load(args.file)
     if args.action == "items":
         names = (pred.extra_items(args.extra, seed=args.extra_seed) if args.extra
@@ -523,8 +559,11 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
         print("\n".join(np.asarray(names).astype(str).tolist()))
         return 0
     scores = _read_json(args.scores, "scores")
+    extra = (np.asarray(pred.extra_items(args.extra, seed=args.extra_seed)).astype(str)
+             if args.extra else np.zeros(0, str))
     if isinstance(scores, dict):
-        x = _by_name(scores, pred.anchor_items, "scores")
+        x = _by_name(scores, pred.anchor_items, "scores",
+                     set(pred.anchor_items.tolist()) | set(extra.tolist()))
     elif args.extra:
         raise ValueError("scores: with --extra give a mapping {item: score}")
     else:
@@ -537,9 +576,9 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
     res = {"estimate": float(est), "lower": float(lo), "upper": float(hi),
            "level": 1 - float(pred.alpha)}
     if args.extra:
-        extra = pred.extra_items(args.extra, seed=args.extra_seed)
-        e_u, l_u, h_u = pred.predict_unbiased(x, extra, _by_name(scores, np.asarray(extra),
-                                                                  "scores (extra items)"))
+        e_u, l_u, h_u = pred.predict_unbiased(
+            x, extra, _by_name(scores, extra, "scores (extra items)",
+                               set(pred.anchor_items.tolist()) | set(extra.tolist())))
         res.update(unbiased={"estimate": float(e_u), "lower": float(l_u),
                              "upper": float(h_u), "extra_items": int(args.extra)})
     print(json.dumps(res))
@@ -622,7 +661,7 @@ def main(argv: list[str] | None = None) -> int:
             paths = plot_study(summarize(study, results), args.out or Path(args.dir) / "plots")
             print("\n".join(str(p) for p in paths))
             return 0
-    except (ValueError, StudyFolderError, FileNotFoundError) as e:
+    except (ValueError, TypeError, RuntimeError, ImportError, OSError, StudyFolderError) as e:
         # StudyConfigError is a ValueError; so is every refusal of bad data or settings
         if os.environ.get("JAXEVAL_DEBUG"):
             raise

@@ -135,6 +135,9 @@ def test_save_load_continues_exactly(problem, tmp_path):
     with pytest.warns(UserWarning, match="continuing after 3 answers"):
         cut = IdentificationCampaign.load(tmp_path / "tampered.npz", strict=False)
     assert cut.calls == 6
+    with pytest.raises(ValueError, match="saving there would delete them"):
+        cut.save(tmp_path / "tampered.npz")
+    cut.save(tmp_path / "elsewhere.npz")
     # corrupt and foreign files are named
     for name, content in (("bad.npz", b"not a zip"), ("empty.npz", b""),
                           ("cut.npz", path.read_bytes()[:200])):

@@ -241,8 +241,11 @@ def test_campaign_new_ask_tell_status(tmp_path, capsys, monkeypatch):
         assert req["step"] == step and len(req["items"]) == 4
         ans = {it: truth[rows[req["model"]], items.index(it)] for it in req["items"]}
         Path("ans.json").write_text(json.dumps(ans if step % 2 else list(ans.values())))
-        assert main(["campaign", "tell", "c.npz", "ans.json"]) == 0
+        assert main(["campaign", "tell", "c.npz", "ans.json", "--step", str(step)]) == 0
         assert f"{4 * (step + 1)} of 100 calls" in capsys.readouterr().out
+        # a retried tell is refused: it must not answer the next request
+        assert main(["campaign", "tell", "c.npz", "ans.json", "--step", str(step)]) == 2
+        assert "already answered" in capsys.readouterr().err
     # the same state as a campaign answered in one process
     camp = jaxeval.IdentificationCampaign(["a", "b", "c"], items=items, policy="ucbe",
                                           batch_size=4, budget=100)
@@ -255,10 +258,10 @@ def test_campaign_new_ask_tell_status(tmp_path, capsys, monkeypatch):
     np.testing.assert_allclose(st["estimate"], camp.status().estimate)
     # a wrong answer: one error line, nothing saved
     Path("bad.json").write_text("[1, 0]")
-    assert main(["campaign", "tell", "c.npz", "bad.json"]) == 2
+    assert main(["campaign", "tell", "c.npz", "bad.json", "--step", "3"]) == 2
     assert "expected 4 scores" in capsys.readouterr().err
     Path("bad.json").write_text("{not json")
-    assert main(["campaign", "tell", "c.npz", "bad.json"]) == 2
+    assert main(["campaign", "tell", "c.npz", "bad.json", "--step", "3"]) == 2
     assert "cannot read bad.json as JSON" in capsys.readouterr().err
     assert jaxeval.IdentificationCampaign.load("c.npz").calls == 12
     assert main(["campaign", "ask", "c.npz", "--items-only"]) == 0
@@ -266,6 +269,13 @@ def test_campaign_new_ask_tell_status(tmp_path, capsys, monkeypatch):
     assert main(["campaign", "status", "c.npz", "--plot", "st.png"]) == 0
     assert Path("st.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "confident that a is best" in capsys.readouterr().out
+    assert main(["campaign", "export", "c.npz"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "model,item,score" and len(lines) == 13
+    model, item, score = lines[1].split(",")
+    assert float(score) == truth[rows[json.loads(model)], items.index(json.loads(item))]
+    assert main(["campaign", "status", "missing.npz"]) == 2
+    assert "no saved campaign" in capsys.readouterr().err
 
 
 def test_anchors_fit_items_predict(tmp_path, capsys, monkeypatch):
@@ -307,9 +317,22 @@ def test_anchors_fit_items_predict(tmp_path, capsys, monkeypatch):
     u = pred.predict_unbiased(x, extra, row.take(items=extra).scores[0])
     assert (res["unbiased"]["estimate"], res["unbiased"]["lower"],
             res["unbiased"]["upper"]) == pytest.approx(u)
-    # another seed's extra items are not in the mapping: named, one line
+    # another seed's extra items are not the mapping's: named, one line
     assert main(["anchors", "predict", "p.npz", "s.json", "--extra", "30"]) == 2
-    assert "no score for" in capsys.readouterr().err
+    assert "not asked for" in capsys.readouterr().err
+    Path("anchors_only.json").write_text(json.dumps(dict(zip(anchors, x.tolist()))))
+    assert main(["anchors", "predict", "p.npz", "anchors_only.json", "--extra", "30"]) == 2
+    assert "no score for 30 item(s)" in capsys.readouterr().err
+    # keys beyond the requested items are refused (no picking the extra items)
+    Path("more.json").write_text(json.dumps(
+        dict(zip(names + ["x"], row.take(items=names).scores[0].tolist() + [1.0]))))
+    assert main(["anchors", "predict", "p.npz", "more.json", "--extra", "30",
+                 "--extra-seed", "4"]) == 2
+    assert "not asked for" in capsys.readouterr().err
+    assert main(["anchors", "predict", "p.npz", "s.json"]) == 2  # extras without --extra
+    assert "not asked for" in capsys.readouterr().err
+    assert main(["anchors", "items", "p.npz", "--extra", "0"]) == 2
+    assert "M >= 1" in capsys.readouterr().err
     Path("short.json").write_text("[1, 0]")
     assert main(["anchors", "predict", "p.npz", "short.json"]) == 2
     assert "expected 12" in capsys.readouterr().err
