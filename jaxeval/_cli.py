@@ -426,16 +426,21 @@ def _lines(path: str, what: str) -> list[str]:
     return [n for n in names if n]
 
 
+def _new_npz(what: str, value: str, why: str = "") -> Path:
+    """The ``.npz`` path a command creates; an existing file is refused, never replaced."""
+    path = Path(value)
+    if path.suffix != ".npz":
+        path = path.with_suffix(path.suffix + ".npz")
+    if path.exists():
+        raise ValueError(f"{what}: {path} exists{why}; choose another name or delete it yourself")
+    return path
+
+
 def _cmd_campaign(args: argparse.Namespace) -> int:
     from jaxeval._campaign import IdentificationCampaign
 
     if args.action == "new":
-        path = Path(args.file)
-        if path.suffix != ".npz":
-            path = path.with_suffix(path.suffix + ".npz")
-        if path.exists():
-            raise ValueError(f"file: {path} exists (a campaign's answers live there); "
-                             "choose another name or delete it yourself")
+        path = _new_npz("file", args.file, " (a campaign's answers live there)")
         cands = list(args.candidates)
         if args.candidates_file:
             cands += _lines(args.candidates_file, "candidates-file")
@@ -492,12 +497,7 @@ def _cmd_campaign(args: argparse.Namespace) -> int:
             f"step: the pending request is step {req.step} ({req.model}), not {args.step}"
             + (" (already answered)" if args.step < req.step else "") + "; nothing saved"
         )
-    try:
-        text = sys.stdin.read() if args.answers == "-" else Path(args.answers).read_text(
-            encoding="utf-8")
-        answers = json.loads(text)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"answers: cannot read {args.answers} as JSON ({e})") from None
+    answers = _read_json(args.answers, "answers")
     try:
         camp.tell(req, answers)
     except TypeError as e:
@@ -538,11 +538,7 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
     import jaxeval
 
     if args.action == "fit":
-        out = Path(args.out)
-        if out.suffix != ".npz":
-            out = out.with_suffix(out.suffix + ".npz")
-        if out.exists():
-            raise ValueError(f"out: {out} exists; choose another name or delete it yourself")
+        out = _new_npz("out", args.out)
         sm = jaxeval.load(args.data).drop_duplicates()
         pred = jaxeval.fit_anchors(sm, args.k, method=args.method, seed=args.seed,
                                    alpha=args.alpha)
