@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -436,7 +437,41 @@ def _new_npz(what: str, value: str, why: str = "") -> Path:
     return path
 
 
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    """Hold an exclusive lock on ``<path>.lock`` while a command reads and rewrites
+    ``path``, so two processes answering one campaign queue up instead of one silently
+    replacing the other's answer (the loser then finds its request answered and says so).
+    The lock file itself is left in place; where ``fcntl`` does not exist (Windows) the
+    commands run unlocked."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    lock = Path(str(path) + ".lock")
+    with open(lock, "a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
 def _cmd_campaign(args: argparse.Namespace) -> int:
+    if args.action in ("new", "tell"):
+        answers = _read_json(args.answers, "answers") if args.action == "tell" else None
+        path = Path(args.file)
+        if args.action == "new" and path.suffix != ".npz":
+            path = path.with_suffix(path.suffix + ".npz")
+        if not path.parent.is_dir() or (args.action == "tell" and not path.is_file()):
+            return _campaign_locked(args, answers)  # nothing to protect; its own error
+        with _file_lock(path):
+            return _campaign_locked(args, answers)
+    return _campaign_locked(args, None)
+
+
+def _campaign_locked(args: argparse.Namespace, answers) -> int:
     from jaxeval._campaign import IdentificationCampaign
 
     if args.action == "new":
@@ -497,7 +532,6 @@ def _cmd_campaign(args: argparse.Namespace) -> int:
             f"step: the pending request is step {req.step} ({req.model}), not {args.step}"
             + (" (already answered)" if args.step < req.step else "") + "; nothing saved"
         )
-    answers = _read_json(args.answers, "answers")
     try:
         camp.tell(req, answers)
     except TypeError as e:

@@ -278,6 +278,43 @@ def test_campaign_new_ask_tell_status(tmp_path, capsys, monkeypatch):
     assert "no saved campaign" in capsys.readouterr().err
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="the lock uses fcntl (POSIX)")
+def test_campaign_tell_waits_for_the_file_lock(tmp_path, capsys, monkeypatch):
+    """Two harness processes answering the same request: the second waits for the first's
+    save, then finds the request answered, so neither answer is silently overwritten."""
+    import threading
+
+    import numpy as np
+
+    import jaxeval
+    from jaxeval._cli import _file_lock
+
+    monkeypatch.chdir(tmp_path)
+    items = [f"q{j}" for j in range(12)]
+    Path("items.txt").write_text("\n".join(items))
+    assert main(["campaign", "new", "c.npz", "--items-file", "items.txt", "--candidates",
+                 "a", "b", "--policy", "ucbe", "--batch-size", "2"]) == 0
+    assert main(["campaign", "ask", "c.npz"]) == 0
+    capsys.readouterr()
+    Path("one.json").write_text("[1, 0]")
+    Path("two.json").write_text("[0, 0]")
+    codes = []
+    with _file_lock(Path("c.npz")):  # another process is in the middle of its tell
+        t = threading.Thread(target=lambda: codes.append(
+            main(["campaign", "tell", "c.npz", "one.json", "--step", "0"])))
+        t.start()
+        t.join(timeout=3.0)
+        assert t.is_alive() and codes == []  # it waits; it does not load the old file
+        assert jaxeval.IdentificationCampaign.load("c.npz").calls == 0
+    t.join(timeout=120.0)
+    assert codes == [0]
+    assert main(["campaign", "tell", "c.npz", "two.json", "--step", "0"]) == 2
+    assert "already answered" in capsys.readouterr().err
+    told = jaxeval.IdentificationCampaign.saved_scores("c.npz")
+    assert told.mask.sum() == 2 and np.nansum(np.where(told.mask, told.scores, 0)) == 1.0
+    assert Path("c.npz.lock").exists()  # left in place: removing it would race
+
+
 def test_anchors_fit_items_predict(tmp_path, capsys, monkeypatch):
     """fit prints the anchors, predict reads a mapping or a list; --extra adds the
     unbiased estimate; the answers equal the Python API's."""
