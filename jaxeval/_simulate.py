@@ -139,7 +139,14 @@ class IdentificationReport:
           fraction: return a fraction of ``K * n`` instead of a number of calls.
 
         Example:
-          >>> # report.calls_to(0.95, fraction=True) -> e.g. 0.17 (17% of K*n)
+          >>> import jaxeval
+          >>> rep = jaxeval.simulate_identification(
+          ...     jaxeval.SyntheticSpec(n_items=40), "ucbe", K=3, n_replicates=64,
+          ...     budget_fractions=(0.1, 0.25, 0.5, 1.0), seed=0)
+          >>> rep.budgets.tolist(), rep.accuracy.round(3).tolist()
+          ([12, 30, 60, 120], [0.531, 0.578, 0.719, 1.0])
+          >>> round(rep.calls_to(0.9), 1), round(rep.calls_to(0.9, fraction=True), 3)
+          (98.7, 0.822)
         """
         b = self.budgets.astype(float)
         acc = self.accuracy.astype(float)

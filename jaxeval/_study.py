@@ -970,9 +970,23 @@ def run_study(
       progress: one line per chunk on stderr.
 
     Example:
+      Two jobs of a cluster array, each computing half of the replicates, then joined:
+
+      >>> import pathlib, tempfile
       >>> study = study_from_dict({"kind": "identification", "n_replicates": 64,
-      ...     "data": {"synthetic": {"n_items": 100}}, "policies": ["uniform"]})
-      >>> folder = run_study(study, "/tmp/jaxeval-doc-study", progress=False)  # doctest: +SKIP
+      ...     "num_arms": 4, "chunk_size": 32, "policies": ["uniform"],
+      ...     "data": {"synthetic": {"n_items": 100}}})
+      >>> tmp = pathlib.Path(tempfile.mkdtemp())
+      >>> a = run_study(study, tmp / "a", replicate_range=(0, 32), progress=False)
+      >>> b = run_study(study, tmp / "b", replicate_range=(32, 64), progress=False)
+      >>> study_status(a)["range_complete"], study_status(a)["complete"]
+      (True, False)
+      >>> both = merge_studies([a, b], tmp / "all")
+      >>> same, results = load_results(both)
+      >>> same == study, results["uniform"]["checkpoints.recommended"].shape
+      (True, (64, 13))
+      >>> resume_study(both, progress=False) == both  # complete: nothing left to run
+      True
     """
     out = Path(out)
     n = study.n_units
@@ -1052,7 +1066,10 @@ def _preflight(study: Study) -> None:
 
 
 def resume_study(out: str | os.PathLike, *, progress: bool = True) -> Path:
-    """Continue the study held in folder ``out`` (its own ``study.json`` and range)."""
+    """Continue the study held in folder ``out`` (its own ``study.json`` and range).
+
+    Chunks already finished are checked and kept; see :func:`run_study` for an example.
+    """
     out = Path(out)
     manifest = _read_manifest(out)
     if manifest is None:
@@ -1093,7 +1110,9 @@ def load_results(
     """Read a study folder: ``(study, {task: {field: array [units, ...]}})``.
 
     Every chunk is checked against its checksum. The units must be contiguous
-    and, unless ``allow_partial``, cover the whole study.
+    and, unless ``allow_partial``, cover the whole study. Each field holds one row per
+    unit (replicate), e.g. ``results["pulse"]["checkpoints.recommended"]`` of shape
+    ``[replicates, budgets]``; see :func:`run_study` for an example.
     """
     out = Path(out)
     manifest = _read_manifest(out)
@@ -1159,6 +1178,8 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
 
     Returns:
       ``out``; ``manifest.json`` says whether the merged study is complete.
+
+    See :func:`run_study` for an example.
     """
     dirs = [Path(d) for d in dirs]
     out = Path(out)

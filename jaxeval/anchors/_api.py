@@ -81,6 +81,28 @@ class AnchorPredictor:
       info: provenance (seed, candidates' validation errors, settings).
       item_model: the factorization's item parameters (for :meth:`predict_unbiased`),
         fitted on training models; None for an external target.
+
+    Example:
+      Fit on training models, score a new model on the anchors (and on 100 random
+      other items for the unbiased estimate), save for later:
+
+      >>> import pathlib, tempfile
+      >>> import jaxeval
+      >>> split = jaxeval.load("oll2_musr").drop_duplicates().protocol_split(seed=0)
+      >>> pred = jaxeval.fit_anchors(split.train, 20, method="gpirt", seed=0,
+      ...                            validation=split.validation)
+      >>> new = split.test.take(models=[0])  # stands in for a model you evaluate
+      >>> x = new.take(items=pred.anchor_items).scores[0]  # run only these 20 items
+      >>> est, lo, hi = pred.predict(x)  # 90% split-conformal interval
+      >>> extra = pred.extra_items(100, seed=1)  # fixed before scoring them
+      >>> y = new.take(items=extra).scores[0]
+      >>> est, lo, hi = pred.predict_unbiased(x, extra, y)  # valid whatever the map
+      >>> bool(lo <= new.accuracy()[0] <= hi)
+      True
+      >>> path = pred.save(pathlib.Path(tempfile.mkdtemp()) / "musr_anchors")
+      >>> back = jaxeval.AnchorPredictor.load(path, items=split.train)
+      >>> path.name, bool(back.predict(x)[0] == pred.predict(x)[0])
+      ('musr_anchors.npz', True)
     """
 
     items: np.ndarray
