@@ -13,6 +13,8 @@ interrupted grid continues where it stopped.
     PYTHONPATH=/path/to/snapshot nice -n 19 python benchmarks/anchors_grid.py
     # the markdown tables from what is in the file
     python benchmarks/anchors_grid.py --table
+    # and a figure: MAE against k, one panel per dataset
+    python benchmarks/anchors_grid.py --plot benchmarks/plots/anchors_grid.png
 
 Coverage check: with ``n`` calibration (validation) models the split-conformal coverage
 of one split is Beta(r, n + 1 - r) distributed, ``r = ceil((n + 1)(1 - alpha))``, when
@@ -243,10 +245,74 @@ def print_tables(recs: list[dict]) -> None:
               f"({res[ranked[1]]['mae_mean']:.2f}) | {se} |")
 
 
+def plot_grid(recs: list[dict], path: Path) -> Path:
+    """One panel per dataset: test MAE (pp, log scale) against k for every method,
+    mean over seeds with a +-1 sd bar; SparseEval drawn thicker."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FormatStrFormatter
+
+    cells = {}
+    for rec in recs:  # the last record of a (dataset, k) wins
+        cells[(rec["dataset"], rec["k"])] = rec
+    if not cells:
+        raise ValueError("--plot: no finished cells to draw")
+    order = {d: i for i, d in enumerate(DATASETS)}
+    names = sorted({d for d, _ in cells}, key=lambda d: order.get(d, 99))
+    methods = list(METHODS)
+    for rec in cells.values():
+        methods += [m for m in rec["methods"] if m not in methods]
+    cols = min(4, len(names))
+    rows = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False)
+    colors = plt.get_cmap("tab10")
+    for ax, d in zip(axes.ravel(), names):
+        ks = sorted(k for dd, k in cells if dd == d)
+        for j, m in enumerate(methods):
+            pts = [(k, cells[(d, k)]["results"][m]) for k in ks if m in cells[(d, k)]["results"]]
+            if not pts:
+                continue
+            x = [k for k, _ in pts]
+            y = [v["mae_mean"] for _, v in pts]
+            e = [v["mae_sd"] for _, v in pts]
+            se = m == "sparseeval"
+            ax.errorbar(x, y, yerr=e, color="black" if se else colors(j % 10), marker="o",
+                        ms=3, capsize=2, lw=2.2 if se else 1.0, label=m, zorder=3 if se else 2)
+        rec = cells[(d, ks[0])]
+        ax.set_title(f"{d} ({rec['n_models']} models, {rec['n_items']} items)", fontsize=8)
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+        ax.set_xticks(ks)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3, which="both")
+    for ax in axes.ravel()[len(names):]:
+        ax.axis("off")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("test MAE (pp)", fontsize=8)
+    for ax in axes[-1, :]:
+        ax.set_xlabel("anchor items k", fontsize=8)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(8, len(labels)), fontsize=8,
+               frameon=False)
+    n_seeds = len(next(iter(cells.values()))["seeds"])
+    fig.suptitle(f"Anchors grid: test MAE vs k, mean ± sd over {n_seeds} seeds", fontsize=10)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.97))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--table", action="store_true", help="print the tables from --out and exit")
+    ap.add_argument("--plot", type=Path, metavar="PNG",
+                    help="draw MAE against k per dataset from --out into this PNG and exit")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--datasets", nargs="*", default=list(DATASETS))
     ap.add_argument("--k", nargs="*", type=int, default=list(K_ORDER))
@@ -258,8 +324,11 @@ def main(argv=None):
     ap.add_argument("--max-cells", type=int, default=0, help="stop after this many (0 = all)")
     a = ap.parse_args(argv)
 
-    if a.table:
-        print_tables(read_cells(a.out))
+    if a.table or a.plot:
+        if a.table:
+            print_tables(read_cells(a.out))
+        if a.plot:
+            print(f"wrote {plot_grid(read_cells(a.out), a.plot)}")
         return
     bad = [d for d in a.datasets if d not in DATASETS]
     if bad:
