@@ -2,7 +2,8 @@
 
 Public API (everything else lives in private ``_module`` files):
 
-- data: :class:`ScoreMatrix`, :func:`load`, :mod:`jaxeval.datasets`
+- data: :class:`ScoreMatrix` (and its :class:`Split` of the anchor protocol),
+  :func:`load`, :mod:`jaxeval.datasets`
 - synthetic truth: :func:`synthetic_matrix` (JAX), :func:`synthetic_score_matrix` (numpy)
 - metrics: :mod:`jaxeval.metrics` (MAE pp, Kendall tau-b, identification, coverage)
 - factorization: :func:`fit_factorization` -> :class:`LowRankLogistic` (kernels in
@@ -15,6 +16,10 @@ Public API (everything else lives in private ``_module`` files):
   (kernels in ``jaxeval._identification``; truth :class:`SyntheticSpec` or a ScoreMatrix)
 - a real identification campaign: :class:`IdentificationCampaign` (ask which model to
   evaluate on which items, tell the scores, read anytime-valid intervals; save / load)
+- accuracy from anchor items: :func:`fit_anchors` -> :class:`AnchorPredictor`
+  (SparseEval, its baselines and the recommended ``"auto"``; the protocol, methods and
+  intervals in :mod:`jaxeval.anchors`)
+- study definitions from JSON-like dicts: :func:`study_from_dict`
 """
 
 from jaxeval import datasets, metrics

@@ -221,8 +221,9 @@ class IdentificationCampaign:
         for it).
       batch_size: items per request (a request's items can be evaluated in parallel).
       alpha: family-wise error level of the intervals (each model gets ``alpha / K``).
-      seed: the item orders' seed (an int or a PRNG key). The same seed, candidates
-        and answers give the same requests.
+      seed: the item orders' seed (an int or a PRNG key), also the seed of the
+        factorization fit on ``history``. The same seed, candidates and answers give
+        the same requests.
       stop_when_confident: stop requesting once the leader is ε-best with confidence
         ``1 - alpha`` (:attr:`CampaignStatus.confident`).
       eps: ε of that rule (0: the leader's lower bound must clear every other upper).

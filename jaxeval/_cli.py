@@ -147,6 +147,9 @@ def _parser() -> argparse.ArgumentParser:
     cn.add_argument("--history", metavar="DATA",
                     help="models already scored on the benchmark: a bundled name or a file "
                     "jaxeval.load reads (needed by pulse_ucb, pulse and naive)")
+    cn.add_argument("--exclude-candidates", action="store_true",
+                    help="drop the candidates' rows from --history first (e.g. to try a "
+                    "campaign on bundled data, whose history holds every model)")
     cn.add_argument("--items-file", metavar="FILE",
                     help="the benchmark's item names, one per line (without --history)")
     cn.add_argument("--policy", default="pulse_ucb",
@@ -154,7 +157,8 @@ def _parser() -> argparse.ArgumentParser:
     cn.add_argument("--budget", type=int, help="most LLM calls to spend (default K*n)")
     cn.add_argument("--batch-size", type=int, default=1, help="items per request (default 1)")
     cn.add_argument("--alpha", type=float, default=0.05, help="error level (default 0.05)")
-    cn.add_argument("--seed", type=int, default=0, help="seed of the item orders")
+    cn.add_argument("--seed", type=int, default=0,
+                    help="seed of the item orders (and of the factorization fit on --history)")
     cn.add_argument("--no-stop", action="store_true",
                     help="keep asking after the leader is separated (until the budget)")
     help_ = 'print the next request as JSON ({"done": true, ...} when there is none)'
@@ -191,7 +195,7 @@ def _parser() -> argparse.ArgumentParser:
     asub = an.add_subparsers(dest="action", metavar="ACTION", required=True)
     af = asub.add_parser("fit", help="choose anchors and fit the predictor; prints the items",
                          description="choose k anchor items on the models of DATA (as "
-                         "jaxeval.fit_anchors: a seeded 20%% of them is held out for the "
+                         "jaxeval.fit_anchors: a seeded 20% of them is held out for the "
                          "choices made on validation and the interval), save the predictor, "
                          "print the anchor items one per line")
     af.add_argument("data", help="scored models: a bundled name or a file jaxeval.load reads")
@@ -200,7 +204,10 @@ def _parser() -> argparse.ArgumentParser:
     af.add_argument("--method", default="auto", help="auto (default) or a method name")
     af.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     af.add_argument("--alpha", type=float, default=0.1, help="interval error level (0.1)")
-    ai = asub.add_parser("items", help="print a predictor's anchor items, one per line")
+    help_ = "print a predictor's anchor items, one per line (the items to evaluate)"
+    ai = asub.add_parser("items", help=help_,
+                         description=help_ + "; with --extra M, M random non-anchor items "
+                         "instead, for the unbiased estimate of `predict --extra M`")
     ai.add_argument("file", help="the predictor file")
     ai.add_argument("--extra", type=int, metavar="M",
                     help="print instead M random non-anchor items for an unbiased estimate")
@@ -484,6 +491,14 @@ def _campaign_locked(args: argparse.Namespace, answers) -> int:
             import jaxeval
 
             history = jaxeval.load(args.history)
+            if args.exclude_candidates:
+                keep = [i for i, m in enumerate(history.models.tolist()) if m not in set(cands)]
+                if len(keep) == history.n_models:
+                    raise ValueError("--exclude-candidates: none of the candidates is in "
+                                     f"{args.history}")
+                history = history.take(models=keep)
+        elif args.exclude_candidates:
+            raise ValueError("--exclude-candidates: needs --history")
         items = _lines(args.items_file, "items-file") if args.items_file else None
         camp = IdentificationCampaign(
             cands, history, items=items, policy=args.policy, budget=args.budget,

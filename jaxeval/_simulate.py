@@ -420,7 +420,7 @@ def simulate_identification(
       lanes: replicates vmapped together per device step (default 32). Results are
         bit-identical for a fixed ``lanes`` whatever the chunk size or device count; a
         wider vmap can change float sums in the last bit. Wider is faster for the
-        prediction policies on CPU (PULSE on IFEval, K = 10: ~1.5x from 64 to 256 lanes,
+        prediction policies on CPU (PULSE on IFEval, K = 10: ~1.3-1.5x from 64 to 256 lanes,
         BUILD_NOTES "PULSE against the peers") and on accelerators; ``chunk_size`` is
         rounded up to a multiple of ``lanes`` times the device count.
       devices: devices of the replicate mesh (default all).

@@ -963,7 +963,8 @@ def run_study(
     holding a different study, or a different replicate range, is refused.
 
     Args:
-      study: an :class:`IdentificationStudy` or :class:`AnchorStudy`.
+      study: an :class:`IdentificationStudy`, :class:`AnchorStudy` or
+        :class:`ReplicateStudy`.
       out: the output folder (created if absent).
       replicate_range: ``(lo, hi)`` to compute only units ``lo..hi-1`` (one job
         of a cluster array; join the folders with :func:`merge_studies`).

@@ -278,6 +278,31 @@ def test_campaign_new_ask_tell_status(tmp_path, capsys, monkeypatch):
     assert "no saved campaign" in capsys.readouterr().err
 
 
+def test_campaign_new_exclude_candidates(tmp_path, capsys, monkeypatch):
+    """A history that holds the candidates is refused unless --exclude-candidates drops
+    their rows (the way to try a campaign on bundled data)."""
+    import jaxeval
+
+    monkeypatch.chdir(tmp_path)
+    hist = _small_npz(tmp_path, m=8, n=12)
+    names = jaxeval.load(hist).models.tolist()
+    args = ["campaign", "new", "c.npz", "--history", hist, "--candidates", names[0],
+            names[3], "--policy", "ucbe"]
+    assert main(args) == 2
+    assert "history" in capsys.readouterr().err
+    assert main(args + ["--exclude-candidates"]) == 0
+    assert "created c.npz" in capsys.readouterr().out
+    camp = jaxeval.IdentificationCampaign.load("c.npz")
+    assert camp.candidates.tolist() == [names[0], names[3]]
+    assert main(["campaign", "new", "d.npz", "--history", hist, "--candidates", "x", "y",
+                 "--policy", "ucbe", "--exclude-candidates"]) == 2
+    assert "none of the candidates" in capsys.readouterr().err
+    assert main(["campaign", "new", "d.npz", "--items-file", "c.npz", "--candidates", "x",
+                 "y", "--policy", "ucbe", "--exclude-candidates"]) == 2
+    assert "needs --history" in capsys.readouterr().err
+    assert not Path("d.npz").exists()
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="the lock uses fcntl (POSIX)")
 def test_campaign_tell_waits_for_the_file_lock(tmp_path, capsys, monkeypatch):
     """Two harness processes answering the same request: the second waits for the first's

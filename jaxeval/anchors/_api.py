@@ -187,7 +187,14 @@ class AnchorPredictor:
         return est, lo, hi
 
     def extra_items(self, m: int, seed: int = 0) -> np.ndarray:
-        """``m`` random non-anchor item names for :meth:`predict_unbiased`."""
+        """``m`` random non-anchor item names for :meth:`predict_unbiased`.
+
+        Args:
+          m: how many, ``1 <= m <= n_items - k``.
+          seed: int seed of the draw (uniform without replacement over the
+            non-anchors). Fix ``m`` and ``seed`` before seeing any score, one seed per
+            model when intervals about several models are read together.
+        """
         n = self.items.size
         if not 1 <= m <= n - self.k:
             raise ValueError(f"m: expected 1..{n - self.k} extra items, got {m}")
@@ -202,9 +209,17 @@ class AnchorPredictor:
         The extra items must be drawn uniformly without replacement from the
         non-anchors (use :meth:`extra_items`); the interval is then valid in finite
         samples whatever the quality of the per-item predictions (see
-        :func:`jaxeval.anchors.dr_estimate`). Needs a predictor whose map has item
-        predictions (``kind`` ``"irt"`` or ``"blend"``, e.g. ``method="auto"``), and
-        estimates the mean over this matrix's items (not an external target).
+        :func:`jaxeval.anchors.dr_estimate`). The per-item predictions come from the
+        factorization's item parameters (:attr:`item_model`, fitted on the training
+        models for every method) with the new model's factor fitted on its anchor
+        scores. Estimates the mean over this matrix's items, so a predictor fitted on
+        an external target (a full-benchmark score) has none.
+
+        Args:
+          anchor_scores: ``[k]`` the model's scores on :attr:`anchor_items`.
+          extra_items: ``[m]`` names from :meth:`extra_items`, in its order.
+          extra_scores: ``[m]`` their scores in [0, 1].
+          alpha: error level of the interval (default: the predictor's ``alpha``).
 
         Returns:
           ``(estimate, lower, upper)`` for one model.
