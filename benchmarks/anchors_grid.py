@@ -168,19 +168,26 @@ def conformal_tolerance(n_val: int, n_test: int, n_seeds: int, alpha: float = AL
     return mu, math.sqrt((var_beta + e_binom / n_test) / n_seeds)
 
 
-def print_tables(recs: list[dict]) -> None:
-    """Markdown tables (MAE, tau-b, coverage/width) and the k = 100 winners."""
-    if not recs:
-        print("no finished cells")
-        return
+def _cells(recs: list[dict]) -> tuple[dict, list, list[str]]:
+    """``({(dataset, k): record}, keys in table order, methods in table order)``; the
+    last record of a (dataset, k) wins."""
     cells = {}
-    for rec in recs:  # the last record of a (dataset, k) wins
+    for rec in recs:
         cells[(rec["dataset"], rec["k"])] = rec
     order = {d: i for i, d in enumerate(DATASETS)}
     keys = sorted(cells, key=lambda c: (order.get(c[0], 99), c[1]))
     methods = list(METHODS)
     for rec in cells.values():
         methods += [m for m in rec["methods"] if m not in methods]
+    return cells, keys, methods
+
+
+def print_tables(recs: list[dict]) -> None:
+    """Markdown tables (MAE, tau-b, coverage/width) and the k = 100 winners."""
+    if not recs:
+        print("no finished cells")
+        return
+    cells, keys, methods = _cells(recs)
     head = "| dataset | k | " + " | ".join(methods) + " |\n|---|---|" + "---|" * len(methods)
 
     def metric_table(title, name, fmt, pick):
@@ -254,16 +261,10 @@ def plot_grid(recs: list[dict], path: Path) -> Path:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FormatStrFormatter
 
-    cells = {}
-    for rec in recs:  # the last record of a (dataset, k) wins
-        cells[(rec["dataset"], rec["k"])] = rec
-    if not cells:
+    if not recs:
         raise ValueError("--plot: no finished cells to draw")
-    order = {d: i for i, d in enumerate(DATASETS)}
-    names = sorted({d for d, _ in cells}, key=lambda d: order.get(d, 99))
-    methods = list(METHODS)
-    for rec in cells.values():
-        methods += [m for m in rec["methods"] if m not in methods]
+    cells, keys, methods = _cells(recs)
+    names = list(dict.fromkeys(d for d, _ in keys))  # datasets in table order
     cols = min(4, len(names))
     rows = math.ceil(len(names) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False)

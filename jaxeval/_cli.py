@@ -434,11 +434,15 @@ def _lines(path: str, what: str) -> list[str]:
     return [n for n in names if n]
 
 
+def _npz_path(value: str) -> Path:
+    """``value`` with ``.npz`` appended unless it has it (as numpy's savez does)."""
+    path = Path(value)
+    return path if path.suffix == ".npz" else path.with_suffix(path.suffix + ".npz")
+
+
 def _new_npz(what: str, value: str, why: str = "") -> Path:
     """The ``.npz`` path a command creates; an existing file is refused, never replaced."""
-    path = Path(value)
-    if path.suffix != ".npz":
-        path = path.with_suffix(path.suffix + ".npz")
+    path = _npz_path(value)
     if path.exists():
         raise ValueError(f"{what}: {path} exists{why}; choose another name or delete it yourself")
     return path
@@ -468,17 +472,15 @@ def _file_lock(path: Path):
 def _cmd_campaign(args: argparse.Namespace) -> int:
     if args.action in ("new", "tell"):
         answers = _read_json(args.answers, "answers") if args.action == "tell" else None
-        path = Path(args.file)
-        if args.action == "new" and path.suffix != ".npz":
-            path = path.with_suffix(path.suffix + ".npz")
+        path = _npz_path(args.file) if args.action == "new" else Path(args.file)
         if not path.parent.is_dir() or (args.action == "tell" and not path.is_file()):
-            return _campaign_locked(args, answers)  # nothing to protect; its own error
+            return _campaign_action(args, answers)  # nothing to protect; its own error
         with _file_lock(path):
-            return _campaign_locked(args, answers)
-    return _campaign_locked(args, None)
+            return _campaign_action(args, answers)
+    return _campaign_action(args, None)
 
 
-def _campaign_locked(args: argparse.Namespace, answers) -> int:
+def _campaign_action(args: argparse.Namespace, answers) -> int:
     from jaxeval._campaign import IdentificationCampaign
 
     if args.action == "new":
@@ -492,7 +494,8 @@ def _campaign_locked(args: argparse.Namespace, answers) -> int:
 
             history = jaxeval.load(args.history)
             if args.exclude_candidates:
-                keep = [i for i, m in enumerate(history.models.tolist()) if m not in set(cands)]
+                drop = set(cands)
+                keep = [i for i, m in enumerate(history.models.tolist()) if m not in drop]
                 if len(keep) == history.n_models:
                     raise ValueError("--exclude-candidates: none of the candidates is in "
                                      f"{args.history}")
