@@ -1,5 +1,7 @@
 """IdentificationCampaign: the simulation's kernel, one real request at a time."""
 
+import json
+
 import jax
 import numpy as np
 import pytest
@@ -129,6 +131,7 @@ def test_save_load_continues_exactly(problem, tmp_path):
         arrays = {k: z[k] for k in z.files}
     arrays["index"] = arrays["index"].copy()
     arrays["index"][6:8] = arrays["index"][6:8][::-1]  # the 4th answer's items swapped
+    arrays = {k: v for k, v in arrays.items() if not k.startswith("state_")}  # no state
     np.savez(tmp_path / "tampered.npz", **arrays)
     with pytest.raises(ValueError, match="saved answer 3 of 17 does not replay"):
         IdentificationCampaign.load(tmp_path / "tampered.npz")
@@ -215,3 +218,90 @@ def test_bad_settings_are_named(problem):
         IdentificationCampaign(names, hist, rank=0)
     with pytest.raises(ValueError, match="factors: item factors of shape"):
         IdentificationCampaign(names, hist, factors=ItemFactors(lr.V[:5], lr.c[:5], lr.u_mean))
+
+
+def _leaf_position(state, field):
+    """The position of ``LoopState.<field>`` among the state's leaves (as saved)."""
+    marker = np.full(np.shape(getattr(state, field)), -12345.0)
+    leaves = jax.tree.leaves(state._replace(**{field: marker}))
+    return next(i for i, x in enumerate(leaves) if x is marker)
+
+
+@pytest.mark.parametrize("policy, b", [("pulse_ucb", 2), ("sysrs", 3)])
+def test_load_restores_the_saved_state_or_replays(problem, tmp_path, policy, b):
+    """The saved kernel state is restored as is (the same state a replay reaches, and
+    the same continuation); a state that disagrees with the answers, another JAX
+    version or a file without a state are replayed instead."""
+    hist, cands, lr = problem
+    kw = dict(policy=policy, batch_size=b, budget=150, seed=5, factors=lr,
+              stop_when_confident=False)
+    part = IdentificationCampaign(cands.models, hist, **kw)
+    _oracle(part, cands, stop_after=19)
+    path = part.save(tmp_path / "camp.npz")
+
+    replays = []
+    real_ask = IdentificationCampaign.ask
+
+    def counting_ask(self):
+        replays.append(1)
+        return real_ask(self)
+
+    def load(p, **kw):
+        replays.clear()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(IdentificationCampaign, "ask", counting_ask)
+            out = IdentificationCampaign.load(p, **kw)
+        return out, len(replays)
+
+    fast, asked_fast = load(path)
+    slow, asked_slow = load(path, replay=True)
+    assert asked_fast == 0 and asked_slow == 19  # restored vs replayed
+    for x, y in zip(jax.tree.leaves(fast._state), jax.tree.leaves(slow._state)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert fast.calls == slow.calls == part.calls
+    saved_calls = part.calls
+    ref = [np.asarray(x) for x in jax.tree.leaves(slow._state)]
+    np.testing.assert_array_equal(fast.scores().mask, part.scores().mask)
+    np.testing.assert_array_equal(fast.scores().scores, part.scores().scores)
+    assert [a for a, _, _ in fast._log] == [a for a, _, _ in part._log]
+    # both continue exactly as the uninterrupted campaign does
+    _oracle(part, cands)
+    for camp in (fast, slow):
+        _oracle(camp, cands)
+        a, c = part.status(), camp.status()
+        np.testing.assert_array_equal(a.pulls, c.pulls)
+        np.testing.assert_array_equal(a.estimate, c.estimate)
+        np.testing.assert_array_equal(a.lower, c.lower)
+        assert a.recommended == c.recommended and a.calls == c.calls
+    # a restored campaign saves a state that restores again
+    fast.save(tmp_path / "again.npz")
+    again, asked = load(tmp_path / "again.npz")
+    assert asked == 0 and again.calls == part.calls
+
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(str(arrays["meta"]))
+    tampered = []
+    for field, change in (("sum_s", lambda x: x + 0.5), ("calls", lambda x: x + 1),
+                          ("sampler", None)):
+        bad = dict(arrays)
+        if field == "sampler":  # another model's count
+            i = _leaf_position(part._state.sampler, "count")
+            bad[f"state_{i}"] = np.roll(bad[f"state_{i}"], 1)
+        else:
+            i = _leaf_position(part._state, field)
+            bad[f"state_{i}"] = change(bad[f"state_{i}"])
+        tampered.append(bad)
+    other = dict(arrays, meta=np.asarray(json.dumps(dict(meta, jax_version="0.0.1"))))
+    layout = dict(arrays, meta=np.asarray(json.dumps(
+        dict(meta, state=dict(meta["state"], version=meta["state"]["version"] + 1)))))
+    missing = {k: v for k, v in arrays.items() if k != "state_7"}
+    for j, bad in enumerate(tampered + [other, layout, missing]):
+        np.savez(tmp_path / f"bad{j}.npz", **bad)
+        camp, asked = load(tmp_path / f"bad{j}.npz")
+        assert asked == 19, j  # replayed, not restored
+        assert camp.calls == saved_calls
+        for x, y in zip(jax.tree.leaves(camp._state), ref):
+            np.testing.assert_array_equal(np.asarray(x), y)
+    with pytest.raises(TypeError, match="replay: expected True or False"):
+        IdentificationCampaign.load(path, replay="yes")
