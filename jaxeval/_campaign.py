@@ -31,6 +31,7 @@ again as it was asked.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import tempfile
@@ -60,12 +61,28 @@ _FORMAT = "jaxeval.campaign/1"
 _STATE_VERSION = 1
 
 
-def _state_stamp(layout, answers: int) -> dict:
-    """What a saved kernel state must match to be restored instead of replayed."""
+def _state_stamp(layout, answers: int, inputs: str, content: str) -> dict:
+    """What a saved kernel state must match to be restored instead of replayed:
+    ``inputs`` is :meth:`IdentificationCampaign._inputs_digest` (settings, seed key,
+    item factors, names), ``content`` the :func:`_digest` of the answers' arrays and
+    the state's leaves as saved (a damaged or edited file is replayed instead)."""
     from jaxeval import __version__
 
     return dict(version=_STATE_VERSION, jaxeval=__version__, layout=str(layout),
-                answers=int(answers))
+                answers=int(answers), inputs=inputs, content=content)
+
+
+def _digest(*arrays: np.ndarray) -> str:
+    """SHA-256 of the arrays' dtypes, shapes and bytes, in order."""
+    h = hashlib.sha256()
+    for x in arrays:
+        x = np.ascontiguousarray(x)
+        h.update(f"{x.dtype.str}{x.shape}".encode())
+        h.update(x.tobytes())
+    return h.hexdigest()
+
+
+_order_table_jit = jax.jit(_sampling.order_table, static_argnums=(1, 2, 3, 4))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -626,25 +643,28 @@ class IdentificationCampaign:
                 "(loaded with strict=False); saving there would delete them: save to "
                 "another path"
             )
-        leaves, layout = jax.tree.flatten(self._state)
-        meta = dict(format=_FORMAT, settings=self.settings,
-                    candidates=self.candidates.tolist(), items=self.items.tolist(),
-                    jax_version=jax.__version__, platform=jax.default_backend(),
-                    state=_state_stamp(layout, len(self._log)))
-        state = {f"state_{i}": np.asarray(x) for i, x in enumerate(leaves)}
         arms = np.asarray([a for a, _, _ in self._log], np.int64)
         lens = np.asarray([len(i) for _, i, _ in self._log], np.int64)
         idx = np.concatenate([i for _, i, _ in self._log]) if self._log else np.zeros(0, np.int64)
         val = (np.concatenate([s for _, _, s in self._log]) if self._log
                else np.zeros(0, np.float32))
+        idx, val = idx.astype(np.int64), val.astype(np.float32)
+        leaves, layout = jax.tree.flatten(self._state)
+        leaves = [np.asarray(x) for x in leaves]
+        meta = dict(format=_FORMAT, settings=self.settings,
+                    candidates=self.candidates.tolist(), items=self.items.tolist(),
+                    jax_version=jax.__version__, platform=jax.default_backend(),
+                    state=_state_stamp(layout, len(self._log), self._inputs_digest(),
+                                       _digest(arms, lens, idx, val, *leaves)))
+        state = {f"state_{i}": x for i, x in enumerate(leaves)}
         V, c, u_mean = self._factors
         fd, tmp_name = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
         tmp = Path(tmp_name)
         try:
             with os.fdopen(fd, "wb") as f:
                 np.savez(f, meta=np.asarray(json.dumps(meta)), key=self._key_data, V=V, c=c,
-                         u_mean=u_mean, arms=arms, lens=lens, index=idx.astype(np.int64),
-                         scores=val.astype(np.float32), **state)
+                         u_mean=u_mean, arms=arms, lens=lens, index=idx, scores=val,
+                         **state)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
@@ -679,8 +699,11 @@ class IdentificationCampaign:
                           ("key", "V", "c", "u_mean", "arms", "lens", "index", "scores")}
                 if state:  # state_0, state_1, ... up to the first missing one
                     arrays["state"] = []
-                    while (name := f"state_{len(arrays['state'])}") in z.files:
-                        arrays["state"].append(np.asarray(z[name]))
+                    try:  # only a shortcut: if it cannot be read, the answers replay
+                        while (name := f"state_{len(arrays['state'])}") in z.files:
+                            arrays["state"].append(np.asarray(z[name]))
+                    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+                        arrays["state"] = []
             if meta.get("format") != _FORMAT:
                 raise ValueError(f"format {meta.get('format')!r}, expected {_FORMAT!r}")
             for k in ("settings", "candidates", "items"):
@@ -786,17 +809,38 @@ class IdentificationCampaign:
         self.path = path
         return self
 
+    def _inputs_digest(self) -> str:
+        """A hash of what the kernel state derives from besides the answers: settings,
+        seed key, item factors, candidate and item names."""
+        h = hashlib.sha256(json.dumps(
+            [self.settings, self.candidates.tolist(), self.items.tolist()], sort_keys=True
+        ).encode())
+        h.update(_digest(self._key_data, *self._factors).encode())
+        return h.hexdigest()
+
     def _restore(self, meta: dict, arrays: dict, starts: np.ndarray) -> bool:
         """Install the saved state and answers if they can be trusted; False (nothing
-        changed) when the file has no usable state and the answers must be replayed."""
+        changed) when the file has no usable state and the answers must be replayed.
+
+        Trusted means: written by the same jaxeval (state version, pytree layout), JAX
+        version and platform from the same settings, seed and item factors; answers and
+        state bytes unchanged since the save (a SHA-256 over both); every answer a
+        well-formed request (each model's items, in the order asked, are the first items
+        of its own draw order); and the state agrees with the answers (total calls, each
+        model's count, last item and its order key, score sum)."""
         layout = jax.tree.structure(self._state)
         fresh = jax.tree.leaves(self._state)
         saved = arrays.get("state", [])
-        if meta.get("state") != _state_stamp(layout, arrays["arms"].size) or (
+        if not (len(saved) == len(fresh) and all(x.dtype != object for x in saved)):
+            return False
+        content = _digest(*(arrays[k] for k in ("arms", "lens", "index", "scores")), *saved)
+        if meta.get("state") != _state_stamp(layout, arrays["arms"].size,
+                                             self._inputs_digest(), content) or (
             meta.get("jax_version") != jax.__version__
             or meta.get("platform") != jax.default_backend()
             or len(saved) != len(fresh)
             or any(x.shape != y.shape or x.dtype != y.dtype for x, y in zip(saved, fresh))
+            or not all(np.issubdtype(arrays[k].dtype, np.integer) for k in ("arms", "index"))
         ):
             return False
         K, n = self.candidates.size, self.items.size
@@ -824,6 +868,22 @@ class IdentificationCampaign:
                 and np.allclose(np.asarray(state.sum_s), scores.sum(1), rtol=1e-5,
                                 atol=1e-4)):
             return False
+        # each model's answers are the first items of its draw order, in order
+        cfg = self._config
+        table = self._table
+        if table is None or table.keys is None:
+            table = _order_table_jit(self._order_key, K, n, cfg.sync, True)
+        order, keys = np.asarray(table.order), np.asarray(table.keys)
+        asked = [[] for _ in range(K)]
+        for arm, index, _ in log:
+            asked[arm].append(index)
+        thr_key = np.asarray(state.sampler.thr_key)
+        for a in range(K):
+            row = 0 if cfg.sync else a
+            got = np.concatenate(asked[a]) if asked[a] else np.zeros(0, np.int64)
+            if not (np.array_equal(got, order[row, :got.size])
+                    and thr_key[a] == (keys[row, last[a]] if got.size else -1)):
+                return False
         self._state = state
         self._data = self._data._replace(pool=jnp.asarray(scores))
         self._scores, self._answered, self._log = scores, answered, log

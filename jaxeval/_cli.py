@@ -174,6 +174,9 @@ def _parser() -> argparse.ArgumentParser:
     cs.add_argument("--no-strict", action="store_true",
                     help="replay the saved answers only up to the first that no longer "
                     "replays (another JAX version or platform) instead of refusing")
+    cs.add_argument("--replay", action="store_true",
+                    help="replay every saved answer instead of restoring the saved state "
+                    "(checks that this jaxeval asks each saved request again)")
     help_ = "print every saved answer as CSV (model,item,score), without a replay"
     ce = csub.add_parser("export", help=help_, description=help_)
     ce.add_argument("file", help="the campaign file")
@@ -520,7 +523,8 @@ def _campaign_action(args: argparse.Namespace, answers) -> int:
                   f"{told.scores[i, j]:g}")
         return 0
     strict = not getattr(args, "no_strict", False)
-    camp = IdentificationCampaign.load(args.file, strict=strict)
+    camp = IdentificationCampaign.load(args.file, strict=strict,
+                                       replay=bool(getattr(args, "replay", False)))
     if args.action == "status":
         st = camp.status()
         print(json.dumps(_campaign_json(st), indent=1) if args.json else st.table())

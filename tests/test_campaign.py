@@ -1,12 +1,14 @@
 """IdentificationCampaign: the simulation's kernel, one real request at a time."""
 
 import json
+import zipfile
 
 import jax
 import numpy as np
 import pytest
 
 import jaxeval
+from jaxeval import _campaign
 from jaxeval import _identification as idn
 from jaxeval._campaign import CampaignRequest, IdentificationCampaign
 from jaxeval._factorization import ItemFactors
@@ -281,17 +283,32 @@ def test_load_restores_the_saved_state_or_replays(problem, tmp_path, policy, b):
     with np.load(path) as z:
         arrays = {k: z[k] for k in z.files}
     meta = json.loads(str(arrays["meta"]))
+    n_leaves = len(jax.tree.leaves(part._state))
+
+    def resealed(bad):
+        """``bad`` with its content digest recomputed, as a buggy writer would leave it:
+        only the consistency checks against the answers can catch it then."""
+        content = _campaign._digest(*(bad[k] for k in ("arms", "lens", "index", "scores")),
+                                    *(bad[f"state_{i}"] for i in range(n_leaves)))
+        m = dict(meta, state=dict(meta["state"], content=content))
+        return dict(bad, meta=np.asarray(json.dumps(m)))
+
     tampered = []
     for field, change in (("sum_s", lambda x: x + 0.5), ("calls", lambda x: x + 1),
-                          ("sampler", None)):
+                          ("sampler", None), ("thr_key", None)):
         bad = dict(arrays)
-        if field == "sampler":  # another model's count
-            i = _leaf_position(part._state.sampler, "count")
+        if field in ("sampler", "thr_key"):  # another model's count; a last item's key
+            i = _leaf_position(part._state.sampler, "count" if field == "sampler" else field)
             bad[f"state_{i}"] = np.roll(bad[f"state_{i}"], 1)
         else:
             i = _leaf_position(part._state, field)
             bad[f"state_{i}"] = change(bad[f"state_{i}"])
-        tampered.append(bad)
+        tampered += [bad, resealed(bad)]  # caught by the digest / by the checks
+    est = _leaf_position(part._state, "estimate")  # not checked against the answers
+    tampered.append(dict(arrays, **{f"state_{est}": arrays[f"state_{est}"] + 0.1}))
+    scores = arrays["scores"].copy()
+    scores[-1] = 1.0 - scores[-1]  # the last answer edited after the save (so the
+    tampered.append(dict(arrays, scores=scores))  # replay still asks every request)
     other = dict(arrays, meta=np.asarray(json.dumps(dict(meta, jax_version="0.0.1"))))
     layout = dict(arrays, meta=np.asarray(json.dumps(
         dict(meta, state=dict(meta["state"], version=meta["state"]["version"] + 1)))))
@@ -301,7 +318,29 @@ def test_load_restores_the_saved_state_or_replays(problem, tmp_path, policy, b):
         camp, asked = load(tmp_path / f"bad{j}.npz")
         assert asked == 19, j  # replayed, not restored
         assert camp.calls == saved_calls
-        for x, y in zip(jax.tree.leaves(camp._state), ref):
-            np.testing.assert_array_equal(np.asarray(x), y)
+        if bad["scores"] is arrays["scores"]:  # the replay rebuilds the saved state
+            for x, y in zip(jax.tree.leaves(camp._state), ref):
+                np.testing.assert_array_equal(np.asarray(x), y)
+        else:  # the replay took the edited answer
+            cell = int(arrays["arms"][-1]), int(arrays["index"][-1])
+            assert camp.scores().scores[cell] == 1.0 - arrays["scores"][-1]
+    # a request's items swapped, digest resealed: not the model's draw order, so it is
+    # replayed, and the replay refuses it
+    swapped = dict(arrays, index=arrays["index"].copy())
+    first = int(np.argmax(arrays["lens"] > 1))
+    at = int(arrays["lens"][:first].sum())
+    swapped["index"][at:at + 2] = swapped["index"][at:at + 2][::-1]
+    np.savez(tmp_path / "swapped.npz", **resealed(swapped))
+    with pytest.raises(ValueError, match=f"saved answer {first} of 19 does not replay"):
+        IdentificationCampaign.load(tmp_path / "swapped.npz")
+    # an unreadable state entry (bad CRC) costs the shortcut, not the file
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo("state_5.npy")
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    raw[start + info.compress_size - 1] ^= 0xFF
+    (tmp_path / "crc.npz").write_bytes(bytes(raw))
+    camp, asked = load(tmp_path / "crc.npz")
+    assert asked == 19 and camp.calls == saved_calls
     with pytest.raises(TypeError, match="replay: expected True or False"):
         IdentificationCampaign.load(path, replay="yes")

@@ -256,6 +256,8 @@ def test_campaign_new_ask_tell_status(tmp_path, capsys, monkeypatch):
     st = json.loads(capsys.readouterr().out)
     assert st["calls"] == 12 and st["pulls"] == camp.status().pulls.tolist()
     np.testing.assert_allclose(st["estimate"], camp.status().estimate)
+    assert main(["campaign", "status", "c.npz", "--json", "--replay"]) == 0
+    assert json.loads(capsys.readouterr().out) == st  # replayed: the state restored
     # a wrong answer: one error line, nothing saved
     Path("bad.json").write_text("[1, 0]")
     assert main(["campaign", "tell", "c.npz", "bad.json", "--step", "3"]) == 2
