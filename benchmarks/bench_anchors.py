@@ -128,17 +128,72 @@ def _coverage_band(r: dict) -> tuple[float, float]:
     return conformal_tolerance(n_cal, n_te, len(r["seeds"]), 0.1)
 
 
-def summary_table(path: str, sparseeval_from: str | None = None) -> str:
+def _sparseeval_seeds(paths) -> dict:
+    """``{(dataset, k): {seed: MAE (pp)}}`` of the faithful SparseEval in ``anchors_grid.py``
+    results files (later files and lines win for a seed they repeat)."""
+    out = {}
+    for path in [paths] if isinstance(paths, str) else paths:
+        if not Path(path).exists():
+            continue
+        for line in Path(path).read_text().splitlines():
+            g = json.loads(line)
+            if "sparseeval" in g.get("results", {}):
+                cell = out.setdefault((g["dataset"], g["k"]), {})
+                cell.update(zip(g["seeds"], g["results"]["sparseeval"]["mae_pp"]))
+    return out
+
+
+def _auto_seeds(paths) -> dict:
+    """``{(dataset, k): {seed: MAE (pp)}}`` of ``auto`` in ``bench_anchors.py`` results
+    files (later files and lines win for a seed they repeat)."""
+    out = {}
+    for path in [paths] if isinstance(paths, str) else paths:
+        for line in Path(path).read_text().splitlines():
+            r = json.loads(line)
+            if "auto" in r["methods"]:
+                i = r["methods"].index("auto")
+                out.setdefault((r["dataset"], r["k"]), {}).update(zip(r["seeds"], r["mae_pp"][i]))
+    return out
+
+
+def versus_sparseeval(auto_from, sparseeval_from) -> str:
+    """Markdown: ``auto`` against the faithful SparseEval, paired by seed (same split), on
+    every cell where both ran: means, the mean paired difference with its standard
+    error, on how many seeds ``auto`` is lower, and the one-sided paired t-test of
+    "``auto`` is worse" (p)."""
+    from scipy import stats
+
+    auto, se = _auto_seeds(auto_from), _sparseeval_seeds(sparseeval_from)
+    out = ["| cell | seeds | `auto` MAE (pp) | SparseEval MAE (pp) | `auto` − SparseEval "
+           "(± se) | `auto` lower on | p (`auto` worse) |", "|---|---|---|---|---|---|---|"]
+    below = worse = n = 0
+    for c in sorted(set(auto) & set(se), key=lambda c: (c[0].split("_")[0], c[0], c[1])):
+        seeds = sorted(set(auto[c]) & set(se[c]))
+        if len(seeds) < 2:
+            continue
+        a = np.array([auto[c][s] for s in seeds])
+        b = np.array([se[c][s] for s in seeds])
+        d = a - b
+        err = d.std(ddof=1) / np.sqrt(d.size)
+        p = float(stats.t.sf(d.mean() / err, d.size - 1)) if err > 0 else float(d.mean() > 0)
+        n += 1
+        below += d.mean() <= 0
+        worse += p < 0.05
+        out.append(f"| {c[0]} {c[1]} | {seeds[0]}–{seeds[-1]} ({d.size}) | {a.mean():.3f} | "
+                   f"{b.mean():.3f} | {d.mean():+.3f} ± {err:.3f} | {(d < 0).sum()} of "
+                   f"{d.size} | {p:.2f} |")
+    out.append(f"\n`auto`'s mean MAE ≤ the faithful SparseEval's on {below} of {n} cells; "
+               f"significantly worse (one-sided paired t, p < 0.05) on {worse} of {n}.")
+    return "\n".join(out)
+
+
+def summary_table(path: str, sparseeval_from=None) -> str:
     """Markdown: per (dataset, k) the recommended ``auto`` against the SPEC best cell,
     the best single method, the faithful SparseEval (when run here, or taken from the
     same seeds of an ``anchors_grid.py`` results file), tau-b against the best
     baseline, coverage of the 90% interval and the unbiased estimate."""
-    se_grid = {}
-    if sparseeval_from and Path(sparseeval_from).exists():
-        for line in Path(sparseeval_from).read_text().splitlines():
-            g = json.loads(line)
-            if "sparseeval" in g.get("results", {}):
-                se_grid[(g["dataset"], g["k"])] = (g["seeds"], g["results"]["sparseeval"])
+    se_grid = {c: (list(v), {"mae_pp": list(v.values())})
+               for c, v in _sparseeval_seeds(sparseeval_from or []).items()}
     recs = {}
     for line in Path(path).read_text().splitlines():
         r = json.loads(line)
@@ -194,7 +249,7 @@ def summary_table(path: str, sparseeval_from: str | None = None) -> str:
     return "\n".join(out)
 
 
-def calibration_table(before: str, after: str, grid: str | None = None) -> str:
+def calibration_table(before: str, after: str, grid=None) -> str:
     """Markdown: ``auto`` per cell in two results files (say, before and after a change of
     its interval's calibration): MAE, coverage against its band, mean width, and the
     faithful SparseEval's MAE on the same seeds from an ``anchors_grid.py`` file."""
@@ -206,7 +261,7 @@ def calibration_table(before: str, after: str, grid: str | None = None) -> str:
         return out
 
     old, new = cells(before), cells(after)
-    g = cells(grid) if grid and Path(grid).exists() else {}
+    g = _sparseeval_seeds(grid or [])
     out = ["| cell | `auto` MAE before → after (pp) | coverage before (band) | coverage after "
            "(band) | mean width before → after (pp) | SparseEval MAE, same seeds | s |",
            "|---|---|---|---|---|---|---|"]
@@ -224,10 +279,8 @@ def calibration_table(before: str, after: str, grid: str | None = None) -> str:
             cells_.append((float(np.mean(r["mae_pp"][ix])), f"{cov:.3f}{flag} ({exp:.3f} ± "
                            f"{2 * sd:.3f})", wid))
         se = "–"
-        if c in g and "sparseeval" in g[c].get("results", {}):
-            pos = [g[c]["seeds"].index(x) for x in n["seeds"] if x in g[c]["seeds"]]
-            if len(pos) == len(n["seeds"]):
-                se = f"{np.mean(np.asarray(g[c]['results']['sparseeval']['mae_pp'])[pos]):.2f}"
+        if c in g and all(x in g[c] for x in n["seeds"]):
+            se = f"{np.mean([g[c][x] for x in n['seeds']]):.2f}"
         out.append(f"| {c[0]} {c[1]} | {cells_[0][0]:.2f} → {cells_[1][0]:.2f} | {cells_[0][1]} | "
                    f"{cells_[1][1]} | {cells_[0][2]:.1f} → {cells_[1][2]:.1f} | {se} | "
                    f"{n['seconds']:.0f} |")
@@ -243,13 +296,22 @@ def main(argv=None):
                          "at k in {20, 50, 100}; grid/custom: --datasets x --k")
     ap.add_argument("--table", metavar="JSONL", default=None,
                     help="only print the summary table of a results file and exit")
-    ap.add_argument("--sparseeval-from", default="benchmarks/results/anchors_grid.jsonl",
-                    help="with --table: faithful SparseEval MAE of the same seeds from an "
-                         "anchors_grid.py results file")
+    ap.add_argument("--sparseeval-from", nargs="+",
+                    default=["benchmarks/results/anchors_grid.jsonl",
+                             "benchmarks/results/anchors_sparseeval_k50.jsonl"],
+                    help="with --table, --compare or --versus-sparseeval: faithful "
+                         "SparseEval MAE of the same seeds from anchors_grid.py results files")
+    ap.add_argument("--versus-sparseeval", nargs="+", metavar="JSONL", default=None,
+                    help="only print auto against the faithful SparseEval (--sparseeval-from), "
+                         "paired by seed, for every cell of these results files, and exit")
     ap.add_argument("--datasets", nargs="*", default=list(DATASETS))
     ap.add_argument("--k", nargs="*", type=int, default=[20, 40, 60, 80, 100])
     ap.add_argument("--methods", nargs="*", default=None)
-    ap.add_argument("--seeds", type=int, default=5, help="repetitions r -> seeds 42 + r")
+    ap.add_argument("--seeds", type=int, default=5,
+                    help="repetitions r -> seeds first-seed + r")
+    ap.add_argument("--first-seed", type=int, default=42,
+                    help="the first seed (default 42, SPEC 6.2); e.g. 47 with --seeds 5 "
+                         "adds seeds 47-51 to cells run on 42-46")
     ap.add_argument("--mlp", choices=["auto", "always", "never"], default="auto",
                     help="run the MLP methods (auto: on the SPEC rows with a SparseEval cell)")
     ap.add_argument("--proxy-steps", type=int, default=500)
@@ -274,6 +336,9 @@ def main(argv=None):
     if a.compare:
         print(calibration_table(*a.compare, a.sparseeval_from))
         return
+    if a.versus_sparseeval:
+        print(versus_sparseeval(a.versus_sparseeval, a.sparseeval_from))
+        return
     if a.table:
         print(summary_table(a.table, a.sparseeval_from))
         return
@@ -291,7 +356,7 @@ def main(argv=None):
     st = Settings(proxy_steps=a.proxy_steps, final_steps=a.final_steps,
                   init_steps=a.init_steps, auto_cv_below=a.auto_cv_below,
                   auto_halves=a.auto_halves)
-    seeds = tuple(42 + r for r in range(a.seeds))
+    seeds = tuple(a.first_seed + r for r in range(a.seeds))
     print(f"settings: {st}\nseeds: {seeds}")
     done = set()
     if a.resume and Path(a.out).exists():
