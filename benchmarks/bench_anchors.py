@@ -145,7 +145,8 @@ def _sparseeval_seeds(paths) -> dict:
 
 def _auto_seeds(paths) -> dict:
     """``{(dataset, k): {seed: MAE (pp)}}`` of ``auto`` in ``bench_anchors.py`` results
-    files (later files and lines win for a seed they repeat)."""
+    files: every record of a cell contributes its seeds (later files and lines win for
+    a seed they repeat), so give only files whose records are meant to be pooled."""
     out = {}
     for path in [paths] if isinstance(paths, str) else paths:
         for line in Path(path).read_text().splitlines():
@@ -175,7 +176,10 @@ def versus_sparseeval(auto_from, sparseeval_from) -> str:
         b = np.array([se[c][s] for s in seeds])
         d = a - b
         err = d.std(ddof=1) / np.sqrt(d.size)
-        p = float(stats.t.sf(d.mean() / err, d.size - 1)) if err > 0 else float(d.mean() > 0)
+        if err > 0:
+            p = float(stats.t.sf(d.mean() / err, d.size - 1))
+        else:  # every seed the same difference: certain either way
+            p = 0.0 if d.mean() > 0 else 1.0
         n += 1
         below += d.mean() <= 0
         worse += p < 0.05

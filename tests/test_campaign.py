@@ -229,12 +229,16 @@ def _leaf_position(state, field):
     return next(i for i, x in enumerate(leaves) if x is marker)
 
 
-@pytest.mark.parametrize("policy, b", [("pulse_ucb", 2), ("sysrs", 3)])
-def test_load_restores_the_saved_state_or_replays(problem, tmp_path, policy, b):
+@pytest.mark.parametrize("policy, b, table", [("pulse_ucb", 2, True), ("sysrs", 3, True),
+                                              ("ucbe", 2, False)])
+def test_load_restores_the_saved_state_or_replays(problem, tmp_path, monkeypatch, policy, b,
+                                                  table):
     """The saved kernel state is restored as is (the same state a replay reaches, and
     the same continuation); a state that disagrees with the answers, another JAX
     version or a file without a state are replayed instead."""
     hist, cands, lr = problem
+    if not table:  # item orders regenerated from their keys, no order table
+        monkeypatch.setattr(idn, "ORDER_TABLE_MAX", 0)
     kw = dict(policy=policy, batch_size=b, budget=150, seed=5, factors=lr,
               stop_when_confident=False)
     part = IdentificationCampaign(cands.models, hist, **kw)
@@ -303,7 +307,11 @@ def test_load_restores_the_saved_state_or_replays(problem, tmp_path, policy, b):
         else:
             i = _leaf_position(part._state, field)
             bad[f"state_{i}"] = change(bad[f"state_{i}"])
-        tampered += [bad, resealed(bad)]  # caught by the digest / by the checks
+        tampered.append(bad)  # caught by the digest
+        if field != "thr_key" or part._table is None or part._table.keys is not None:
+            # and by the checks (a last item's key only where the order table keeps the
+            # keys: policies with predictions; elsewhere only the digest covers it)
+            tampered.append(resealed(bad))
     est = _leaf_position(part._state, "estimate")  # not checked against the answers
     tampered.append(dict(arrays, **{f"state_{est}": arrays[f"state_{est}"] + 0.1}))
     scores = arrays["scores"].copy()
@@ -324,6 +332,22 @@ def test_load_restores_the_saved_state_or_replays(problem, tmp_path, policy, b):
         else:  # the replay took the edited answer
             cell = int(arrays["arms"][-1]), int(arrays["index"][-1])
             assert camp.scores().scores[cell] == 1.0 - arrays["scores"][-1]
+    # edited inputs (settings, seed key, item factors) or float-typed answers: not
+    # restored; the replay then reproduces the campaign or refuses where it diverges
+    key = arrays["key"].copy()
+    key[-1] ^= 1
+    inputs = [dict(arrays, meta=np.asarray(json.dumps(
+                  dict(meta, settings=dict(meta["settings"], a=3.0))))),
+              dict(arrays, key=key), dict(arrays, V=arrays["V"] + 0.5),
+              dict(arrays, arms=arrays["arms"].astype(np.float64))]
+    for j, bad in enumerate(inputs):
+        np.savez(tmp_path / f"inputs{j}.npz", **bad)
+        try:
+            camp, asked = load(tmp_path / f"inputs{j}.npz")
+        except ValueError as e:
+            assert "does not replay" in str(e), j
+        else:
+            assert asked == 19, j
     # a request's items swapped, digest resealed: not the model's draw order, so it is
     # replayed, and the replay refuses it
     swapped = dict(arrays, index=arrays["index"].copy())
