@@ -372,14 +372,16 @@ class IdentificationCampaign:
             _check_real("rho", rho, 0.0, 1e6)
         num_newton = _check_int("num_newton", num_newton, 0, 10_000)
         fit_steps = _check_int("fit_steps", fit_steps, 1)
-        rank = _check_int("rank", rank, 1, n)
+        needs_pred = policy in _policies.PREDICTION_POLICIES
+        # the rank matters only to a policy that fits factors (and a history of a short
+        # benchmark must not make UCB-E or SySRs refuse the default rank)
+        rank = _check_int("rank", rank, 1, n if needs_pred else 10**6)
         for name, v in (("synchronized", synchronized), ("refit", refit),
                         ("stop_when_confident", stop_when_confident)):
             if not (isinstance(v, (bool, np.bool_)) or (v is None and name == "synchronized")):
                 raise TypeError(f"{name}: expected True or False, got {v!r}")
         synchronized = None if synchronized is None else bool(synchronized)
         key = as_key(seed)
-        needs_pred = policy in _policies.PREDICTION_POLICIES
         # every kernel setting checked before the (slow) factorization fit
         item_block = max(n, idn.ITEM_BLOCK)  # whole rows: one campaign, no streaming
         cs_kinds = tuple(cs_kinds)
@@ -665,11 +667,13 @@ class IdentificationCampaign:
         idx, val = idx.astype(np.int64), val.astype(np.float32)
         leaves = [np.asarray(x) for x in jax.tree.leaves(self._state)]
         layout = _layout(self._state)
+        done = np.asarray(bool(self._policy_done))  # the policy had nothing left to ask
         meta = dict(format=_FORMAT, settings=self.settings,
                     candidates=self.candidates.tolist(), items=self.items.tolist(),
                     jax_version=jax.__version__, platform=jax.default_backend(),
+                    policy_done=bool(done),
                     state=_state_stamp(layout, len(self._log), self._inputs_digest(),
-                                       _digest(arms, lens, idx, val, *leaves)))
+                                       _digest(arms, lens, idx, val, done, *leaves)))
         state = {f"state_{i}": x for i, x in enumerate(leaves)}
         V, c, u_mean = self._factors
         fd, tmp_name = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
@@ -820,6 +824,8 @@ class IdentificationCampaign:
                 self.tell(req, arrays["scores"][sl])
             except (ValueError, RuntimeError) as e:
                 raise ValueError(f"{path}: saved answer {j} is refused on replay ({e})") from None
+        if self._dropped is None and meta.get("policy_done") is True:
+            self.ask()  # the policy's last steps, which drew nothing (SySRs' last rejections)
         self.path = path
         return self
 
@@ -849,7 +855,9 @@ class IdentificationCampaign:
         saved = arrays.get("state", [])
         if not (len(saved) == len(fresh) and all(x.dtype != object for x in saved)):
             return False
-        content = _digest(*(arrays[k] for k in ("arms", "lens", "index", "scores")), *saved)
+        done = np.asarray(meta.get("policy_done") is True)
+        content = _digest(*(arrays[k] for k in ("arms", "lens", "index", "scores")), done,
+                          *saved)
         if meta.get("state") != _state_stamp(layout, arrays["arms"].size,
                                              self._inputs_digest(), content) or (
             meta.get("jax_version") != jax.__version__
@@ -913,6 +921,7 @@ class IdentificationCampaign:
         self._state = state
         self._data = self._data._replace(pool=jnp.asarray(scores))
         self._scores, self._answered, self._log = scores, answered, log
+        self._policy_done = bool(done)
         return True
 
     def __repr__(self) -> str:

@@ -368,3 +368,32 @@ def test_load_restores_the_saved_state_or_replays(problem, tmp_path, monkeypatch
     assert asked == 19 and camp.calls == saved_calls
     with pytest.raises(TypeError, match="replay: expected True or False"):
         IdentificationCampaign.load(path, replay="yes")
+
+
+def test_a_finished_policy_stays_finished_after_load(tmp_path):
+    """SySRs can end before its budget (its schedule has nothing left to pull): a saved
+    and loaded campaign says so at once, restored or replayed; and a campaign that does
+    not fit factors takes the default rank on a benchmark of fewer than 8 items."""
+    rng = np.random.default_rng(0)
+    K, n = 3, 6
+    truth = (rng.random((K, n)) < 0.5).astype(np.float32)
+    camp = IdentificationCampaign([f"m{i}" for i in range(K)],
+                                  items=[f"i{j}" for j in range(n)], policy="sysrs",
+                                  budget=K * n, seed=3, stop_when_confident=False)
+    while (req := camp.ask()) is not None:
+        camp.tell(req, truth[req.arm, req.index])
+    st = camp.status()
+    assert st.done and st.reason == "policy" and st.calls < K * n
+    path = camp.save(tmp_path / "done.npz")
+    for replay in (False, True):
+        back = IdentificationCampaign.load(path, replay=replay)
+        got = back.status()
+        assert got.done and got.reason == "policy", replay
+        assert got.recommended == st.recommended and got.calls == st.calls
+        np.testing.assert_array_equal(got.pulls, st.pulls)
+        assert back.ask() is None
+    with pytest.raises(ValueError, match="rank"):  # a policy that fits factors: checked
+        IdentificationCampaign(["a", "b"], items=[f"i{j}" for j in range(n)],
+                               policy="pulse_ucb", rank=8, factors=ItemFactors(
+                                   np.zeros((n, 8), np.float32), np.zeros(n, np.float32),
+                                   np.zeros(8, np.float32)))
