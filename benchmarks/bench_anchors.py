@@ -128,33 +128,34 @@ def _coverage_band(r: dict) -> tuple[float, float]:
     return conformal_tolerance(n_cal, n_te, len(r["seeds"]), 0.1)
 
 
-def _sparseeval_seeds(paths) -> dict:
-    """``{(dataset, k): {seed: MAE (pp)}}`` of the faithful SparseEval in ``anchors_grid.py``
-    results files (later files and lines win for a seed they repeat)."""
+def _seed_maes(paths, pick, missing_ok: bool = False) -> dict:
+    """``{(dataset, k): {seed: MAE (pp)}}`` from the JSON-lines results files ``paths``;
+    ``pick(record)`` gives a record's per-seed MAEs of the method wanted (None: skip).
+    Every record of a cell contributes its seeds (later files and lines win for a seed
+    they repeat), so give only files whose records are meant to be pooled."""
     out = {}
     for path in [paths] if isinstance(paths, str) else paths:
-        if not Path(path).exists():
+        if missing_ok and not Path(path).exists():
             continue
         for line in Path(path).read_text().splitlines():
-            g = json.loads(line)
-            if "sparseeval" in g.get("results", {}):
-                cell = out.setdefault((g["dataset"], g["k"]), {})
-                cell.update(zip(g["seeds"], g["results"]["sparseeval"]["mae_pp"]))
+            r = json.loads(line)
+            maes = pick(r)
+            if maes is not None:
+                out.setdefault((r["dataset"], r["k"]), {}).update(zip(r["seeds"], maes))
     return out
+
+
+def _sparseeval_seeds(paths) -> dict:
+    """Per-seed MAEs of the faithful SparseEval in ``anchors_grid.py`` results files
+    (absent files are skipped: the defaults name files a checkout may not have)."""
+    return _seed_maes(paths, lambda g: g.get("results", {}).get("sparseeval", {}).get("mae_pp"),
+                      missing_ok=True)
 
 
 def _auto_seeds(paths) -> dict:
-    """``{(dataset, k): {seed: MAE (pp)}}`` of ``auto`` in ``bench_anchors.py`` results
-    files: every record of a cell contributes its seeds (later files and lines win for
-    a seed they repeat), so give only files whose records are meant to be pooled."""
-    out = {}
-    for path in [paths] if isinstance(paths, str) else paths:
-        for line in Path(path).read_text().splitlines():
-            r = json.loads(line)
-            if "auto" in r["methods"]:
-                i = r["methods"].index("auto")
-                out.setdefault((r["dataset"], r["k"]), {}).update(zip(r["seeds"], r["mae_pp"][i]))
-    return out
+    """Per-seed MAEs of ``auto`` in ``bench_anchors.py`` results files."""
+    return _seed_maes(paths, lambda r: r["mae_pp"][r["methods"].index("auto")]
+                      if "auto" in r["methods"] else None)
 
 
 def versus_sparseeval(auto_from, sparseeval_from) -> str:
@@ -196,8 +197,7 @@ def summary_table(path: str, sparseeval_from=None) -> str:
     the best single method, the faithful SparseEval (when run here, or taken from the
     same seeds of an ``anchors_grid.py`` results file), tau-b against the best
     baseline, coverage of the 90% interval and the unbiased estimate."""
-    se_grid = {c: (list(v), {"mae_pp": list(v.values())})
-               for c, v in _sparseeval_seeds(sparseeval_from or []).items()}
+    se_grid = _sparseeval_seeds(sparseeval_from or [])
     recs = {}
     for line in Path(path).read_text().splitlines():
         r = json.loads(line)
@@ -228,11 +228,8 @@ def summary_table(path: str, sparseeval_from=None) -> str:
         if bt and tau["auto"].mean() >= tau[bt].mean():
             tau_wins += 1
         se = f"{mae['sparseeval'].mean():.2f}" if "sparseeval" in mae else "not run"
-        if "sparseeval" not in mae and c in se_grid:
-            gseeds, gres = se_grid[c]
-            pick = [i for i, sd in enumerate(gseeds) if sd in r["seeds"]]
-            if len(pick) == len(r["seeds"]):
-                se = f"{np.mean([gres['mae_pp'][i] for i in pick]):.2f} (grid)"
+        if "sparseeval" not in mae and all(sd in se_grid.get(c, {}) for sd in r["seeds"]):
+            se = f"{np.mean([se_grid[c][sd] for sd in r['seeds']]):.2f} (grid)"
         n_te = r["n_test"] * len(r["seeds"])
         dr = r.get("dr")
         drs = (f"{np.mean(dr['mae_pp']):.2f} / {np.mean(dr['coverage']):.3f} / "

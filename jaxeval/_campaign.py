@@ -755,9 +755,10 @@ class IdentificationCampaign:
         """A saved campaign: it continues where it stopped.
 
         The kernel state saved with the answers is restored when the same jaxeval, JAX
-        version and platform wrote it and it agrees with the answers (each model's
-        count, last item and score sum, the total calls); otherwise every answer is
-        replayed through the kernel, as ``replay=True`` asks.
+        version and platform wrote it, nothing was edited since (checksums) and it
+        agrees with the answers (each model's draw order, count, last item and score
+        sum, the total calls); otherwise every answer is replayed through the kernel, as
+        ``replay=True`` asks.
 
         Args:
           path: the file :meth:`save` wrote (``.npz`` may be left out).
@@ -862,7 +863,6 @@ class IdentificationCampaign:
                                              self._inputs_digest(), content) or (
             meta.get("jax_version") != jax.__version__
             or meta.get("platform") != jax.default_backend()
-            or len(saved) != len(fresh)
             or any(x.shape != y.shape or x.dtype != y.dtype for x, y in zip(saved, fresh))
             or not all(np.issubdtype(arrays[k].dtype, np.integer) for k in ("arms", "index"))
         ):
@@ -871,7 +871,7 @@ class IdentificationCampaign:
         scores = np.zeros((K, n), np.float32)
         answered = np.zeros((K, n), bool)
         last = np.full(K, -1, np.int64)
-        log = []
+        log, asked = [], [[] for _ in range(K)]  # asked: each model's answers, in order
         for j, arm in enumerate(arrays["arms"].tolist()):
             index = arrays["index"][starts[j]:starts[j + 1]].astype(np.int64)
             x = arrays["scores"][starts[j]:starts[j + 1]].astype(np.float32)
@@ -884,6 +884,7 @@ class IdentificationCampaign:
             last[arm] = index[-1]
             index.flags.writeable = False
             log.append((arm, index, x))
+            asked[arm].append(index)
         state = jax.tree.unflatten(treedef, [jnp.asarray(x) for x in saved])
         count = np.asarray(state.sampler.count)
         if not (int(state.calls) == int(answered.sum())
@@ -896,9 +897,6 @@ class IdentificationCampaign:
         # order table when the campaign has one, else one stream at a time)
         cfg = self._config
         table = self._table
-        asked = [[] for _ in range(K)]
-        for arm, index, _ in log:
-            asked[arm].append(index)
         thr_key = np.asarray(state.sampler.thr_key)
         streams = {}
         for a in range(K):
