@@ -2,7 +2,8 @@
 
 For every dataset of ``bench_anchors.DATASETS`` and every k in {100, 20, 60, 40, 80}
 (k = 100 first for all datasets; only k < number of items), one call of
-``evaluate_protocol`` (SPEC 6.2 splits, seeds 42..51 vmapped) runs the issue-5 methods
+``evaluate_protocol`` (SPEC 6.2 splits, seeds 42..51; vmapped with ``--vmap-seeds``, as the
+recorded cells were, else one seed after another) runs the issue-5 methods
 and appends one JSON line per finished (dataset, k) cell to ``--out``: per-seed test
 MAE (pp), Kendall tau-b, split-conformal coverage and width of the 90% interval, their
 means and sds, the wall time, the settings and the git commit of the jaxeval that ran.
@@ -110,11 +111,13 @@ def _load_avg() -> list[float]:
     return [round(v, 2) for v in os.getloadavg()]
 
 
-def run_cell(name: str, sm: jaxeval.ScoreMatrix, k: int, st: Settings, seeds, methods) -> dict:
+def run_cell(name: str, sm: jaxeval.ScoreMatrix, k: int, st: Settings, seeds, methods,
+             vmap_seeds: bool = False) -> dict:
     """Run one (dataset, k) cell and return its JSON record."""
     load_before = _load_avg()
     t0, c0 = time.perf_counter(), time.process_time()
-    r = evaluate_protocol(sm, k, tuple(methods), tuple(seeds), st, alpha=ALPHA, dr_items=0)
+    r = evaluate_protocol(sm, k, tuple(methods), tuple(seeds), st, alpha=ALPHA, dr_items=0,
+                          vmap_seeds=vmap_seeds)
     secs, cpu = time.perf_counter() - t0, time.process_time() - c0
     n_models = int(r.info["n_models"])
     h = 200 if n_models >= 1000 else int(round(0.2 * n_models))
@@ -137,6 +140,7 @@ def run_cell(name: str, sm: jaxeval.ScoreMatrix, k: int, st: Settings, seeds, me
         "results": per, "seconds": secs, "cpu_seconds": cpu, "settings": repr(st),
         "settings_fields": {f.name: repr(getattr(st, f.name)) for f in dataclasses.fields(st)},
         "key": _settings_key(st, seeds, methods), "commit": _commit(),
+        "seeds_batched": r.info["seeds_batched"],
         "jaxeval_path": str(Path(jaxeval.__file__).resolve().parent),
         "load_before": load_before, "load_after": _load_avg(), "cpus": os.cpu_count(),
         "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -322,6 +326,8 @@ def main(argv=None):
     ap.add_argument("--init-steps", type=int, default=500)
     ap.add_argument("--proxy-steps", type=int, default=500)
     ap.add_argument("--final-steps", type=int, default=3000)
+    ap.add_argument("--vmap-seeds", action="store_true",
+                    help="vmap the protocol over the seeds (how the earlier cells were run)")
     ap.add_argument("--max-cells", type=int, default=0, help="stop after this many (0 = all)")
     a = ap.parse_args(argv)
 
@@ -360,7 +366,7 @@ def main(argv=None):
                 return
             sm = load(d)
             print(f"{time.strftime('%H:%M:%S')} start {d} k={k}, load {_load_avg()}", flush=True)
-            rec = run_cell(d, sm, k, st, seeds, a.methods)
+            rec = run_cell(d, sm, k, st, seeds, a.methods, a.vmap_seeds)
             with open(a.out, "a") as f:
                 f.write(json.dumps(rec) + "\n")
             ran += 1

@@ -327,6 +327,10 @@ def main(argv=None):
                          "validation models (Settings.auto_halves; off in the library by "
                          "default, see its docstring)")
     ap.add_argument("--out", default="benchmarks/results_anchors.jsonl")
+    ap.add_argument("--vmap-seeds", action="store_true",
+                    help="vmap the protocol over the seeds (evaluate_protocol's vmap_seeds; "
+                         "the records before this option were made so: a seed's numbers "
+                         "then depend on how many seeds run together)")
     ap.add_argument("--resume", action="store_true",
                     help="skip (dataset, k) cells already in --out with the same seeds, "
                          "methods and settings")
@@ -381,7 +385,8 @@ def main(argv=None):
             print(f"\n### {d} k={k}: already in {a.out}, skipped (--resume)")
             continue
         t0 = time.perf_counter()
-        r = evaluate_protocol(sm, k, tuple(methods), seeds, st, dr_items=a.dr_items)
+        r = evaluate_protocol(sm, k, tuple(methods), seeds, st, dr_items=a.dr_items,
+                              vmap_seeds=a.vmap_seeds)
         secs = time.perf_counter() - t0
         best = SPEC_ROWS.get((d, k))
         print(f"\n### {d} k={k} ({sm.n_models} models after dedup: "
@@ -407,6 +412,7 @@ def main(argv=None):
             "auto_choice": r.info.get("auto_choice"), "auto_picks": r.info.get("auto_picks"),
             "cv_mse": r.info.get("cv_mse"), "auto_calibration": r.info.get("auto_calibration"),
             "half_picks": r.info.get("half_picks"), "commit": _git_commit(),
+            "seeds_batched": r.info["seeds_batched"],
             "n_models": r.info["n_models"], "n_test": int(round(0.2 * r.info["n_models"]))
             if r.info["n_models"] < 1000 else 200,
         }

@@ -4,7 +4,7 @@ A method sees training scores/targets (anchor choice, map fitting) and validatio
 scores/targets (choices the reference rules make on validation models: the
 initialisation, ridge strength, blend weights, MLP checkpoints). Test models never
 enter a fit. Every kernel takes a PRNG key first and returns fixed-shape arrays, so
-a whole split is vmapped over seeds.
+a whole split can be vmapped (or ``lax.map``-ped) over seeds.
 
 Maps (``kind`` -> ``params`` pytree, see :func:`apply_map`):
 
