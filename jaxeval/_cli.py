@@ -456,20 +456,48 @@ def _file_lock(path: Path):
     """Hold an exclusive lock on ``<path>.lock`` while a command reads and rewrites
     ``path``, so two processes answering one campaign queue up instead of one silently
     replacing the other's answer (the loser then finds its request answered and says so).
-    The lock file itself is left in place; where ``fcntl`` does not exist (Windows) the
-    commands run unlocked."""
+    The lock file itself is left in place. POSIX: ``fcntl.flock``; Windows: a
+    ``msvcrt.locking`` lock on the lock file's first byte (retried until it is free);
+    elsewhere the commands run unlocked."""
+    lock = Path(str(path) + ".lock")
     try:
         import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
-        yield
+    except ImportError:
+        try:
+            import msvcrt
+        except ImportError:  # pragma: no cover - neither POSIX nor Windows
+            yield
+            return
+        with open(lock, "a+b") as fh:
+            _msvcrt_lock(msvcrt, fh)
+            try:
+                yield
+            finally:
+                fh.seek(0)
+                msvcrt.locking(fh.fileno(), msvcrt.LK_UNLCK, 1)
         return
-    lock = Path(str(path) + ".lock")
     with open(lock, "a") as fh:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _msvcrt_lock(msvcrt, fh) -> None:
+    """Lock byte 0 of ``fh``, waiting as long as it takes (``LK_LOCK`` itself gives up
+    with ``EDEADLOCK`` after about 10 s of one-second retries); other errors raise."""
+    import errno
+
+    busy = {getattr(errno, "EDEADLOCK", errno.EDEADLK), errno.EACCES}
+    while True:
+        fh.seek(0)
+        try:
+            msvcrt.locking(fh.fileno(), msvcrt.LK_LOCK, 1)
+            return
+        except OSError as e:
+            if e.errno not in busy:
+                raise
 
 
 def _cmd_campaign(args: argparse.Namespace) -> int:

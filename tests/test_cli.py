@@ -354,6 +354,41 @@ def test_campaign_tell_waits_for_the_file_lock(tmp_path, capsys, monkeypatch):
     assert Path("c.npz.lock").exists()  # left in place: removing it would race
 
 
+def test_campaign_lock_on_windows_uses_msvcrt(tmp_path, monkeypatch):
+    """Without ``fcntl`` (Windows) the lock is ``msvcrt.locking`` on byte 0 of the lock
+    file, retried while another process holds it, and released even when the command
+    fails. A stand-in ``msvcrt`` records the calls (this runs on POSIX too)."""
+    import errno
+    import types
+
+    from jaxeval._cli import _file_lock
+
+    calls = []
+    busy = [2]  # the first two attempts find the byte locked
+
+    def locking(fd, mode, nbytes):
+        import os
+
+        calls.append((mode, nbytes, os.lseek(fd, 0, os.SEEK_CUR)))
+        if mode == fake.LK_LOCK and busy[0]:
+            busy[0] -= 1
+            raise OSError(getattr(errno, "EDEADLOCK", errno.EDEADLK), "Resource deadlock avoided")
+
+    fake = types.SimpleNamespace(LK_LOCK=1, LK_UNLCK=0, locking=locking)
+    monkeypatch.setitem(sys.modules, "fcntl", None)  # import fcntl -> ImportError
+    monkeypatch.setitem(sys.modules, "msvcrt", fake)
+    with _file_lock(tmp_path / "c.npz"):
+        assert calls == [(1, 1, 0)] * 3  # two refusals, then the lock
+    assert calls[-1] == (0, 1, 0)  # released at byte 0
+    with pytest.raises(RuntimeError, match="boom"), _file_lock(tmp_path / "c.npz"):
+        raise RuntimeError("boom")
+    assert calls[-1] == (0, 1, 0) and len(calls) == 6
+    assert (tmp_path / "c.npz.lock").exists()
+    fake.locking = lambda fd, mode, nbytes: (_ for _ in ()).throw(OSError(errno.EBADF, "bad"))
+    with pytest.raises(OSError, match="bad"), _file_lock(tmp_path / "c.npz"):
+        pass  # another error is not waited out
+
+
 def test_anchors_fit_items_predict(tmp_path, capsys, monkeypatch):
     """fit prints the anchors, predict reads a mapping or a list; --extra adds the
     unbiased estimate; the answers equal the Python API's."""
