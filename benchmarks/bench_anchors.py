@@ -31,7 +31,9 @@ import os
 # calls run concurrently as the pool has threads (2 on a 2-core machine), every
 # thread waits and the process hangs at 0% CPU. A larger pool (the PjRt CPU client
 # reads NPROC before creating it) makes that practically impossible; it must be set
-# before JAX starts its backend.
+# before JAX starts its backend. Since the fifteenth session the library runs the
+# cross-validation folds and the validation halves one after another (the two places
+# that hung), so this is a second line of defence; records made before then needed it.
 os.environ.setdefault("NPROC", "32")
 
 import argparse
@@ -321,7 +323,7 @@ def main(argv=None):
     ap.add_argument("--dr-items", type=int, default=100)
     ap.add_argument("--auto-cv-below", type=int, default=100,
                     help="auto cross-validates below this many validation models (the "
-                         "library default is 50; NPROC=32 above keeps 100 safe here)")
+                         "library default is 50)")
     ap.add_argument("--auto-halves", action=argparse.BooleanOptionalAction, default=True,
                     help="calibrate auto's interval on validation halves when it chooses on "
                          "validation models (Settings.auto_halves; off in the library by "

@@ -315,6 +315,35 @@ def test_a_seed_gets_the_same_result_alone_or_with_other_seeds(shared_data):
     assert one.info["seeds_batched"] == "loop"
 
 
+@pytest.mark.slow
+def test_auto_by_cross_validation_on_musr_k100_finishes():
+    """With the folds vmapped, this run hung at 0% CPU on a 2-core machine (2 of 2 tries:
+    jaxlib 0.10.2's concurrent batched LAPACK calls deadlock XLA's CPU thread pool);
+    the folds now run one after another and it finishes in ~30 s. In a subprocess with
+    its own time limit, so a regression fails instead of hanging the suite."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import jaxeval\n"
+        "from jaxeval.anchors import Settings\n"
+        "from jaxeval.anchors._protocol import evaluate_protocol\n"
+        "r = evaluate_protocol(jaxeval.load('oll2_musr'), 100, ('auto',), seeds=(42,),\n"
+        "                      settings=Settings(auto_cv_below=100))\n"
+        "assert r.info['auto_choice'] == 'cv'\n"
+        "print('ok', float(r.mae_pp[0, 0]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("NPROC", "XLA_FLAGS")}
+    try:
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        pytest.fail("auto's cross-validation on MuSR, k = 100, did not finish in 600 s")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("ok")
+
+
 def test_leakage_guard_test_rows_do_not_matter():
     """Perturbing test models changes neither the anchors nor the predictor."""
     from jaxeval.anchors._protocol import evaluate_protocol

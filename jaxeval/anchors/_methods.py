@@ -96,9 +96,11 @@ class Settings:
         cross-validation over the training + validation models (never test models)
         when there are fewer validation models than this (its interval then comes
         from the cross-fitted residuals); else on validation models. The issue-8
-        benchmark uses 100 (``benchmarks/bench_anchors.py``); the default stays 50
-        because on 2-core machines jaxlib 0.10's batched LAPACK calls in the vmapped
-        folds can deadlock XLA's CPU thread pool (see BUILD_NOTES.md).
+        benchmark uses 100 (``benchmarks/bench_anchors.py``); the default is 50, the
+        setting of the main job and of earlier releases. (It was held there because
+        vmapped folds could deadlock jaxlib 0.10's CPU thread pool on 2-core machines;
+        the folds now run one after another, and the run that hung finishes,
+        BUILD_NOTES.md.)
       auto_folds: folds of that cross-validation.
       resmlp_steps: AdamW steps of the residual MLP (``greedy_resmlp``).
       resmlp_lr: its learning rate.
@@ -107,10 +109,10 @@ class Settings:
         the candidate chosen on one half of the validation models, scored on the
         other half) instead of on the validation models its choices were tuned on
         (whose residuals are slightly optimistic: coverage 0.891 for a nominal 0.90
-        over the 20 metabench cells of BUILD_NOTES.md). Off by default for now: the
-        two extra refits in the same XLA program make jaxlib 0.10's CPU thread pool
-        hang on 2-core machines unless ``NPROC`` is raised before JAX starts (see
-        BUILD_NOTES.md); ``benchmarks/bench_anchors.py`` turns it on.
+        over the 20 metabench cells of BUILD_NOTES.md). Off by default for now (it
+        refits every candidate twice more; those refits used to deadlock jaxlib
+        0.10's CPU thread pool on 2-core machines, fixed by running the halves one
+        after the other, BUILD_NOTES.md); ``benchmarks/bench_anchors.py`` turns it on.
     """
 
     proxy_steps: int = 2000
@@ -608,8 +610,9 @@ def crossfit_selected_residuals(
       row 1 the reverse; ``picks`` index ``methods``.
     """
     base = {} if cache is None else {n: v for n, v in cache.items() if n in TRAIN_ONLY}
-    res, picks = [], []
-    for fit_idx, ho_idx in ((idx_a, idx_b), (idx_b, idx_a)):
+
+    def half(idx):
+        fit_idx, ho_idx = idx
         dh = SplitData(d.s_tr, d.y_tr, d.s_val[fit_idx], d.y_val[fit_idx])
         s_ho, y_ho = d.s_val[ho_idx], d.y_val[ho_idx]
         c = dict(base)
@@ -620,9 +623,14 @@ def crossfit_selected_residuals(
             mses.append(_mse(pv, dh.y_val))
             rs.append(jnp.clip(apply_map(f, s_ho[:, f.anchors]), 0.0, 1.0) - y_ho)
         i = jnp.argmin(jnp.stack(mses))
-        res.append(jnp.stack(rs)[i])
-        picks.append(i)
-    return jnp.stack(res), jnp.stack(picks)
+        return jnp.stack(rs)[i], i
+
+    # The two halves one after the other (lax.map), not as two independent refits in
+    # one program: run side by side, their batched LAPACK calls deadlocked jaxlib
+    # 0.10.2's CPU thread pool on 2-core machines (BUILD_NOTES "Hang on 2-core machines").
+    idx_a, idx_b = jnp.asarray(idx_a), jnp.asarray(idx_b)
+    res, picks = jax.lax.map(half, (jnp.stack([idx_a, idx_b]), jnp.stack([idx_b, idx_a])))
+    return res, picks
 
 
 # ------------------------------------------------------- auto by cross-validation
@@ -633,7 +641,7 @@ def cv_folds(d, folds: int, seed: int):
     ``folds`` blocks of ``h = m // folds`` (the ``m mod folds`` leftovers only ever
     train). For fold ``f`` block ``f`` is held out, block ``f + 1`` (cyclically) is
     the inner validation set of the candidate's own choices, and the rest trains, so
-    every fold has the same shapes and the folds are vmapped. Test models are never
+    every fold has the same shapes (the folds run in one ``lax.map``). Test models are never
     involved: the caller passes training and validation rows only.
 
     Args:
@@ -692,7 +700,12 @@ def candidate_cv_residuals(
         return jnp.stack(res)
 
     n_f = folds.s_tr.shape[0]
-    return jnp.moveaxis(jax.vmap(one)(jnp.arange(n_f), folds, s_ho, y_ho), 0, 1)
+    # One fold after another (lax.map), not vmapped: vmapped folds batch every LAPACK
+    # call of every candidate, and on 2-core machines jaxlib 0.10.2's concurrent batched
+    # LAPACK calls can deadlock XLA's CPU thread pool (MuSR, k = 100: 2 of 2 runs hung;
+    # looped: 2 of 2 finished in 28-31 s; BUILD_NOTES "Hang on 2-core machines").
+    out = jax.lax.map(lambda a: one(*a), (jnp.arange(n_f), folds, s_ho, y_ho))
+    return jnp.moveaxis(out, 0, 1)
 
 
 def candidate_cv_mse(key, folds: SplitData, s_ho, y_ho, k: int, methods: tuple, st: Settings):
