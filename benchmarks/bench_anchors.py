@@ -323,7 +323,7 @@ def main(argv=None):
     ap.add_argument("--dr-items", type=int, default=100)
     ap.add_argument("--auto-cv-below", type=int, default=100,
                     help="auto cross-validates below this many validation models (the "
-                         "library default is 50)")
+                         "library default too)")
     ap.add_argument("--auto-halves", action=argparse.BooleanOptionalAction, default=True,
                     help="calibrate auto's interval on validation halves when it chooses on "
                          "validation models (Settings.auto_halves; off in the library by "
