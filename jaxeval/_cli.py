@@ -460,14 +460,24 @@ def _file_lock(path: Path):
     ``msvcrt.locking`` lock on the lock file's first byte (retried until it is free);
     elsewhere the commands run unlocked."""
     lock = Path(str(path) + ".lock")
+    fcntl = msvcrt = None
     try:
         import fcntl
     except ImportError:
         try:
             import msvcrt
         except ImportError:  # pragma: no cover - neither POSIX nor Windows
-            yield
-            return
+            pass
+    # (the lock is taken outside the except clauses, so that an error in the command
+    # is not reported as raised "during handling" of the ImportError)
+    if fcntl is not None:
+        with open(lock, "a") as fh:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    elif msvcrt is not None:
         with open(lock, "a+b") as fh:
             _msvcrt_lock(msvcrt, fh)
             try:
@@ -475,13 +485,8 @@ def _file_lock(path: Path):
             finally:
                 fh.seek(0)
                 msvcrt.locking(fh.fileno(), msvcrt.LK_UNLCK, 1)
-        return
-    with open(lock, "a") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    else:  # pragma: no cover
+        yield
 
 
 def _msvcrt_lock(msvcrt, fh) -> None:

@@ -380,8 +380,9 @@ def test_campaign_lock_on_windows_uses_msvcrt(tmp_path, monkeypatch):
     with _file_lock(tmp_path / "c.npz"):
         assert calls == [(1, 1, 0)] * 3  # two refusals, then the lock
     assert calls[-1] == (0, 1, 0)  # released at byte 0
-    with pytest.raises(RuntimeError, match="boom"), _file_lock(tmp_path / "c.npz"):
+    with pytest.raises(RuntimeError, match="boom") as err, _file_lock(tmp_path / "c.npz"):
         raise RuntimeError("boom")
+    assert err.value.__context__ is None  # not raised "during handling" of ImportError
     assert calls[-1] == (0, 1, 0) and len(calls) == 6
     assert (tmp_path / "c.npz.lock").exists()
     fake.locking = lambda fd, mode, nbytes: (_ for _ in ()).throw(OSError(errno.EBADF, "bad"))

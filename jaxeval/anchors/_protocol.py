@@ -220,8 +220,10 @@ def evaluate_protocol(
         seed's arrays at once; but a seed's float32 rounding then depends on how many
         seeds run together (one seed or several), and the k-means and greedy anchor
         choices can turn that into different anchors (TailoredBench GSM8K, k = 100,
-        seed 44: ``aiscis_ridge`` 0.34 pp apart). The default loop gives each seed the
-        same numbers alone or with others, and the same as a one-seed run.
+        seed 44, ``aiscis_ridge``: 0.04 pp apart with XLA's default CPU thread pool on
+        2 cores, 0.34 pp with ``NPROC=32``). The default loop gives each seed the same
+        numbers alone or with others. The size of XLA's CPU thread pool (``NPROC``)
+        changes the rounding as well, so compare runs made with the same one.
 
     Returns:
       A :class:`ProtocolResult`.
