@@ -473,20 +473,34 @@ def _file_lock(path: Path):
     if fcntl is not None:
         with open(lock, "a") as fh:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-            try:
+            with _released(lambda: fcntl.flock(fh.fileno(), fcntl.LOCK_UN)):
                 yield
-            finally:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
     elif msvcrt is not None:
         with open(lock, "a+b") as fh:
             _msvcrt_lock(msvcrt, fh)
-            try:
-                yield
-            finally:
+
+            def unlock():
                 fh.seek(0)
                 msvcrt.locking(fh.fileno(), msvcrt.LK_UNLCK, 1)
+
+            with _released(unlock):
+                yield
     else:  # pragma: no cover
         yield
+
+
+@contextlib.contextmanager
+def _released(unlock):
+    """Call ``unlock`` on the way out. When the body failed, the body's error is the one
+    raised: an ``OSError`` from ``unlock`` then is dropped (closing the lock file releases
+    the lock anyway) instead of replacing it."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(OSError):
+            unlock()
+        raise
+    unlock()
 
 
 def _msvcrt_lock(msvcrt, fh) -> None:

@@ -389,6 +389,36 @@ def test_campaign_lock_on_windows_uses_msvcrt(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="bad"), _file_lock(tmp_path / "c.npz"):
         pass  # another error is not waited out
 
+    def unlock_fails(fd, mode, nbytes):
+        calls.append((mode, nbytes))
+        if mode == fake.LK_UNLCK:
+            raise OSError(errno.EBADF, "unlock failed")
+
+    fake.locking = unlock_fails
+    with pytest.raises(RuntimeError, match="boom"), _file_lock(tmp_path / "c.npz"):
+        raise RuntimeError("boom")  # the command's error, not the unlock's
+    assert calls[-1] == (0, 1)  # the unlock was still tried
+    with pytest.raises(OSError, match="unlock failed"), _file_lock(tmp_path / "c.npz"):
+        pass  # alone, an unlock error is reported
+
+
+def test_campaign_lock_keeps_the_command_error_when_unlock_fails(tmp_path, monkeypatch):
+    """POSIX: an error from releasing the flock never replaces the command's own error."""
+    fcntl = pytest.importorskip("fcntl")
+    from jaxeval import _cli
+
+    real = fcntl.flock
+
+    def flock(fd, op):
+        if op == fcntl.LOCK_UN:
+            real(fd, op)
+            raise OSError("unlock failed")
+        return real(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    with pytest.raises(ValueError, match="bad answers"), _cli._file_lock(tmp_path / "c.npz"):
+        raise ValueError("bad answers")
+
 
 def test_anchors_fit_items_predict(tmp_path, capsys, monkeypatch):
     """fit prints the anchors, predict reads a mapping or a list; --extra adds the
