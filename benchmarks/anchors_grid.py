@@ -7,8 +7,9 @@ recorded cells were, else one seed after another) runs the issue-5 methods
 and appends one JSON line per finished (dataset, k) cell to ``--out``: per-seed test
 MAE (pp), Kendall tau-b, split-conformal coverage and width of the 90% interval, their
 means and sds, the wall time, the settings and the git commit of the jaxeval that ran.
-A cell already in the file with the same settings, seeds and methods is skipped, so an
-interrupted grid continues where it stopped.
+A cell already in the file with the same settings, seeds and methods, run the same way
+(seeds vmapped or not, same ``NPROC``) is skipped, so an interrupted grid continues
+where it stopped.
 
     # run (or continue) the grid; point PYTHONPATH at a frozen jaxeval checkout
     PYTHONPATH=/path/to/snapshot nice -n 19 python benchmarks/anchors_grid.py
@@ -43,7 +44,7 @@ from jaxeval.anchors import Settings
 from jaxeval.anchors._protocol import evaluate_protocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_anchors import DATASETS, load  # noqa: E402
+from bench_anchors import DATASETS, load, run_context_key  # noqa: E402
 
 #: The methods of issue 5, in table order.
 METHODS = ("random_mean", "anchor_points", "random_linear", "random_ridge", "random_mlp",
@@ -140,7 +141,7 @@ def run_cell(name: str, sm: jaxeval.ScoreMatrix, k: int, st: Settings, seeds, me
         "results": per, "seconds": secs, "cpu_seconds": cpu, "settings": repr(st),
         "settings_fields": {f.name: repr(getattr(st, f.name)) for f in dataclasses.fields(st)},
         "key": _settings_key(st, seeds, methods), "commit": _commit(),
-        "seeds_batched": r.info["seeds_batched"],
+        "seeds_batched": r.info["seeds_batched"], "nproc": os.environ.get("NPROC"),
         "jaxeval_path": str(Path(jaxeval.__file__).resolve().parent),
         "load_before": load_before, "load_after": _load_avg(), "cpus": os.cpu_count(),
         "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -346,7 +347,9 @@ def main(argv=None):
                   final_steps=a.final_steps)
     seeds = tuple(42 + r for r in range(a.seeds))
     key = _settings_key(st, seeds, a.methods)
-    done = {(r["dataset"], r["k"]) for r in read_cells(a.out) if _record_key(r) == key}
+    here = run_context_key({"seeds_batched": a.vmap_seeds, "nproc": os.environ.get("NPROC")})
+    done = {(r["dataset"], r["k"]) for r in read_cells(a.out) if _record_key(r) == key
+            and run_context_key(r)[0] == here[0] and run_context_key(r)[1] in (None, here[1])}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     print(f"jaxeval {jaxeval.__file__} (commit {_commit()}); {st}; seeds {seeds}; "
           f"{len(done)} cells already in {a.out}", flush=True)

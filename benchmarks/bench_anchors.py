@@ -292,6 +292,17 @@ def calibration_table(before: str, after: str, grid=None) -> str:
     return "\n".join(out)
 
 
+def run_context_key(rec: dict) -> tuple:
+    """What besides the settings changes a cell's numbers: ``(seeds_batched, nproc)``.
+
+    A seed's anchors and MAE depend on whether the seeds were vmapped together and on the
+    size of XLA's CPU thread pool (``NPROC``): both round differently. Records written
+    before ``seeds_batched`` was recorded were all vmapped; records without ``nproc``
+    predate recording it (``None``: resume accepts them for any pool size).
+    """
+    return bool(rec.get("seeds_batched", True)), rec.get("nproc")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rows", choices=["spec", "issue8", "grid", "custom"], default="custom",
@@ -335,7 +346,7 @@ def main(argv=None):
                          "then depend on how many seeds run together)")
     ap.add_argument("--resume", action="store_true",
                     help="skip (dataset, k) cells already in --out with the same seeds, "
-                         "methods and settings")
+                         "methods and settings, run the same way (--vmap-seeds, NPROC)")
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), default=None,
                     help="only print auto's MAE, coverage and width per cell of two results "
                          "files side by side (with --sparseeval-from) and exit")
@@ -370,7 +381,7 @@ def main(argv=None):
         for line in Path(a.out).read_text().splitlines():
             rec = json.loads(line)
             done.add((rec["dataset"], rec["k"], tuple(rec["seeds"]), tuple(rec["methods"]),
-                      rec["settings"]))
+                      rec["settings"], *run_context_key(rec)))
     cache = {}
     for d, k in cells:
         if d not in cache:
@@ -383,7 +394,9 @@ def main(argv=None):
         if want_mlp and not a.methods:
             methods = list(BASELINES) + list(MLPS) + list(STRONG)
         st_cell = repr(dataclasses.replace(st, external=sm.target is not None))
-        if (d, k, seeds, tuple(methods), st_cell) in done:
+        here = run_context_key({"seeds_batched": a.vmap_seeds, "nproc": os.environ.get("NPROC")})
+        if (d, k, seeds, tuple(methods), st_cell, *here) in done or (
+                (d, k, seeds, tuple(methods), st_cell, here[0], None) in done):
             print(f"\n### {d} k={k}: already in {a.out}, skipped (--resume)")
             continue
         t0 = time.perf_counter()
@@ -414,7 +427,7 @@ def main(argv=None):
             "auto_choice": r.info.get("auto_choice"), "auto_picks": r.info.get("auto_picks"),
             "cv_mse": r.info.get("cv_mse"), "auto_calibration": r.info.get("auto_calibration"),
             "half_picks": r.info.get("half_picks"), "commit": _git_commit(),
-            "seeds_batched": r.info["seeds_batched"],
+            "seeds_batched": r.info["seeds_batched"], "nproc": os.environ.get("NPROC"),
             "n_models": r.info["n_models"], "n_test": int(round(0.2 * r.info["n_models"]))
             if r.info["n_models"] < 1000 else 200,
         }
