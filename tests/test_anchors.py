@@ -488,9 +488,8 @@ def test_cv_residuals_give_mse():
 
 def test_fit_anchors_auto_cv_choice_and_cross_fitted_interval(small_sm):
     """Few validation models: auto picks by CV, and its radius is a conformal quantile
-    of the chosen candidate's cross-fitted residuals (not of validation residuals);
-    with many validation models it picks on validation (residual MLP included)."""
-    from jaxeval.anchors import AUTO_CANDIDATES, AUTO_VALIDATION_EXTRA
+    of the chosen candidate's cross-fitted residuals (not of validation residuals)."""
+    from jaxeval.anchors import AUTO_CANDIDATES
     from jaxeval.anchors._api import _cv_jit
     from jaxeval.anchors._methods import cv_folds
 
@@ -511,6 +510,17 @@ def test_fit_anchors_auto_cv_choice_and_cross_fitted_interval(small_sm):
                                rtol=1e-5)
     np.testing.assert_allclose(pred.radius, float(conformal_quantile(jnp.asarray(r2[c].ravel()),
                                                                      0.1)), rtol=1e-5)
+
+
+def test_fit_anchors_auto_validation_choice_and_halves_interval(small_sm):
+    """With many validation models auto picks on validation (residual MLP and reference
+    MLP included); with ``auto_halves`` its radius is the conformal quantile of the
+    half-cross-fitted residuals, not of the residuals on the models it chose on."""
+    from jaxeval.anchors import AUTO_CANDIDATES, AUTO_VALIDATION_EXTRA
+
+    val, tr = small_sm.split([32], seed=0)  # fit_anchors' own hold-out
+    d2 = SplitData(*(jnp.asarray(a) for a in (tr.scores, tr.true_score(), val.scores,
+                                               val.true_score())))
     big = dataclasses.replace(FAST, auto_cv_below=10, resmlp_steps=40, auto_halves=True)
     pred2 = fit_anchors(small_sm, 6, seed=0, settings=big)
     assert pred2.info["auto_choice"] == "validation"
