@@ -273,3 +273,14 @@ def test_progress_rate_excludes_compilation_and_smooths_concurrent_chunks(monkey
     q.update(4)
     assert "  0.5/s  " in out2.getvalue() and "ETA 24.0s" in out2.getvalue()
     assert _runner._fmt_rate(1 / 52) == "52.0s each" and _runner._fmt_rate(0.0) == "0/s"
+
+
+def test_importing_jaxeval_starts_no_backend():
+    """``import jaxeval`` (and its subpackages) must not initialise a JAX backend, so that
+    a cluster script can call ``jax.distributed.initialize()`` after importing it."""
+    code = ("import jaxeval, jaxeval.anchors, jaxeval.metrics\n"
+            "from jax._src import xla_bridge\n"
+            "assert not xla_bridge.backends_are_initialized(), 'a backend was started'\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert out.returncode == 0, out.stderr[-2000:]
