@@ -34,9 +34,8 @@ or every arm is exhausted; one record.
 Truth sources (``Config.truth``):
 
 - ``"real"``: a fixed candidate pool ``[m, n]`` (full rows) and a table of instances
-  ``[I, K]`` (row indices into the pool); replicate ``r`` plays instance
-  ``instance_of(r)`` chosen from the key, or, when ``Config.instance_per_replicate`` is
-  False, ``data.instance_index`` is used by the caller per replicate.
+  ``[I, K]`` (row indices into the pool); each replicate plays one instance, drawn
+  uniformly from its key (``_setup``).
 - ``"synthetic"``: a low-rank logistic truth regenerated per replicate from its key, one
   row (or one block of a row) at a time, never a ``[K, n]`` array:
   ``V ~ N(0, 1/r)``, ``c ~ N(mean_c, scale_c^2)``, ``u_i ~ N(0, scale_u^2)``,

@@ -59,6 +59,12 @@ __all__ = [
 ]
 
 FORMAT = "jaxeval-study/1"
+#: The identification set-up a folder's chunks were computed with (``manifest["setup"]``).
+#: 2: a prediction policy's online refit uses the factorization's ``online_rho`` and one
+#: Newton step unless its settings say otherwise, as :func:`jaxeval.simulate_identification`
+#: does. Folders without the field (1) used the fit's ``rho_u`` and two Newton steps; they
+#: still load, but are not resumed or merged where that changes the numbers.
+SETUP = 2
 STUDY_FILE = "study.json"
 MANIFEST_FILE = "manifest.json"
 
@@ -828,6 +834,40 @@ def _fingerprint(study: Study) -> str | None:
     return None if study.data is None else study.data.fingerprint()
 
 
+def _setup_sensitive(study: Study) -> list[str]:
+    """The policies of ``study`` whose numbers the set-up change of :data:`SETUP` moved
+    (prediction policies that leave ``num_newton``, or on real data ``rho``, unset)."""
+    if not isinstance(study, IdentificationStudy):
+        return []
+    from jaxeval import _policies
+
+    out = []
+    for spec in study.policies:
+        st = dict(spec.settings)
+        up = st.get("use_predictions")
+        if not (spec.policy in _policies.PREDICTION_POLICIES if up is None else up):
+            continue
+        if "num_newton" not in st or (study.data.synthetic is None and "rho" not in st):
+            out.append(spec.name)
+    return out
+
+
+def _check_setup(study: Study, manifest: dict, where: Path, pending: Sequence[str]) -> None:
+    """Refuse to add chunks of this set-up to a folder computed with an older one
+    (``pending``: the tasks that have units left to compute)."""
+    old = int(manifest.get("setup", 1))
+    moved = [t for t in _setup_sensitive(study) if t in pending] if old != SETUP else []
+    if moved:
+        raise StudyFolderError(
+            f"{where} was computed by an earlier jaxeval (study set-up {old}, now {SETUP}): "
+            f"for {moved} the online refit then used the fit's rho_u and two Newton steps, "
+            "now the factorization's online_rho and one step, as simulate_identification; "
+            "adding chunks would mix the two. Its finished chunks still load and summarise; "
+            "run the study again in a new folder (or give those policies explicit "
+            "'rho' / 'num_newton' settings there)"
+        )
+
+
 def _is_writer() -> bool:
     import jax
 
@@ -852,6 +892,7 @@ def _open_folder(study: Study, out: Path, rng: tuple[int, int]) -> dict:
             "range": list(rng),
             "data_sha256": _fingerprint(study),
             "versions": _versions(),
+            "setup": SETUP,
             "chunks": {},
             "complete": False,
             "task_names": [t.name for t in study.tasks()],
@@ -1012,8 +1053,9 @@ def run_study(
         for tmp in out.rglob(".tmp-*"):
             tmp.unlink(missing_ok=True)
     tasks = study.tasks()
-    for task in tasks:
-        todo = _broadcast_todo(_todo_ranges(task, _covered(manifest, task.name), rng))
+    todos = [_broadcast_todo(_todo_ranges(t, _covered(manifest, t.name), rng)) for t in tasks]
+    _check_setup(study, manifest, out, [t.name for t, todo in zip(tasks, todos) if todo])
+    for task, todo in zip(tasks, todos):
         if not todo:
             continue
         if progress and _is_writer():
@@ -1210,6 +1252,13 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
             )
         if m.get("data_sha256") != ref.get("data_sha256"):
             raise StudyFolderError(f"{d} was computed on different data than {dirs[0]}")
+    setups = {int(m.get("setup", 1)) for m in mans}
+    if len(setups) > 1 and _setup_sensitive(study_from_dict(ref["config"])):
+        raise StudyFolderError(
+            f"{[str(d) for d in dirs]} were computed with different study set-ups "
+            f"({sorted(setups)}; see jaxeval._study.SETUP): their prediction policies' "
+            "numbers do not mix"
+        )
     # every (task, unit) must come from one folder only
     spans: dict[str, list] = {}
     for d, m in zip(dirs, mans):
@@ -1245,6 +1294,7 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
             "range": [rng_lo, rng_hi],
             "data_sha256": ref.get("data_sha256"),
             "versions": _versions(),
+            "setup": min(setups),
             "chunks": {name: c for name, (_, c) in merged.items()},
             "merged_from": [str(d) for d in dirs],
             "task_names": ref.get("task_names") or [t.name for t in study.tasks()],
@@ -1357,7 +1407,7 @@ def _real_problem(study: IdentificationStudy, needs_pred: bool):
             train, rank=study.rank, rho=1.0, seed=study.seed, num_steps=study.fit_steps
         )
         factors = tuple(np.asarray(x, np.float32) for x in (lr.V, lr.c, lr.u_mean))
-        rho = float(getattr(lr, "rho_u", 1.0))
+        rho = float(lr.online_rho)  # what simulate_identification uses
         info["rank"] = int(lr.V.shape[1])
     from jaxeval._factorization import ItemFactors
 
@@ -1436,7 +1486,7 @@ def identification_problem(study: IdentificationStudy, spec: PolicySpec):
         stop_kind="eb" if "eb" in study.cs_kinds else study.cs_kinds[0],
         use_predictions=use_pred,
         refit=bool(st.get("refit", True)),
-        num_newton=int(st.get("num_newton", 2)),
+        num_newton=int(st.get("num_newton", 1)),  # simulate_identification's default
         synchronized=st.get("synchronized"),
         truth=truth,
         rank=r,

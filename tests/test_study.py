@@ -430,3 +430,85 @@ def test_anchor_study_matches_protocol(tmp_path):
     s = summarize(study, res)
     assert s["methods"]["kmeans_ridge"]["mae_pp"][0] < s["methods"]["random_mean"]["mae_pp"][0]
     assert plot_study(s, tmp_path / "plots")[0].stat().st_size > 10_000
+
+
+def test_study_problem_uses_simulate_identifications_refit_defaults():
+    """A prediction policy's online refit in a study uses what
+    ``simulate_identification`` uses: the factorization's ``online_rho`` and its default
+    number of Newton steps (they had drifted to ``rho_u`` and two steps); explicit
+    settings still win."""
+    import inspect
+
+    import jaxeval
+    from jaxeval._study import identification_problem
+
+    study = study_from_dict({
+        "kind": "identification", "data": "oll2_ifeval", "num_arms": 3, "n_replicates": 4,
+        "fit_steps": 20, "rank": 2, "budgets": [0.1],
+        "policies": ["pulse_ucb", {"policy": "pulse", "settings": {"rho": 3.0, "num_newton": 2}}],
+    })
+    sim_newton = inspect.signature(jaxeval.simulate_identification).parameters["num_newton"]
+    config, data, params, _ = identification_problem(study, study.policies[0])
+    assert config.num_newton == sim_newton.default == 1
+    sm = jaxeval.load("oll2_ifeval").drop_duplicates()
+    train, _ = sm.split([sm.n_models // 2], seed=study.seed)
+    lr = jaxeval.fit_factorization(train, rank=2, rho=1.0, seed=study.seed, num_steps=20)
+    assert float(params.rho) == lr.online_rho != lr.rho_u
+    config, _, params, _ = identification_problem(study, study.policies[1])
+    assert (config.num_newton, float(params.rho)) == (2, 3.0)
+
+
+def test_folder_of_an_older_setup_is_not_extended_or_merged(tmp_path):
+    """A folder computed before the refit defaults were aligned (no ``setup`` in its
+    manifest) is refused by resume and merge when a prediction policy still has units to
+    compute; nothing in it is touched. Policies with explicit settings are unaffected."""
+    from jaxeval._study import SETUP, _open_folder, _setup_sensitive
+
+    d = {"kind": "identification", "data": {"synthetic": {"n_items": 30, "rank": 2}},
+         "num_arms": 3, "n_replicates": 8, "budgets": [0.5],
+         "policies": ["ucbe", "pulse_ucb",
+                      {"policy": "naive", "label": "naive2", "settings": {"num_newton": 1}}]}
+    study = study_from_dict(d)
+    assert _setup_sensitive(study) == ["pulse_ucb"]
+    out = tmp_path / "old"
+    manifest = _open_folder(study, out, (0, 8))  # the folder as `run` creates it
+    assert manifest["setup"] == SETUP
+    manifest.pop("setup")  # as an earlier jaxeval wrote it
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(StudyFolderError, match=r"earlier jaxeval.*'pulse_ucb'.*new folder"):
+        run_study(study, out, progress=False)
+    with pytest.raises(StudyFolderError, match=r"earlier jaxeval"):
+        resume_study(out, progress=False)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    new = tmp_path / "new"
+    _open_folder(study, new, (0, 8))
+    with pytest.raises(StudyFolderError, match=r"different study set-ups"):
+        merge_studies([out, new], tmp_path / "merged")
+
+
+@pytest.mark.slow
+def test_real_data_prediction_study_equals_simulate_identification(tmp_path):
+    """On real data with a factorization (PULSE's online refit), the study runner and
+    the numpy wrapper give the same numbers bit for bit."""
+    import jaxeval
+
+    study = study_from_dict({
+        "kind": "identification", "data": "oll2_ifeval", "policies": ["pulse_ucb"],
+        "num_arms": 3, "budgets": [0.05, 0.2], "n_replicates": 16, "seed": 2,
+        "chunk_size": 16, "rank": 2, "fit_steps": 50,
+    })
+    run_study(study, tmp_path / "s", progress=False)
+    _, res = load_results(tmp_path / "s")
+    rep = jaxeval.simulate_identification(
+        jaxeval.load("oll2_ifeval"), "pulse_ucb", K=3, n_replicates=16, seed=2,
+        budget_fractions=(0.05, 0.2), rank=2, fit_steps=50, n_instances=study.n_instances,
+    )
+    np.testing.assert_array_equal(res["pulse_ucb"]["theta"], rep.theta)
+    np.testing.assert_array_equal(res["pulse_ucb"]["checkpoints.recommended"], rep.recommended)
+    r = res["pulse_ucb"]
+    np.testing.assert_array_equal(r["checkpoints.calls"].mean(axis=0), rep.calls_used)
+    # the intervals are built from the refitted predictions' residuals: any other
+    # online prior or Newton count moves them
+    width = (r["checkpoints.upper"] - r["checkpoints.lower"]).mean(axis=(0, 3)).T
+    np.testing.assert_allclose(width, rep.width, rtol=1e-6)

@@ -65,7 +65,8 @@ class AnchorPredictor:
     Attributes:
       items: all item names of the benchmark the predictor was fitted on.
       anchor_index: int ``[k]`` positions of the anchors in ``items``.
-      method: the method used (for ``"auto"``, the one chosen on validation models).
+      method: the method used (for ``"auto"``, the one chosen on validation models, or
+        by cross-validation when there are fewer than ``settings.auto_cv_below`` of them).
       kind: the map kind (see :mod:`jaxeval.anchors._methods`).
       params: the map's parameters (numpy arrays).
       radius: half-width of the conformal interval: from validation models for a
@@ -470,8 +471,10 @@ def fit_anchors(
         (``"sparseeval"`` is the faithful SparseEval protocol).
       seed: int seed or PRNG key.
       validation: models for the choices made on validation (ridge strength,
-        method, MLP checkpoint) and for the conformal interval; by default a seeded
-        20% of ``train`` is held out for this.
+        method, MLP checkpoint) and for the conformal interval (for ``"auto"``
+        choosing by cross-validation, or with ``settings.auto_halves``, the interval
+        comes from cross-fitted residuals instead: see ``AnchorPredictor.radius``); by
+        default a seeded 20% of ``train`` is held out for this.
       alpha: error level of the interval (0.1 -> 90% intervals).
       settings: step counts and other static settings (:class:`Settings`).
 
