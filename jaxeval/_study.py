@@ -59,11 +59,12 @@ __all__ = [
 ]
 
 FORMAT = "jaxeval-study/1"
-#: The identification set-up a folder's chunks were computed with (``manifest["setup"]``).
-#: 2: a prediction policy's online refit uses the factorization's ``online_rho`` and one
-#: Newton step unless its settings say otherwise, as :func:`jaxeval.simulate_identification`
-#: does. Folders without the field (1) used the fit's ``rho_u`` and two Newton steps; they
-#: still load, but are not resumed or merged where that changes the numbers.
+#: The identification set-up a chunk was computed with (``"setup"`` of its manifest
+#: entry). 2: a prediction policy's online refit uses the factorization's ``online_rho``
+#: and one Newton step unless its settings say otherwise, as
+#: :func:`jaxeval.simulate_identification` does. Entries without the field (1) used the
+#: fit's ``rho_u`` and two Newton steps; they still load, but a task whose numbers that
+#: changes is not extended or merged across the two.
 SETUP = 2
 STUDY_FILE = "study.json"
 MANIFEST_FILE = "manifest.json"
@@ -834,37 +835,58 @@ def _fingerprint(study: Study) -> str | None:
     return None if study.data is None else study.data.fingerprint()
 
 
-def _setup_sensitive(study: Study) -> list[str]:
-    """The policies of ``study`` whose numbers the set-up change of :data:`SETUP` moved
-    (prediction policies that leave ``num_newton``, or on real data ``rho``, unset)."""
+def _setup_sensitive(study: Study) -> dict[str, str]:
+    """The policies of ``study`` whose numbers the set-up change of :data:`SETUP` moved,
+    each with what moved: prediction policies that refit and leave ``num_newton``, or on
+    real data ``rho``, unset."""
     if not isinstance(study, IdentificationStudy):
-        return []
+        return {}
     from jaxeval import _policies
 
-    out = []
+    out = {}
     for spec in study.policies:
         st = dict(spec.settings)
         up = st.get("use_predictions")
         if not (spec.policy in _policies.PREDICTION_POLICIES if up is None else up):
             continue
-        if "num_newton" not in st or (study.data.synthetic is None and "rho" not in st):
-            out.append(spec.name)
+        if not st.get("refit", True):
+            continue  # rho and num_newton act only in the refit
+        moved = []
+        if study.data.synthetic is None and "rho" not in st:
+            moved.append("online prior rho: the fit's rho_u (1.0) then, online_rho (0.5) now")
+        if "num_newton" not in st:
+            moved.append("Newton steps per refit: 2 then, 1 now")
+        if moved:
+            out[spec.name] = "; ".join(moved)
     return out
 
 
+def _chunk_setup(info: Mapping[str, Any]) -> int:
+    """The set-up a chunk was computed with (entries written before :data:`SETUP`: 1)."""
+    return int(info.get("setup", 1))
+
+
 def _check_setup(study: Study, manifest: dict, where: Path, pending: Sequence[str]) -> None:
-    """Refuse to add chunks of this set-up to a folder computed with an older one
-    (``pending``: the tasks that have units left to compute)."""
-    old = int(manifest.get("setup", 1))
-    moved = [t for t in _setup_sensitive(study) if t in pending] if old != SETUP else []
-    if moved:
+    """Refuse to add chunks to a task whose finished chunks were computed with another
+    set-up where that changes its numbers (``pending``: tasks with units left)."""
+    for task, what in _setup_sensitive(study).items():
+        if task not in pending:
+            continue
+        have = {_chunk_setup(c) for c in manifest["chunks"].values() if c["task"] == task}
+        other = sorted(have - {SETUP})
+        if not other:
+            continue
+        if max(other) > SETUP:
+            raise StudyFolderError(
+                f"{where}: task {task!r} has chunks of study set-up {max(other)} from a newer "
+                f"jaxeval (this one writes set-up {SETUP}); continue it with that jaxeval"
+            )
         raise StudyFolderError(
-            f"{where} was computed by an earlier jaxeval (study set-up {old}, now {SETUP}): "
-            f"for {moved} the online refit then used the fit's rho_u and two Newton steps, "
-            "now the factorization's online_rho and one step, as simulate_identification; "
-            "adding chunks would mix the two. Its finished chunks still load and summarise; "
-            "run the study again in a new folder (or give those policies explicit "
-            "'rho' / 'num_newton' settings there)"
+            f"{where}: task {task!r} has chunks computed by an earlier jaxeval (study "
+            f"set-up {other[0]}, now {SETUP}; {what}, as simulate_identification); adding "
+            "chunks would mix the two. The folder is left as it is (load_results reads it "
+            "while its chunks are intact); run the study again in a new folder, or give "
+            "that policy explicit 'rho' / 'num_newton' settings there to choose the set-up"
         )
 
 
@@ -892,7 +914,6 @@ def _open_folder(study: Study, out: Path, rng: tuple[int, int]) -> dict:
             "range": list(rng),
             "data_sha256": _fingerprint(study),
             "versions": _versions(),
-            "setup": SETUP,
             "chunks": {},
             "complete": False,
             "task_names": [t.name for t in study.tasks()],
@@ -922,7 +943,7 @@ def _open_folder(study: Study, out: Path, rng: tuple[int, int]) -> dict:
     return manifest
 
 
-def _verify_chunks(out: Path, manifest: dict, *, repair: bool) -> list[str]:
+def _verify_chunks(out: Path, manifest: dict, *, repair: bool, warn: bool = True) -> list[str]:
     """Drop (and with ``repair`` delete) chunk files that are missing or corrupt."""
     bad = []
     for name, info in list(manifest["chunks"].items()):
@@ -932,13 +953,17 @@ def _verify_chunks(out: Path, manifest: dict, *, repair: bool) -> list[str]:
             del manifest["chunks"][name]
             if repair and p.exists() and _is_writer():
                 p.unlink()
-    if bad:
-        warnings.warn(
-            f"{out}: {len(bad)} chunk file(s) missing or failing their checksum will be "
-            f"recomputed: {bad[:3]}",
-            stacklevel=3,
-        )
+    if bad and warn:
+        _warn_recompute(out, bad)
     return bad
+
+
+def _warn_recompute(out: Path, bad: list[str]) -> None:
+    warnings.warn(
+        f"{out}: {len(bad)} chunk file(s) missing or failing their checksum will be "
+        f"recomputed: {bad[:3]}",
+        stacklevel=4,
+    )
 
 
 def _covered(manifest: dict, task: str) -> list[tuple[int, int]]:
@@ -1048,13 +1073,19 @@ def run_study(
             )
         _preflight(study)
     manifest = _open_folder(study, out, rng)  # type: ignore[arg-type]
-    _verify_chunks(out, manifest, repair=True)
-    if _is_writer():  # half-written files of a killed run
-        for tmp in out.rglob(".tmp-*"):
-            tmp.unlink(missing_ok=True)
+    # corrupt chunks are dropped from the manifest in memory, deleted only once the
+    # set-up check has passed (a refusal leaves the folder as it was)
+    bad = _verify_chunks(out, manifest, repair=False, warn=False)
     tasks = study.tasks()
     todos = [_broadcast_todo(_todo_ranges(t, _covered(manifest, t.name), rng)) for t in tasks]
     _check_setup(study, manifest, out, [t.name for t, todo in zip(tasks, todos) if todo])
+    if bad:
+        _warn_recompute(out, bad)
+    if _is_writer():  # corrupt chunks (recomputed below) and half-written files of a killed run
+        for name in bad:
+            (out / name).unlink(missing_ok=True)
+        for tmp in out.rglob(".tmp-*"):
+            tmp.unlink(missing_ok=True)
     for task, todo in zip(tasks, todos):
         if not todo:
             continue
@@ -1072,7 +1103,8 @@ def run_study(
                 continue
             name = _chunk_name(task.name, lo, hi)
             sha = _write_chunk(out / name, arrays)
-            manifest["chunks"][name] = {"task": task.name, "lo": lo, "hi": hi, "sha256": sha}
+            manifest["chunks"][name] = {"task": task.name, "lo": lo, "hi": hi, "sha256": sha,
+                                        "setup": SETUP}
             _atomic_write_json(out / MANIFEST_FILE, manifest)
     if _is_writer():
         manifest["complete"] = all(
@@ -1252,13 +1284,15 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
             )
         if m.get("data_sha256") != ref.get("data_sha256"):
             raise StudyFolderError(f"{d} was computed on different data than {dirs[0]}")
-    setups = {int(m.get("setup", 1)) for m in mans}
-    if len(setups) > 1 and _setup_sensitive(study_from_dict(ref["config"])):
-        raise StudyFolderError(
-            f"{[str(d) for d in dirs]} were computed with different study set-ups "
-            f"({sorted(setups)}; see jaxeval._study.SETUP): their prediction policies' "
-            "numbers do not mix"
-        )
+    for task in _setup_sensitive(study_from_dict(ref["config"])):
+        setups = {_chunk_setup(c) for m in mans for c in m["chunks"].values()
+                  if c["task"] == task}
+        if len(setups) > 1:
+            raise StudyFolderError(
+                f"task {task!r}: its chunks in {[str(d) for d in dirs]} were computed with "
+                f"different study set-ups ({sorted(setups)}; see jaxeval._study.SETUP), so "
+                "their numbers do not mix"
+            )
     # every (task, unit) must come from one folder only
     spans: dict[str, list] = {}
     for d, m in zip(dirs, mans):
@@ -1294,7 +1328,6 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
             "range": [rng_lo, rng_hi],
             "data_sha256": ref.get("data_sha256"),
             "versions": _versions(),
-            "setup": min(setups),
             "chunks": {name: c for name, (_, c) in merged.items()},
             "merged_from": [str(d) for d in dirs],
             "task_names": ref.get("task_names") or [t.name for t in study.tasks()],

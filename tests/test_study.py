@@ -459,32 +459,60 @@ def test_study_problem_uses_simulate_identifications_refit_defaults():
 
 
 def test_folder_of_an_older_setup_is_not_extended_or_merged(tmp_path):
-    """A folder computed before the refit defaults were aligned (no ``setup`` in its
-    manifest) is refused by resume and merge when a prediction policy still has units to
-    compute; nothing in it is touched. Policies with explicit settings are unaffected."""
-    from jaxeval._study import SETUP, _open_folder, _setup_sensitive
+    """Chunks computed before the refit defaults were aligned (no ``setup`` in their
+    manifest entry) are not extended by resume, nor merged with new ones, for a task
+    whose numbers that changed; the folder is not touched (not even its corrupt
+    chunks). Unaffected tasks, tasks without chunks and explicit settings are allowed."""
+    import hashlib
+
+    from jaxeval._study import SETUP, _check_setup, _open_folder, _setup_sensitive
 
     d = {"kind": "identification", "data": {"synthetic": {"n_items": 30, "rank": 2}},
          "num_arms": 3, "n_replicates": 8, "budgets": [0.5],
          "policies": ["ucbe", "pulse_ucb",
-                      {"policy": "naive", "label": "naive2", "settings": {"num_newton": 1}}]}
+                      {"policy": "naive", "label": "naive2", "settings": {"num_newton": 1}},
+                      {"policy": "pulse", "label": "norefit", "settings": {"refit": False}}]}
     study = study_from_dict(d)
-    assert _setup_sensitive(study) == ["pulse_ucb"]
-    out = tmp_path / "old"
-    manifest = _open_folder(study, out, (0, 8))  # the folder as `run` creates it
-    assert manifest["setup"] == SETUP
-    manifest.pop("setup")  # as an earlier jaxeval wrote it
-    (out / "manifest.json").write_text(json.dumps(manifest))
-    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    with pytest.raises(StudyFolderError, match=r"earlier jaxeval.*'pulse_ucb'.*new folder"):
-        run_study(study, out, progress=False)
+    sens = _setup_sensitive(study)
+    assert list(sens) == ["pulse_ucb"] and "rho" not in sens["pulse_ucb"]  # synthetic
+    real = study_from_dict(dict(d, data="oll2_ifeval", policies=["pulse"]))
+    assert "online_rho" in _setup_sensitive(real)["pulse"]
+
+    def folder(name, entries):
+        out = tmp_path / name
+        manifest = _open_folder(study, out, (0, 8))  # the folder as `run` creates it
+        for task, lo, hi, setup, intact in entries:
+            f = out / "chunks" / task / f"{lo:06d}-{hi:06d}.npz"
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_bytes(b"chunk %d" % lo)
+            sha = hashlib.sha256(f.read_bytes()).hexdigest() if intact else "0" * 64
+            e = {"task": task, "lo": lo, "hi": hi, "sha256": sha}
+            if setup is not None:  # entries of an earlier jaxeval have no "setup"
+                e["setup"] = setup
+            manifest["chunks"][str(f.relative_to(out))] = e
+        (out / "manifest.json").write_text(json.dumps(manifest))
+        return out, manifest
+
+    old, man = folder("old", [("pulse_ucb", 0, 2, None, True), ("pulse_ucb", 2, 4, None, False),
+                              ("ucbe", 0, 4, None, True)])
+    before = {p: p.read_bytes() for p in old.rglob("*") if p.is_file()}
+    with pytest.raises(StudyFolderError,
+                       match=r"'pulse_ucb' has chunks computed by an earlier.*Newton.*new folder"):
+        run_study(study, old, progress=False)
     with pytest.raises(StudyFolderError, match=r"earlier jaxeval"):
-        resume_study(out, progress=False)
-    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
-    new = tmp_path / "new"
-    _open_folder(study, new, (0, 8))
-    with pytest.raises(StudyFolderError, match=r"different study set-ups"):
-        merge_studies([out, new], tmp_path / "merged")
+        resume_study(old, progress=False)
+    assert {p: p.read_bytes() for p in old.rglob("*") if p.is_file()} == before
+    # what may go on: unaffected or chunk-less pending tasks, this set-up's chunks
+    _check_setup(study, man, old, ["ucbe", "naive2", "norefit"])
+    _, man2 = folder("new", [("pulse_ucb", 4, 8, SETUP, True)])
+    _check_setup(study, man2, old, ["pulse_ucb", "ucbe"])
+    _, man3 = folder("newer", [("pulse_ucb", 4, 8, SETUP + 1, True)])
+    with pytest.raises(StudyFolderError, match="newer jaxeval"):
+        _check_setup(study, man3, old, ["pulse_ucb"])
+    intact, _ = folder("intact", [("pulse_ucb", 0, 4, None, True)])
+    with pytest.raises(StudyFolderError, match=r"'pulse_ucb'.*different study set-ups"):
+        merge_studies([intact, tmp_path / "new"], tmp_path / "merged")
+    assert not (tmp_path / "merged").exists()
 
 
 @pytest.mark.slow
