@@ -347,7 +347,8 @@ def main(argv=None):
                   final_steps=a.final_steps)
     seeds = tuple(42 + r for r in range(a.seeds))
     key = _settings_key(st, seeds, a.methods)
-    here = run_context_key({"seeds_batched": a.vmap_seeds, "nproc": os.environ.get("NPROC")})
+    here = run_context_key({"seeds_batched": "vmap" if a.vmap_seeds else "loop",
+                            "nproc": os.environ.get("NPROC")})
     done = {(r["dataset"], r["k"]) for r in read_cells(a.out) if _record_key(r) == key
             and run_context_key(r)[0] == here[0] and run_context_key(r)[1] in (None, here[1])}
     a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -296,11 +296,19 @@ def run_context_key(rec: dict) -> tuple:
     """What besides the settings changes a cell's numbers: ``(seeds_batched, nproc)``.
 
     A seed's anchors and MAE depend on whether the seeds were vmapped together and on the
-    size of XLA's CPU thread pool (``NPROC``): both round differently. Records written
-    before ``seeds_batched`` was recorded were all vmapped; records without ``nproc``
-    predate recording it (``None``: resume accepts them for any pool size).
+    size of XLA's CPU thread pool (``NPROC``): both round differently.
+    ``rec["seeds_batched"]`` is what ``evaluate_protocol`` reports (``"vmap"`` or
+    ``"loop"``); records written before it was recorded were all vmapped. Records
+    without ``nproc`` predate recording it (``None``: resume accepts them for any pool
+    size).
+
+    >>> run_context_key({"seeds_batched": "loop", "nproc": "32"})
+    (False, '32')
+    >>> run_context_key({})
+    (True, None)
     """
-    return bool(rec.get("seeds_batched", True)), rec.get("nproc")
+    sb = rec.get("seeds_batched", "vmap")
+    return sb is True or sb == "vmap", rec.get("nproc")
 
 
 def main(argv=None):
@@ -394,7 +402,8 @@ def main(argv=None):
         if want_mlp and not a.methods:
             methods = list(BASELINES) + list(MLPS) + list(STRONG)
         st_cell = repr(dataclasses.replace(st, external=sm.target is not None))
-        here = run_context_key({"seeds_batched": a.vmap_seeds, "nproc": os.environ.get("NPROC")})
+        here = run_context_key({"seeds_batched": "vmap" if a.vmap_seeds else "loop",
+                                "nproc": os.environ.get("NPROC")})
         if (d, k, seeds, tuple(methods), st_cell, *here) in done or (
                 (d, k, seeds, tuple(methods), st_cell, here[0], None) in done):
             print(f"\n### {d} k={k}: already in {a.out}, skipped (--resume)")
