@@ -299,6 +299,17 @@ def test_evaluate_protocol_seed_errors(small_sm):
         evaluate_protocol(small_sm, 5, ["random_mean"], seeds=[-1])
 
 
+def test_evaluate_protocol_unbiased_estimate_without_auto(small_sm):
+    """``dr_items`` with methods that include neither ``auto`` nor its candidates (it
+    crashed on an empty index): the estimate is built on the best method's anchors."""
+    from jaxeval.anchors import evaluate_protocol
+
+    r = evaluate_protocol(small_sm, 5, ["random_mean", "anchor_points"], seeds=(1,), settings=FAST,
+                          dr_items=10)
+    assert r.dr is not None and np.isfinite(np.asarray(r.dr["mae_pp"])).all()
+    assert 0.0 <= float(np.mean(r.dr["coverage"])) <= 1.0
+
+
 def test_a_seed_gets_the_same_result_alone_or_with_other_seeds(shared_data):
     """The protocol loops over seeds (``lax.map``), so one seed's anchors and predictions
     do not depend on which other seeds run with it. Vmapped seeds (the kernel before,

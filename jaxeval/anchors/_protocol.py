@@ -100,7 +100,8 @@ def protocol_kernel(
             key, d, k, present, st, halves[0], halves[1], cache
         )
     if dr_items > 0:
-        auto = [methods.index(m) for m in auto_cands if m in methods]
+        # auto's candidates that ran; without any, every method run (best on validation)
+        auto = [methods.index(m) for m in auto_cands if m in methods] or list(range(len(methods)))
         mse = jnp.mean((out["val"][jnp.array(auto)] - d.y_val) ** 2, axis=1)
         pick = jnp.where(jnp.asarray(auto_pick) >= 0, auto_pick, jnp.argmin(mse))
         anchors = out["anchors"][jnp.array(auto)][pick]
@@ -214,6 +215,8 @@ def evaluate_protocol(
       settings: static settings (``external`` is set from ``sm.target``).
       alpha: interval level.
       dr_items: extra random items of the unbiased estimate (0 = skip; mean targets only).
+        It is built on the anchors of ``auto``'s pick, or, when neither ``"auto"`` nor
+        any of its candidates is among ``methods``, of the method best on validation.
       dedup: drop duplicate rows first (the protocol does).
       vmap_seeds: vmap the kernel over the seeds instead of looping over them. Faster
         for the MLP methods (~1.3x for ``"sparseeval"``, 10 seeds) and holds every
