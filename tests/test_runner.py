@@ -278,7 +278,8 @@ def test_progress_rate_excludes_compilation_and_smooths_concurrent_chunks(monkey
 def test_importing_jaxeval_starts_no_backend():
     """``import jaxeval`` (and its subpackages) must not initialise a JAX backend, so that
     a cluster script can call ``jax.distributed.initialize()`` after importing it."""
-    code = ("import jaxeval, jaxeval.anchors, jaxeval.metrics\n"
+    code = ("import jaxeval, jaxeval.anchors, jaxeval.metrics, jaxeval._cli, jaxeval._report\n"
+            "import jaxeval._tables, jaxeval._lmeval\n"
             "from jax._src import xla_bridge\n"
             "assert not xla_bridge.backends_are_initialized(), 'a backend was started'\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
