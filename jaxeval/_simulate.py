@@ -239,6 +239,27 @@ def _replicate_fn(config: idn.Config, treedef):
     return fn
 
 
+def draw_instances(n_pool: int, K: int, n_instances: int, seed: int) -> np.ndarray:
+    """The candidate sets of a real-data simulation: ``n_instances`` K-subsets of a
+    pool of ``n_pool`` models, seeded by ``(seed, K)``. Shared with
+    :class:`jaxeval.IdentificationStudy`, so both play the same instances."""
+    rng = np.random.default_rng([seed, K])
+    return np.stack([rng.choice(n_pool, K, replace=False) for _ in range(n_instances)])
+
+
+def fit_default_factors(train: ScoreMatrix, rank: int, seed: int, fit_steps: int):
+    """The factorization a simulation fits on its training models when none is given,
+    ``(model, item_factors, rho)``: the :class:`~jaxeval.LowRankLogistic`, its float32
+    :class:`ItemFactors` and the prior strength of the online refit (its
+    ``online_rho``). Shared with :class:`jaxeval.IdentificationStudy`, so both refit
+    the same way."""
+    from jaxeval._factorization_api import fit_factorization
+
+    lr = fit_factorization(train, rank=rank, rho=1.0, seed=seed, num_steps=fit_steps)
+    f = ItemFactors(*(np.asarray(x, np.float32) for x in (lr.V, lr.c, lr.u_mean)))
+    return lr, f, float(lr.online_rho)
+
+
 def _check_unit(name, value, lo=0.0, hi=1.0):
     v = _as_number(name, value)
     if not (lo < v < hi) or not math.isfinite(v):
@@ -505,11 +526,8 @@ def simulate_identification(
                 "fill them before simulating"
             )
         if instances is None:
-            rng = np.random.default_rng([seed, K])
             n_instances = _check_int("n_instances", n_instances, 1)
-            instances = np.stack(
-                [rng.choice(pool.n_models, K, replace=False) for _ in range(n_instances)]
-            )
+            instances = draw_instances(pool.n_models, K, n_instances, seed)
         else:
             instances = _check_instances(instances, K, pool)
         pool_models = np.asarray(pool.models)
@@ -527,11 +545,8 @@ def simulate_identification(
             if factors is None:
                 if train is None:
                     raise ValueError("n_train must be >= 1 when the policy uses predictions")
-                from jaxeval._factorization_api import fit_factorization
-
-                lr = fit_factorization(train, rank=rank, rho=1.0, seed=seed, num_steps=fit_steps)
-                factors = lr
-                notes["factorization"] = repr(lr)
+                factors, _, _ = fit_default_factors(train, rank, seed, fit_steps)
+                notes["factorization"] = repr(factors)
             if isinstance(factors, ItemFactors):
                 item_factors = ItemFactors(*(np.asarray(x, np.float32) for x in factors))
             else:

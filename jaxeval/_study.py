@@ -1416,10 +1416,9 @@ def _real_problem(study: IdentificationStudy, needs_pred: bool):
         )
     if not pool.mask.all():
         raise StudyConfigError("data", f"{sm.source}: candidate rows have missing cells")
-    rng = np.random.default_rng([study.seed, study.num_arms])
-    inst = np.stack(
-        [rng.choice(pool.n_models, study.num_arms, replace=False) for _ in range(study.n_instances)]
-    )
+    from jaxeval._simulate import draw_instances, fit_default_factors
+
+    inst = draw_instances(pool.n_models, study.num_arms, study.n_instances, study.seed)
     acc = pool.accuracy()
     top2 = -np.sort(-acc[inst], axis=1)[:, :2]
     info: dict[str, Any] = {
@@ -1433,14 +1432,9 @@ def _real_problem(study: IdentificationStudy, needs_pred: bool):
     }
     factors = (np.zeros((n, 1), np.float32), np.zeros((n,), np.float32), np.zeros((1,), np.float32))
     rho = 1.0
-    if needs_pred:
-        from jaxeval._factorization_api import fit_factorization
-
-        lr = fit_factorization(
-            train, rank=study.rank, rho=1.0, seed=study.seed, num_steps=study.fit_steps
-        )
-        factors = tuple(np.asarray(x, np.float32) for x in (lr.V, lr.c, lr.u_mean))
-        rho = float(lr.online_rho)  # what simulate_identification uses
+    if needs_pred:  # the same fit, factors and online prior as simulate_identification
+        lr, f, rho = fit_default_factors(train, study.rank, study.seed, study.fit_steps)
+        factors = tuple(f)
         info["rank"] = int(lr.V.shape[1])
     from jaxeval._factorization import ItemFactors
 
