@@ -890,6 +890,22 @@ def _check_setup(study: Study, manifest: dict, where: Path, pending: Sequence[st
         )
 
 
+def _recompute_hint(out: Path, study: Study, chunks: dict, bad: list[str]) -> str:
+    """What to do about corrupt chunks: resume, unless :func:`_check_setup` would refuse
+    it (their task keeps intact chunks of another set-up)."""
+    sens = _setup_sensitive(study)
+    stuck = sorted({
+        chunks[b]["task"] for b in bad
+        if chunks[b]["task"] in sens and any(
+            _chunk_setup(c) != SETUP for n, c in chunks.items()
+            if c["task"] == chunks[b]["task"] and n not in bad)
+    })
+    if stuck:
+        return (f"task(s) {stuck} keep chunks of another study set-up, which this jaxeval "
+                "cannot extend consistently: run the study again in a new folder")
+    return f"run `jaxeval resume {out}` to recompute them"
+
+
 def _is_writer() -> bool:
     import jax
 
@@ -1194,11 +1210,12 @@ def load_results(
     if manifest is None:
         raise StudyFolderError(f"{out} holds no {MANIFEST_FILE}: not a study folder")
     study = study_from_dict(manifest["config"])
-    bad = _verify_chunks(out, manifest, repair=False)
+    chunks = dict(manifest["chunks"])
+    bad = _verify_chunks(out, manifest, repair=False, warn=False)  # refused below
     if bad:
         raise StudyFolderError(
-            f"{out}: {len(bad)} chunk file(s) fail their checksum ({bad[:3]}); run "
-            f"`jaxeval resume {out}` to recompute them"
+            f"{out}: {len(bad)} chunk file(s) fail their checksum ({bad[:3]}); "
+            + _recompute_hint(out, study, chunks, bad)
         )
     by_task: dict[str, list] = {}
     for name, c in manifest["chunks"].items():
@@ -1267,11 +1284,12 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
         m = _read_manifest(d)
         if m is None:
             raise StudyFolderError(f"{d} holds no {MANIFEST_FILE}: not a study folder")
-        bad = _verify_chunks(d, m, repair=False)
+        chunks = dict(m["chunks"])
+        bad = _verify_chunks(d, m, repair=False, warn=False)  # refused below
         if bad:
             raise StudyFolderError(
                 f"{d}: {len(bad)} chunk file(s) fail their checksum ({bad[:3]}); "
-                f"run `jaxeval resume {d}` first"
+                + _recompute_hint(d, study_from_dict(m["config"]), chunks, bad)
             )
         mans.append(m)
     ref = mans[0]

@@ -208,9 +208,8 @@ def test_corrupt_chunk_detected_and_recomputed(tmp_path, toy_reference):
     raw = bytearray(victim.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
     victim.write_bytes(bytes(raw))
-    with pytest.warns(UserWarning, match="failing their checksum"):
-        with pytest.raises(StudyFolderError, match="checksum"):
-            load_results(out)
+    with pytest.raises(StudyFolderError, match="fail their checksum.*jaxeval resume"):
+        load_results(out)  # an error, not also a warning that something "will be recomputed"
     with pytest.warns(UserWarning, match="recomputed"):
         resume_study(out, progress=False)
     _, res = load_results(out)
@@ -502,6 +501,8 @@ def test_folder_of_an_older_setup_is_not_extended_or_merged(tmp_path):
     with pytest.raises(StudyFolderError, match=r"earlier jaxeval"):
         resume_study(old, progress=False)
     assert {p: p.read_bytes() for p in old.rglob("*") if p.is_file()} == before
+    with pytest.raises(StudyFolderError, match=r"checksum.*\['pulse_ucb'\].*new folder"):
+        load_results(old)  # not "run jaxeval resume", which would refuse
     # what may go on: unaffected or chunk-less pending tasks, this set-up's chunks
     _check_setup(study, man, old, ["ucbe", "naive2", "norefit"])
     _, man2 = folder("new", [("pulse_ucb", 4, 8, SETUP, True)])

@@ -80,10 +80,11 @@ def protocol_kernel(
     ``[M, k]``, and with ``dr_items > 0`` the unbiased estimate ``dr`` ``[3, h]``
     (estimate, lower, upper) on the anchors of the auto candidate: position
     ``auto_pick`` of the candidates ``auto_cands`` present, or (``auto_pick < 0``) the
-    one with the lowest validation MSE. With ``halves`` (two index arrays into the
-    validation models) also ``half_res`` ``[2, h]`` and ``half_pick`` ``[2]``: the
-    cross-fitted residuals of the candidate chosen on each half
-    (:func:`~jaxeval.anchors._methods.crossfit_selected_residuals`), which calibrate
+    one with the lowest validation MSE (of all methods when none of them is present).
+    With ``halves`` (two index arrays into the validation models) also ``half_res``
+    ``[2, h]`` and ``half_pick`` ``[2]``: the cross-fitted residuals of the candidate
+    chosen on each half (:func:`~jaxeval.anchors._methods.crossfit_selected_residuals`),
+    which calibrate
     ``auto``'s interval when it chooses on validation models.
     """
     cache: dict = {}
@@ -102,7 +103,9 @@ def protocol_kernel(
     if dr_items > 0:
         # auto's candidates that ran; without any, every method run (best on validation)
         auto = [methods.index(m) for m in auto_cands if m in methods] or list(range(len(methods)))
-        mse = jnp.mean((out["val"][jnp.array(auto)] - d.y_val) ** 2, axis=1)
+        # clipped to [0, 1] as evaluate_protocol's reported pick is (same choice but
+        # for float32-vs-float64 rounding of an exact tie)
+        mse = jnp.mean((jnp.clip(out["val"][jnp.array(auto)], 0, 1) - d.y_val) ** 2, axis=1)
         pick = jnp.where(jnp.asarray(auto_pick) >= 0, auto_pick, jnp.argmin(mse))
         anchors = out["anchors"][jnp.array(auto)][pick]
         F = cache["F"] if "F" in cache else fit_item_factors(
@@ -215,8 +218,9 @@ def evaluate_protocol(
       settings: static settings (``external`` is set from ``sm.target``).
       alpha: interval level.
       dr_items: extra random items of the unbiased estimate (0 = skip; mean targets only).
-        It is built on the anchors of ``auto``'s pick, or, when neither ``"auto"`` nor
-        any of its candidates is among ``methods``, of the method best on validation.
+        It is built on the anchors of ``auto``'s pick when ``"auto"`` is among
+        ``methods``; otherwise on those of the candidate of ``auto`` among ``methods``
+        best on validation, or, with none, of the method best on validation.
       dedup: drop duplicate rows first (the protocol does).
       vmap_seeds: vmap the kernel over the seeds instead of looping over them. Faster
         for the MLP methods (~1.3x for ``"sparseeval"``, 10 seeds) and holds every
