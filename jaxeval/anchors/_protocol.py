@@ -84,8 +84,7 @@ def protocol_kernel(
     With ``halves`` (two index arrays into the validation models) also ``half_res``
     ``[2, h]`` and ``half_pick`` ``[2]``: the cross-fitted residuals of the candidate
     chosen on each half (:func:`~jaxeval.anchors._methods.crossfit_selected_residuals`),
-    which calibrate
-    ``auto``'s interval when it chooses on validation models.
+    which calibrate ``auto``'s interval when it chooses on validation models.
     """
     cache: dict = {}
     vals, tests, ancs = [], [], []
