@@ -44,7 +44,7 @@ from jaxeval.anchors import Settings
 from jaxeval.anchors._protocol import evaluate_protocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_anchors import DATASETS, load, run_context_key  # noqa: E402
+from bench_anchors import DATASETS, load, same_run  # noqa: E402
 
 #: The methods of issue 5, in table order.
 METHODS = ("random_mean", "anchor_points", "random_linear", "random_ridge", "random_mlp",
@@ -347,10 +347,8 @@ def main(argv=None):
                   final_steps=a.final_steps)
     seeds = tuple(42 + r for r in range(a.seeds))
     key = _settings_key(st, seeds, a.methods)
-    here = run_context_key({"seeds_batched": "vmap" if a.vmap_seeds else "loop",
-                            "nproc": os.environ.get("NPROC")})
-    done = {(r["dataset"], r["k"]) for r in read_cells(a.out) if _record_key(r) == key
-            and run_context_key(r)[0] == here[0] and run_context_key(r)[1] in (None, here[1])}
+    done = {(r["dataset"], r["k"]) for r in read_cells(a.out)
+            if _record_key(r) == key and same_run(r, a.vmap_seeds)}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     print(f"jaxeval {jaxeval.__file__} (commit {_commit()}); {st}; seeds {seeds}; "
           f"{len(done)} cells already in {a.out}", flush=True)

@@ -292,23 +292,22 @@ def calibration_table(before: str, after: str, grid=None) -> str:
     return "\n".join(out)
 
 
-def run_context_key(rec: dict) -> tuple:
-    """What besides the settings changes a cell's numbers: ``(seeds_batched, nproc)``.
+def same_run(rec: dict, vmap_seeds: bool) -> bool:
+    """Whether a stored cell ran the way this run would, besides its settings: with the
+    seeds vmapped or not, and with the same XLA CPU thread pool (``NPROC``); both change
+    the rounding, and so a seed's anchors and MAE.
 
-    A seed's anchors and MAE depend on whether the seeds were vmapped together and on the
-    size of XLA's CPU thread pool (``NPROC``): both round differently.
     ``rec["seeds_batched"]`` is what ``evaluate_protocol`` reports (``"vmap"`` or
     ``"loop"``); records written before it was recorded were all vmapped. Records
-    without ``nproc`` predate recording it (``None``: resume accepts them for any pool
-    size).
+    without ``nproc`` predate recording it and match any pool size.
 
-    >>> run_context_key({"seeds_batched": "loop", "nproc": "32"})
-    (False, '32')
-    >>> run_context_key({})
-    (True, None)
+    >>> same_run({"seeds_batched": "loop", "nproc": os.environ.get("NPROC")}, False)
+    True
+    >>> same_run({}, False)
+    False
     """
-    sb = rec.get("seeds_batched", "vmap")
-    return sb is True or sb == "vmap", rec.get("nproc")
+    batched = rec.get("seeds_batched", "vmap") in ("vmap", True)
+    return batched == vmap_seeds and rec.get("nproc") in (None, os.environ.get("NPROC"))
 
 
 def main(argv=None):
@@ -388,8 +387,9 @@ def main(argv=None):
     if a.resume and Path(a.out).exists():
         for line in Path(a.out).read_text().splitlines():
             rec = json.loads(line)
-            done.add((rec["dataset"], rec["k"], tuple(rec["seeds"]), tuple(rec["methods"]),
-                      rec["settings"], *run_context_key(rec)))
+            if same_run(rec, a.vmap_seeds):
+                done.add((rec["dataset"], rec["k"], tuple(rec["seeds"]),
+                          tuple(rec["methods"]), rec["settings"]))
     cache = {}
     for d, k in cells:
         if d not in cache:
@@ -402,10 +402,7 @@ def main(argv=None):
         if want_mlp and not a.methods:
             methods = list(BASELINES) + list(MLPS) + list(STRONG)
         st_cell = repr(dataclasses.replace(st, external=sm.target is not None))
-        here = run_context_key({"seeds_batched": "vmap" if a.vmap_seeds else "loop",
-                                "nproc": os.environ.get("NPROC")})
-        if (d, k, seeds, tuple(methods), st_cell, *here) in done or (
-                (d, k, seeds, tuple(methods), st_cell, here[0], None) in done):
+        if (d, k, seeds, tuple(methods), st_cell) in done:
             print(f"\n### {d} k={k}: already in {a.out}, skipped (--resume)")
             continue
         t0 = time.perf_counter()

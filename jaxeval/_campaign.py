@@ -50,7 +50,7 @@ from jaxeval import _policies, _sampling
 from jaxeval._data import ScoreMatrix
 from jaxeval._factorization import ItemFactors
 from jaxeval._runner import as_key
-from jaxeval._simulate import _check_int, _check_real, _check_unit, _config
+from jaxeval._simulate import _check_int, _check_real, _check_unit, _config, item_factors_of
 
 __all__ = ["CampaignRequest", "CampaignStatus", "IdentificationCampaign"]
 
@@ -400,12 +400,8 @@ class IdentificationCampaign:
 
                 factors = fit_factorization(history, rank=rank, rho=1.0, seed=seed,
                                             num_steps=fit_steps)
-            if isinstance(factors, ItemFactors):
-                V, c, u_mean = (np.asarray(x, np.float32) for x in factors)
-            else:
-                V, c, u_mean = (np.asarray(getattr(factors, f), np.float32)
-                                for f in ("V", "c", "u_mean"))
-                fit_rho = float(getattr(factors, "online_rho", 1.0))
+            (V, c, u_mean), own_rho = item_factors_of(factors)
+            fit_rho = fit_rho if own_rho is None else own_rho
             if V.ndim != 2 or V.shape[0] != n or c.shape != (n,) or u_mean.shape != V.shape[1:]:
                 raise ValueError(
                     f"factors: item factors of shape {V.shape} do not match the {n} items"

@@ -256,8 +256,18 @@ def fit_default_factors(train: ScoreMatrix, rank: int, seed: int, fit_steps: int
     from jaxeval._factorization_api import fit_factorization
 
     lr = fit_factorization(train, rank=rank, rho=1.0, seed=seed, num_steps=fit_steps)
-    f = ItemFactors(*(np.asarray(x, np.float32) for x in (lr.V, lr.c, lr.u_mean)))
-    return lr, f, float(lr.online_rho)
+    f, rho = item_factors_of(lr)
+    return lr, f, rho
+
+
+def item_factors_of(factors) -> tuple[ItemFactors, float | None]:
+    """``(float32 ItemFactors, online rho)`` of what a user passes as ``factors``: an
+    :class:`ItemFactors` (no rho of its own: ``None``) or a fitted model with ``V``,
+    ``c``, ``u_mean`` (its ``online_rho``, 1.0 if it has none)."""
+    if isinstance(factors, ItemFactors):
+        return ItemFactors(*(np.asarray(x, np.float32) for x in factors)), None
+    f = ItemFactors(*(np.asarray(getattr(factors, a), np.float32) for a in ("V", "c", "u_mean")))
+    return f, float(getattr(factors, "online_rho", 1.0))
 
 
 def _check_unit(name, value, lo=0.0, hi=1.0):
@@ -547,15 +557,8 @@ def simulate_identification(
                     raise ValueError("n_train must be >= 1 when the policy uses predictions")
                 factors, _, _ = fit_default_factors(train, rank, seed, fit_steps)
                 notes["factorization"] = repr(factors)
-            if isinstance(factors, ItemFactors):
-                item_factors = ItemFactors(*(np.asarray(x, np.float32) for x in factors))
-            else:
-                item_factors = ItemFactors(
-                    np.asarray(factors.V, np.float32),
-                    np.asarray(factors.c, np.float32),
-                    np.asarray(factors.u_mean, np.float32),
-                )
-                fit_rho = float(getattr(factors, "online_rho", 1.0))
+            item_factors, own_rho = item_factors_of(factors)
+            fit_rho = fit_rho if own_rho is None else own_rho
             if item_factors.V.shape[0] != n:
                 raise ValueError(
                     f"factors: item factors cover {item_factors.V.shape[0]} items, data has {n}"

@@ -866,16 +866,22 @@ def _chunk_setup(info: Mapping[str, Any]) -> int:
     return int(info.get("setup", 1))
 
 
+def _other_setups(study: Study, chunks: Mapping[str, Any], tasks) -> dict[str, list[int]]:
+    """The tasks among ``tasks`` whose numbers the set-up change moved and that hold
+    chunks (in ``chunks``, a manifest's entries) of another set-up than :data:`SETUP`."""
+    out = {}
+    for task in _setup_sensitive(study):
+        if task in tasks:
+            have = {_chunk_setup(c) for c in chunks.values() if c["task"] == task}
+            if have - {SETUP}:
+                out[task] = sorted(have - {SETUP})
+    return out
+
+
 def _check_setup(study: Study, manifest: dict, where: Path, pending: Sequence[str]) -> None:
     """Refuse to add chunks to a task whose finished chunks were computed with another
     set-up where that changes its numbers (``pending``: tasks with units left)."""
-    for task, what in _setup_sensitive(study).items():
-        if task not in pending:
-            continue
-        have = {_chunk_setup(c) for c in manifest["chunks"].values() if c["task"] == task}
-        other = sorted(have - {SETUP})
-        if not other:
-            continue
+    for task, other in _other_setups(study, manifest["chunks"], pending).items():
         if max(other) > SETUP:
             raise StudyFolderError(
                 f"{where}: task {task!r} has chunks of study set-up {max(other)} from a newer "
@@ -883,8 +889,9 @@ def _check_setup(study: Study, manifest: dict, where: Path, pending: Sequence[st
             )
         raise StudyFolderError(
             f"{where}: task {task!r} has chunks computed by an earlier jaxeval (study "
-            f"set-up {other[0]}, now {SETUP}; {what}, as simulate_identification); adding "
-            "chunks would mix the two. The folder is left as it is (load_results reads it "
+            f"set-up {other[0]}, now {SETUP}; {_setup_sensitive(study)[task]}, as "
+            "simulate_identification); adding chunks would mix the two. The folder is left "
+            "as it is (load_results reads it "
             "while its chunks are intact); run the study again in a new folder, or give "
             "that policy explicit 'rho' / 'num_newton' settings there to choose the set-up"
         )
@@ -893,13 +900,8 @@ def _check_setup(study: Study, manifest: dict, where: Path, pending: Sequence[st
 def _recompute_hint(out: Path, study: Study, chunks: dict, bad: list[str]) -> str:
     """What to do about corrupt chunks: resume, unless :func:`_check_setup` would refuse
     it (their task keeps intact chunks of another set-up)."""
-    sens = _setup_sensitive(study)
-    stuck = sorted({
-        chunks[b]["task"] for b in bad
-        if chunks[b]["task"] in sens and any(
-            _chunk_setup(c) != SETUP for n, c in chunks.items()
-            if c["task"] == chunks[b]["task"] and n not in bad)
-    })
+    intact = {n: c for n, c in chunks.items() if n not in bad}
+    stuck = sorted(_other_setups(study, intact, {chunks[b]["task"] for b in bad}))
     if stuck:
         return (f"task(s) {stuck} keep chunks of another study set-up, which this jaxeval "
                 "cannot extend consistently: run the study again in a new folder")
@@ -959,27 +961,16 @@ def _open_folder(study: Study, out: Path, rng: tuple[int, int]) -> dict:
     return manifest
 
 
-def _verify_chunks(out: Path, manifest: dict, *, repair: bool, warn: bool = True) -> list[str]:
-    """Drop (and with ``repair`` delete) chunk files that are missing or corrupt."""
+def _verify_chunks(out: Path, manifest: dict) -> list[str]:
+    """Drop the chunks whose files are missing or corrupt from ``manifest`` (in memory;
+    the files are left alone) and return their names."""
     bad = []
     for name, info in list(manifest["chunks"].items()):
         p = out / name
         if not p.is_file() or _sha256(p) != info["sha256"]:
             bad.append(name)
             del manifest["chunks"][name]
-            if repair and p.exists() and _is_writer():
-                p.unlink()
-    if bad and warn:
-        _warn_recompute(out, bad)
     return bad
-
-
-def _warn_recompute(out: Path, bad: list[str]) -> None:
-    warnings.warn(
-        f"{out}: {len(bad)} chunk file(s) missing or failing their checksum will be "
-        f"recomputed: {bad[:3]}",
-        stacklevel=4,
-    )
 
 
 def _covered(manifest: dict, task: str) -> list[tuple[int, int]]:
@@ -1091,12 +1082,16 @@ def run_study(
     manifest = _open_folder(study, out, rng)  # type: ignore[arg-type]
     # corrupt chunks are dropped from the manifest in memory, deleted only once the
     # set-up check has passed (a refusal leaves the folder as it was)
-    bad = _verify_chunks(out, manifest, repair=False, warn=False)
+    bad = _verify_chunks(out, manifest)
     tasks = study.tasks()
     todos = [_broadcast_todo(_todo_ranges(t, _covered(manifest, t.name), rng)) for t in tasks]
     _check_setup(study, manifest, out, [t.name for t, todo in zip(tasks, todos) if todo])
     if bad:
-        _warn_recompute(out, bad)
+        warnings.warn(
+            f"{out}: {len(bad)} chunk file(s) missing or failing their checksum will be "
+            f"recomputed: {bad[:3]}",
+            stacklevel=2,
+        )
     if _is_writer():  # corrupt chunks (recomputed below) and half-written files of a killed run
         for name in bad:
             (out / name).unlink(missing_ok=True)
@@ -1211,7 +1206,7 @@ def load_results(
         raise StudyFolderError(f"{out} holds no {MANIFEST_FILE}: not a study folder")
     study = study_from_dict(manifest["config"])
     chunks = dict(manifest["chunks"])
-    bad = _verify_chunks(out, manifest, repair=False, warn=False)  # refused below
+    bad = _verify_chunks(out, manifest)  # refused below
     if bad:
         raise StudyFolderError(
             f"{out}: {len(bad)} chunk file(s) fail their checksum ({bad[:3]}); "
@@ -1285,7 +1280,7 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
         if m is None:
             raise StudyFolderError(f"{d} holds no {MANIFEST_FILE}: not a study folder")
         chunks = dict(m["chunks"])
-        bad = _verify_chunks(d, m, repair=False, warn=False)  # refused below
+        bad = _verify_chunks(d, m)  # refused below
         if bad:
             raise StudyFolderError(
                 f"{d}: {len(bad)} chunk file(s) fail their checksum ({bad[:3]}); "
@@ -1448,18 +1443,19 @@ def _real_problem(study: IdentificationStudy, needs_pred: bool):
         "instances": len(inst),
         "median_top2_gap": float(np.median(top2[:, 0] - top2[:, 1])),
     }
-    factors = (np.zeros((n, 1), np.float32), np.zeros((n,), np.float32), np.zeros((1,), np.float32))
-    rho = 1.0
-    if needs_pred:  # the same fit, factors and online prior as simulate_identification
-        lr, f, rho = fit_default_factors(train, study.rank, study.seed, study.fit_steps)
-        factors = tuple(f)
-        info["rank"] = int(lr.V.shape[1])
     from jaxeval._factorization import ItemFactors
 
+    factors = ItemFactors(
+        np.zeros((n, 1), np.float32), np.zeros((n,), np.float32), np.zeros((1,), np.float32)
+    )
+    rho = 1.0
+    if needs_pred:  # the same fit, factors and online prior as simulate_identification
+        lr, factors, rho = fit_default_factors(train, study.rank, study.seed, study.fit_steps)
+        info["rank"] = int(lr.V.shape[1])
     data = ProblemData(
         pool=np.asarray(pool.scores, np.float32),
         instances=inst.astype(np.int32),
-        item_factors=ItemFactors(*factors),
+        item_factors=factors,
     )
     if len(_PROBLEM_CACHE) > 8:
         _PROBLEM_CACHE.clear()
