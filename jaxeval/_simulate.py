@@ -247,6 +247,52 @@ def draw_instances(n_pool: int, K: int, n_instances: int, seed: int) -> np.ndarr
     return np.stack([rng.choice(n_pool, K, replace=False) for _ in range(n_instances)])
 
 
+class PoolError(ValueError):
+    """A train / pool split that cannot host the simulation (``.arg`` names the argument)."""
+
+    def __init__(self, arg: str, message: str) -> None:
+        super().__init__(message)
+        self.arg = arg
+
+
+def split_pool(sm: ScoreMatrix, n_train: int | None, K: int, seed: int):
+    """``(train, pool, n_train)`` of a deduplicated real score matrix.
+
+    ``n_train`` training models (``None``: half of the models; ``0``: none, and
+    ``train`` is ``None``) are split off with ``seed``; the rest is the candidate
+    pool, which must hold ``K`` models and be fully observed (the simulation plays
+    every candidate's true scores). Shared with :class:`jaxeval.IdentificationStudy`,
+    so a study and :func:`simulate_identification` split alike. Raises
+    :class:`PoolError` (a ``ValueError``) naming the argument at fault.
+    """
+    m = sm.n_models
+    if n_train is None:
+        n_train = m // 2
+    try:
+        n_train = _check_int("n_train", n_train, 0, m - 2)
+    except ValueError as e:
+        raise PoolError("n_train", str(e)) from None
+    if n_train > 0:
+        train, pool = sm.split([n_train], seed=seed)
+    else:
+        train, pool = None, sm
+    if K > pool.n_models:
+        raise PoolError(
+            "K",
+            f"K must be at most the candidate pool size: K={K}, but the pool has "
+            f"{pool.n_models} models ({m} after removing duplicates, {n_train} for training)",
+        )
+    if not pool.mask.all():
+        bad = int((~pool.mask).any(axis=1).sum())
+        raise PoolError(
+            "data",
+            f"data: the simulation needs the full truth of every candidate, but {bad} pool "
+            f"models have missing cells ({int((~pool.mask).sum())} cells); drop them or "
+            "fill them before simulating",
+        )
+    return train, pool, n_train
+
+
 def fit_default_factors(train: ScoreMatrix, rank: int, seed: int, fit_steps: int):
     """The factorization a simulation fits on its training models when none is given,
     ``(model, item_factors, rho)``: the :class:`~jaxeval.LowRankLogistic`, its float32
@@ -516,25 +562,7 @@ def simulate_identification(
         truth = "real"
         sm = data.drop_duplicates()
         m, n = sm.shape
-        if n_train is None:
-            n_train = m // 2
-        n_train = _check_int("n_train", n_train, 0, m - 2)
-        if n_train > 0:
-            train, pool = sm.split([n_train], seed=seed)
-        else:
-            train, pool = None, sm
-        if K > pool.n_models:
-            raise ValueError(
-                f"K must be at most the candidate pool size: K={K}, but the pool has "
-                f"{pool.n_models} models ({m} after removing duplicates, {n_train} for training)"
-            )
-        if not pool.mask.all():
-            bad = int((~pool.mask).any(axis=1).sum())
-            raise ValueError(
-                f"data: the simulation needs the full truth of every candidate, but {bad} pool "
-                f"models have missing cells ({int((~pool.mask).sum())} cells); drop them or "
-                "fill them before simulating"
-            )
+        train, pool, n_train = split_pool(sm, n_train, K, seed)
         if instances is None:
             n_instances = _check_int("n_instances", n_instances, 1)
             instances = draw_instances(pool.n_models, K, n_instances, seed)

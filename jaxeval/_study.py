@@ -1412,24 +1412,15 @@ def _real_problem(study: IdentificationStudy, needs_pred: bool):
     if key in _PROBLEM_CACHE:
         return _PROBLEM_CACHE[key]
     from jaxeval._identification import ProblemData
+    from jaxeval._simulate import PoolError, draw_instances, fit_default_factors, split_pool
 
     sm = study.data.load()
     m, n = sm.shape
-    n_train = study.n_train or m // 2
-    if n_train > m - 2:
-        raise StudyConfigError(
-            "n_train", f"{sm.source} has {m} models; n_train={n_train} > {m - 2}"
-        )
-    train, pool = sm.split([n_train], seed=study.seed)
-    if study.num_arms > pool.n_models:
-        raise StudyConfigError(
-            "num_arms",
-            f"{sm.source}: K={study.num_arms} but the candidate pool has {pool.n_models} models "
-            f"({m} after removing duplicates, {n_train} for training)",
-        )
-    if not pool.mask.all():
-        raise StudyConfigError("data", f"{sm.source}: candidate rows have missing cells")
-    from jaxeval._simulate import draw_instances, fit_default_factors
+    try:  # the wrapper's split and checks (a study's n_train 0 means half)
+        train, pool, n_train = split_pool(sm, study.n_train or None, study.num_arms, study.seed)
+    except PoolError as e:
+        key = {"K": "num_arms"}.get(e.arg, e.arg)
+        raise StudyConfigError(key, f"{sm.source}: {e}") from None
 
     inst = draw_instances(pool.n_models, study.num_arms, study.n_instances, study.seed)
     acc = pool.accuracy()

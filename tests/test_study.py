@@ -457,6 +457,27 @@ def test_study_problem_uses_simulate_identifications_refit_defaults():
     assert (config.num_newton, float(params.rho)) == (2, 3.0)
 
 
+@pytest.mark.parametrize(
+    "patch, key, text",
+    [
+        ({"num_arms": 300}, "num_arms", "K must be at most the candidate pool size"),
+        ({"n_train": 426}, "n_train", "n_train must be in"),
+    ],
+)
+def test_study_split_refusals_name_the_key(patch, key, text):
+    """The study splits training models and candidate pool with the wrapper's
+    ``split_pool`` (no second copy of the split or its checks); its refusals name the
+    study's key."""
+    from jaxeval._study import identification_problem
+
+    d = {"kind": "identification", "data": "oll2_ifeval", "n_replicates": 4,
+         "policies": ["ucbe"], "budgets": [0.1], **patch}
+    study = study_from_dict(d)
+    with pytest.raises(StudyConfigError, match=text) as e:
+        identification_problem(study, study.policies[0])
+    assert e.value.key == key and str(e.value).startswith(key + ":")
+
+
 def test_folder_of_an_older_setup_is_not_extended_or_merged(tmp_path):
     """Chunks computed before the refit defaults were aligned (no ``setup`` in their
     manifest entry) are not extended by resume, nor merged with new ones, for a task
