@@ -132,7 +132,7 @@ def _select(active: ArrayLike | None, new: Any, old: Any) -> Any:
 def _psi_over_g2(g: Array) -> Array:
     """``psi(g) / g^2`` with ``psi(g) = -log(1 - g) - g``, stable for small g (g in [0, 1))."""
     small = g < 1e-2
-    gs = jnp.where(small, g, 0.5)
+    gs = jnp.where(small, 0.5, g)  # a safe stand-in where the series is used
     series = 0.5 + g / 3.0 + g**2 / 4.0 + g**3 / 5.0
     direct = (-jnp.log1p(-gs) - gs) / gs**2
     return jnp.where(small, series, direct)

@@ -62,10 +62,13 @@ FORMAT = "jaxeval-study/1"
 #: The identification set-up a chunk was computed with (``"setup"`` of its manifest
 #: entry). 2: a prediction policy's online refit uses the factorization's ``online_rho``
 #: and one Newton step unless its settings say otherwise, as
-#: :func:`jaxeval.simulate_identification` does. Entries without the field (1) used the
-#: fit's ``rho_u`` and two Newton steps; they still load, but a task whose numbers that
-#: changes is not extended or merged across the two.
-SETUP = 2
+#: :func:`jaxeval.simulate_identification` does (entries without the field, set-up 1,
+#: used the fit's ``rho_u`` and two Newton steps). 3: the empirical-Bernstein sequence
+#: charges its exact penalty ``psi(g)/g^2`` (set-ups 1 and 2 charged ``psi(1/2)/(1/4)``
+#: for every bet ``g >= 0.01``: valid, but 8-11% wider). Older chunks still load, but
+#: a task whose numbers a change moved is not extended or merged across set-ups
+#: (:func:`_setup_changes`).
+SETUP = 3
 STUDY_FILE = "study.json"
 MANIFEST_FILE = "manifest.json"
 
@@ -835,27 +838,31 @@ def _fingerprint(study: Study) -> str | None:
     return None if study.data is None else study.data.fingerprint()
 
 
-def _setup_sensitive(study: Study) -> dict[str, str]:
-    """The policies of ``study`` whose numbers the set-up change of :data:`SETUP` moved,
-    each with what moved: prediction policies that refit and leave ``num_newton``, or on
-    real data ``rho``, unset."""
-    if not isinstance(study, IdentificationStudy):
+def _setup_changes(study: Study, since: int, until: int = SETUP) -> dict[str, str]:
+    """The policies of ``study`` whose numbers moved between set-up ``since`` and
+    ``until`` (default :data:`SETUP`), each with what moved. Set-up 2: prediction
+    policies that refit and leave ``num_newton``, or on real data ``rho``, unset.
+    Set-up 3: every policy whose study computes the empirical-Bernstein sequence (its
+    bounds, and ``pulse``'s index and the stop that use them)."""
+    if not isinstance(study, IdentificationStudy) or since >= until:
         return {}
     from jaxeval import _policies
 
     out = {}
     for spec in study.policies:
         st = dict(spec.settings)
-        up = st.get("use_predictions")
-        if not (spec.policy in _policies.PREDICTION_POLICIES if up is None else up):
-            continue
-        if not st.get("refit", True):
-            continue  # rho and num_newton act only in the refit
         moved = []
-        if study.data.synthetic is None and "rho" not in st:
-            moved.append("online prior rho: the fit's rho_u (1.0) then, online_rho (0.5) now")
-        if "num_newton" not in st:
-            moved.append("Newton steps per refit: 2 then, 1 now")
+        up = st.get("use_predictions")
+        refits = (spec.policy in _policies.PREDICTION_POLICIES if up is None else up) and st.get(
+            "refit", True)  # rho and num_newton act only in the refit
+        if since < 2 <= until and refits:
+            if study.data.synthetic is None and "rho" not in st:
+                moved.append("online prior rho: the fit's rho_u (1.0) then, online_rho (0.5) now")
+            if "num_newton" not in st:
+                moved.append("Newton steps per refit: 2 then, 1 now")
+        if since < 3 <= until and "eb" in study.cs_kinds:
+            moved.append("empirical-Bernstein bounds: a penalty over-charged then (wider), "
+                         "exact now")
         if moved:
             out[spec.name] = "; ".join(moved)
     return out
@@ -867,14 +874,15 @@ def _chunk_setup(info: Mapping[str, Any]) -> int:
 
 
 def _other_setups(study: Study, chunks: Mapping[str, Any], tasks) -> dict[str, list[int]]:
-    """The tasks among ``tasks`` whose numbers the set-up change moved and that hold
-    chunks (in ``chunks``, a manifest's entries) of another set-up than :data:`SETUP`."""
+    """The tasks among ``tasks`` that hold chunks (in ``chunks``, a manifest's entries)
+    of another set-up than :data:`SETUP` whose change moved their numbers (a newer
+    set-up always counts)."""
     out = {}
-    for task in _setup_sensitive(study):
-        if task in tasks:
-            have = {_chunk_setup(c) for c in chunks.values() if c["task"] == task}
-            if have - {SETUP}:
-                out[task] = sorted(have - {SETUP})
+    for task in tasks:
+        have = {_chunk_setup(c) for c in chunks.values() if c["task"] == task}
+        moved = sorted(v for v in have - {SETUP} if v > SETUP or task in _setup_changes(study, v))
+        if moved:
+            out[task] = moved
     return out
 
 
@@ -889,11 +897,9 @@ def _check_setup(study: Study, manifest: dict, where: Path, pending: Sequence[st
             )
         raise StudyFolderError(
             f"{where}: task {task!r} has chunks computed by an earlier jaxeval (study "
-            f"set-up {other[0]}, now {SETUP}; {_setup_sensitive(study)[task]}, as "
-            "simulate_identification); adding chunks would mix the two. The folder is left "
-            "as it is (load_results reads it "
-            "while its chunks are intact); run the study again in a new folder, or give "
-            "that policy explicit 'rho' / 'num_newton' settings there to choose the set-up"
+            f"set-up {other[0]}, now {SETUP}: {_setup_changes(study, other[0])[task]}); "
+            "adding chunks would mix the two. The folder is left as it is (load_results "
+            "reads it while its chunks are intact); run the study again in a new folder"
         )
 
 
@@ -1297,10 +1303,12 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
             )
         if m.get("data_sha256") != ref.get("data_sha256"):
             raise StudyFolderError(f"{d} was computed on different data than {dirs[0]}")
-    for task in _setup_sensitive(study_from_dict(ref["config"])):
+    ref_study = study_from_dict(ref["config"])
+    for task in {c["task"] for m in mans for c in m["chunks"].values()}:
         setups = {_chunk_setup(c) for m in mans for c in m["chunks"].values()
                   if c["task"] == task}
-        if len(setups) > 1:
+        if len(setups) > 1 and (max(setups) > SETUP or task in _setup_changes(
+                ref_study, min(setups), max(setups))):
             raise StudyFolderError(
                 f"task {task!r}: its chunks in {[str(d) for d in dirs]} were computed with "
                 f"different study set-ups ({sorted(setups)}; see jaxeval._study.SETUP), so "

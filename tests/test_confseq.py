@@ -137,6 +137,30 @@ def test_eb_matches_float64_reference(seed):
     assert want[-1, 1] - want[-1, 0] < 0.5  # the comparison is not vacuous
 
 
+def test_psi_over_g2_is_the_formula_for_every_bet():
+    """``psi(g) / g^2`` over the bets the sequence uses (g <= 1/2), both branches. (The
+    direct branch once evaluated psi(1/2)/(1/4) for every g >= 0.01, over-charging the
+    penalty up to 1.5x; the 60-term reference run below could not see it.)"""
+    g = np.concatenate([np.geomspace(1e-6, 0.5, 200), [0.0, 0.0099, 0.01, 0.0101]])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = np.where(g > 0, (-np.log1p(-g) - g) / g**2, 0.5)
+    got = np.asarray(cs_mod._psi_over_g2(jnp.asarray(g, jnp.float32)))
+    np.testing.assert_allclose(got, want, rtol=2e-5)
+
+
+def test_eb_matches_float64_reference_on_a_long_bernoulli_run():
+    """400 Bernoulli terms on [0, 1]: the bets fall well below their 1/2 cap, so the
+    bounds come from the penalty sums rather than from the terms' ranges."""
+    rng = np.random.default_rng(3)
+    t = 400
+    ys = (rng.uniform(size=t) < 0.3).astype(float)
+    los, his, ms = np.zeros(t), np.ones(t), np.full(t, 0.5)
+    got = _run(cs_mod.get("eb"), ys, los, his, ms, 0.1)
+    want = ref_eb(ys, los, his, ms, 0.1)
+    np.testing.assert_allclose(got, want, atol=2e-5)
+    assert 0.05 < want[-1, 1] - want[-1, 0] < 0.3  # bounds inside (0, 1), not the range
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_hoeffding_matches_float64_reference(seed):
     ys, los, his, ms = _random_terms(seed)

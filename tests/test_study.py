@@ -479,28 +479,35 @@ def test_study_split_refusals_name_the_key(patch, key, text):
 
 
 def test_folder_of_an_older_setup_is_not_extended_or_merged(tmp_path):
-    """Chunks computed before the refit defaults were aligned (no ``setup`` in their
-    manifest entry) are not extended by resume, nor merged with new ones, for a task
-    whose numbers that changed; the folder is not touched (not even its corrupt
-    chunks). Unaffected tasks, tasks without chunks and explicit settings are allowed."""
+    """Chunks of an earlier set-up (no ``setup`` in their manifest entry: 1, before the
+    refit defaults were aligned; 2, before the empirical-Bernstein penalty was fixed)
+    are not extended by resume, nor merged with new ones, for a task whose numbers the
+    change moved; the folder is not touched (not even its corrupt chunks). Unaffected
+    tasks, tasks without chunks and explicit settings are allowed."""
     import hashlib
 
-    from jaxeval._study import SETUP, _check_setup, _open_folder, _setup_sensitive
+    from jaxeval._study import SETUP, _check_setup, _open_folder, _setup_changes
 
     d = {"kind": "identification", "data": {"synthetic": {"n_items": 30, "rank": 2}},
-         "num_arms": 3, "n_replicates": 8, "budgets": [0.5],
+         "num_arms": 3, "n_replicates": 8, "budgets": [0.5], "cs_kinds": ["hoeffding"],
          "policies": ["ucbe", "pulse_ucb",
                       {"policy": "naive", "label": "naive2", "settings": {"num_newton": 1}},
                       {"policy": "pulse", "label": "norefit", "settings": {"refit": False}}]}
-    study = study_from_dict(d)
-    sens = _setup_sensitive(study)
+    study = study_from_dict(d)  # no EB sequence: only the refit change (set-up 2) matters
+    sens = _setup_changes(study, 1)
     assert list(sens) == ["pulse_ucb"] and "rho" not in sens["pulse_ucb"]  # synthetic
+    assert _setup_changes(study, 2) == {} == _setup_changes(study, SETUP)
     real = study_from_dict(dict(d, data="oll2_ifeval", policies=["pulse"]))
-    assert "online_rho" in _setup_sensitive(real)["pulse"]
+    assert "online_rho" in _setup_changes(real, 1)["pulse"]
+    eb = study_from_dict(dict(d, cs_kinds=["eb", "hoeffding"]))  # the EB fix moves all
+    assert set(_setup_changes(eb, 2)) == {"ucbe", "pulse_ucb", "naive2", "norefit"}
+    assert "Newton" in _setup_changes(eb, 1)["pulse_ucb"]
+    assert "Newton" not in _setup_changes(eb, 2)["pulse_ucb"]
+    assert _setup_changes(eb, 1, 2) == sens
 
-    def folder(name, entries):
+    def folder(name, entries, st=study):
         out = tmp_path / name
-        manifest = _open_folder(study, out, (0, 8))  # the folder as `run` creates it
+        manifest = _open_folder(st, out, (0, 8))  # the folder as `run` creates it
         for task, lo, hi, setup, intact in entries:
             f = out / "chunks" / task / f"{lo:06d}-{hi:06d}.npz"
             f.parent.mkdir(parents=True, exist_ok=True)
@@ -524,10 +531,13 @@ def test_folder_of_an_older_setup_is_not_extended_or_merged(tmp_path):
     assert {p: p.read_bytes() for p in old.rglob("*") if p.is_file()} == before
     with pytest.raises(StudyFolderError, match=r"checksum.*\['pulse_ucb'\].*new folder"):
         load_results(old)  # not "run jaxeval resume", which would refuse
-    # what may go on: unaffected or chunk-less pending tasks, this set-up's chunks
+    # what may go on: unaffected or chunk-less pending tasks, this set-up's chunks,
+    # set-up 2 chunks where only the EB change lies between
     _check_setup(study, man, old, ["ucbe", "naive2", "norefit"])
     _, man2 = folder("new", [("pulse_ucb", 4, 8, SETUP, True)])
     _check_setup(study, man2, old, ["pulse_ucb", "ucbe"])
+    _, man2b = folder("two", [("pulse_ucb", 4, 8, 2, True)])
+    _check_setup(study, man2b, old, ["pulse_ucb"])
     _, man3 = folder("newer", [("pulse_ucb", 4, 8, SETUP + 1, True)])
     with pytest.raises(StudyFolderError, match="newer jaxeval"):
         _check_setup(study, man3, old, ["pulse_ucb"])
@@ -535,6 +545,15 @@ def test_folder_of_an_older_setup_is_not_extended_or_merged(tmp_path):
     with pytest.raises(StudyFolderError, match=r"'pulse_ucb'.*different study set-ups"):
         merge_studies([intact, tmp_path / "new"], tmp_path / "merged")
     assert not (tmp_path / "merged").exists()
+    # with the EB sequence, set-up 2 chunks of any policy are not extended or merged
+    eb2, man_eb = folder("eb2", [("ucbe", 0, 4, 2, True)], st=eb)
+    with pytest.raises(StudyFolderError, match=r"'ucbe'.*set-up 2, now 3: empirical-Bernstein"):
+        _check_setup(eb, man_eb, eb2, ["ucbe"])
+    with pytest.raises(StudyFolderError, match=r"'ucbe'.*set-up 2, now 3"):
+        run_study(eb, eb2, progress=False)
+    folder("eb3", [("ucbe", 4, 8, SETUP, True)], st=eb)
+    with pytest.raises(StudyFolderError, match=r"'ucbe'.*different study set-ups"):
+        merge_studies([eb2, tmp_path / "eb3"], tmp_path / "merged_eb")
 
 
 @pytest.mark.slow
