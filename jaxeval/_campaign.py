@@ -49,7 +49,7 @@ from jaxeval import _identification as idn
 from jaxeval import _policies, _sampling
 from jaxeval._data import ScoreMatrix
 from jaxeval._factorization import ItemFactors
-from jaxeval._runner import as_key
+from jaxeval._runner import default_impl_key
 from jaxeval._simulate import _check_int, _check_real, _check_unit, _config, item_factors_of
 
 __all__ = ["CampaignRequest", "CampaignStatus", "IdentificationCampaign"]
@@ -86,6 +86,31 @@ def _arm_order_and_keys(order_key, arm, n: int, synchronized: bool):
 
 
 _arm_order_and_keys_jit = jax.jit(_arm_order_and_keys, static_argnums=(2, 3))
+
+
+def saved_path(path: str | os.PathLike) -> Path:
+    """The file a campaign saved as ``path`` lives in: ``path`` itself, or ``path``
+    with ``.npz`` appended when only that exists (as :meth:`IdentificationCampaign.save`
+    names it). Used by ``load`` and by the CLI's file lock, so both mean one file."""
+    path = Path(path)
+    if not path.exists() and path.with_suffix(path.suffix + ".npz").exists():
+        return path.with_suffix(path.suffix + ".npz")
+    return path
+
+
+def _chmod_like_a_new_file(tmp: Path, path: Path) -> None:
+    """Give ``tmp`` the permissions of the file it replaces, or of a file created
+    under the current umask (``tempfile.mkstemp`` makes it owner-only)."""
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    try:
+        os.chmod(tmp, mode)
+    except OSError:  # pragma: no cover - a file system without permissions
+        pass
 
 
 def _digest(*arrays: np.ndarray) -> str:
@@ -381,7 +406,7 @@ class IdentificationCampaign:
             if not (isinstance(v, (bool, np.bool_)) or (v is None and name == "synchronized")):
                 raise TypeError(f"{name}: expected True or False, got {v!r}")
         synchronized = None if synchronized is None else bool(synchronized)
-        key = as_key(seed)
+        key = default_impl_key(seed)
         # every kernel setting checked before the (slow) factorization fit
         item_block = max(n, idn.ITEM_BLOCK)  # whole rows: one campaign, no streaming
         cs_kinds = tuple(cs_kinds)
@@ -562,14 +587,20 @@ class IdentificationCampaign:
             )
         if isinstance(scores, Mapping):
             names = self.items[index].tolist()
-            got = {str(k) for k in scores}
-            if got != set(names):
-                missing, extra = sorted(set(names) - got), sorted(got - set(names))
+            by_name = {str(k): v for k, v in scores.items()}  # item names are strings
+            if len(by_name) != len(scores):
+                raise ValueError(
+                    "scores: two keys of the mapping name the same item once written as "
+                    f"strings ({sorted(map(repr, scores))[:6]})"
+                )
+            if set(by_name) != set(names):
+                missing = sorted(set(names) - set(by_name))
+                extra = sorted(set(by_name) - set(names))
                 raise ValueError(
                     f"scores: the mapping must cover exactly the request's {len(names)} "
                     f"items; missing {missing[:5]}, not requested {extra[:5]}"
                 )
-            scores = [scores[k] if k in scores else scores[str(k)] for k in names]
+            scores = [by_name[k] for k in names]
         try:
             x = np.asarray(scores, dtype=np.float64)
         except (TypeError, ValueError):
@@ -649,6 +680,8 @@ class IdentificationCampaign:
         path = Path(path)
         if path.suffix != ".npz" and not path.exists():
             path = path.with_suffix(path.suffix + ".npz")
+        if not path.parent.is_dir():
+            raise FileNotFoundError(f"path: the folder {path.parent} of {path} does not exist")
         if self._dropped and self._dropped[0] == path.resolve():
             raise ValueError(
                 f"path: {path} holds {self._dropped[1]} more answers that did not replay "
@@ -675,6 +708,7 @@ class IdentificationCampaign:
         fd, tmp_name = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
         tmp = Path(tmp_name)
         try:
+            _chmod_like_a_new_file(tmp, path)  # mkstemp's file is private (0600)
             with os.fdopen(fd, "wb") as f:
                 np.savez(f, meta=np.asarray(json.dumps(meta)), key=self._key_data, V=V, c=c,
                          u_mean=u_mean, arms=arms, lens=lens, index=idx, scores=val,
@@ -701,13 +735,14 @@ class IdentificationCampaign:
     def _read(path: str | os.PathLike, state: bool = False) -> tuple[Path, dict, dict]:
         """``(path, meta, arrays)``; with ``state``, ``arrays["state"]`` holds the saved
         kernel state's leaves in order (an empty list when the file has none)."""
-        path = Path(path)
-        if not path.exists() and path.with_suffix(path.suffix + ".npz").exists():
-            path = path.with_suffix(path.suffix + ".npz")
+        path = saved_path(path)
         if not path.exists():
             raise FileNotFoundError(f"no saved campaign at {path}")
         try:
-            with np.load(path, allow_pickle=False) as z:
+            z = np.load(path, allow_pickle=False)
+            if not isinstance(z, np.lib.npyio.NpzFile):
+                raise ValueError("a single array (.npy), not an .npz archive")
+            with z:
                 meta = json.loads(str(z["meta"]))
                 arrays = {k: np.asarray(z[k]) for k in
                           ("key", "V", "c", "u_mean", "arms", "lens", "index", "scores")}

@@ -448,6 +448,8 @@ def _new_npz(what: str, value: str, why: str = "") -> Path:
     path = _npz_path(value)
     if path.exists():
         raise ValueError(f"{what}: {path} exists{why}; choose another name or delete it yourself")
+    if not path.parent.is_dir():
+        raise ValueError(f"{what}: the folder {path.parent} does not exist")
     return path
 
 
@@ -522,7 +524,12 @@ def _msvcrt_lock(msvcrt, fh) -> None:
 def _cmd_campaign(args: argparse.Namespace) -> int:
     if args.action in ("new", "tell"):
         answers = _read_json(args.answers, "answers") if args.action == "tell" else None
-        path = _npz_path(args.file) if args.action == "new" else Path(args.file)
+        if args.action == "new":
+            path = _npz_path(args.file)
+        else:  # the file `load` will read (`c` may mean `c.npz`)
+            from jaxeval._campaign import saved_path
+
+            path = saved_path(args.file)
         if not path.parent.is_dir() or (args.action == "tell" and not path.is_file()):
             return _campaign_action(args, answers)  # nothing to protect; its own error
         with _file_lock(path):
@@ -603,8 +610,10 @@ def _campaign_action(args: argparse.Namespace, answers) -> int:
         )
     try:
         camp.tell(req, answers)
-    except TypeError as e:
-        raise ValueError(str(e)) from None
+    except (TypeError, ValueError) as e:  # name the CLI's argument, not tell()'s
+        msg = str(e)
+        raise ValueError("answers:" + msg[len("scores:"):] if msg.startswith("scores:")
+                         else msg) from None
     camp.save(camp.path)
     st = camp.status()
     print(f"{st.calls} of {st.budget} calls; leader {st.recommended}"

@@ -97,6 +97,20 @@ def as_key(seed: Any) -> jax.Array:
     )
 
 
+def default_impl_key(seed: Any) -> jax.Array:
+    """:func:`as_key`, refusing keys of another PRNG implementation than the default
+    (their key data would be re-wrapped as the default's and fail, or mean another
+    stream)."""
+    key = as_key(seed)
+    if str(jax.random.key_impl(key)) != str(jax.random.key_impl(jax.random.key(0))):
+        raise ValueError(
+            f"seed: keys of the default PRNG implementation "
+            f"({jax.random.key_impl(jax.random.key(0))}) are expected, got "
+            f"{jax.random.key_impl(key)}"
+        )
+    return key
+
+
 class Progress:
     """One line per chunk on stderr: done / total, replicates per second, ETA.
 
@@ -325,12 +339,7 @@ class ReplicatePlan:
         Each range must hold at most ``chunk_size`` replicates. The next chunk is
         dispatched before the previous one is copied to the host.
         """
-        key = as_key(seed)
-        if str(jax.random.key_impl(key)) != str(jax.random.key_impl(jax.random.key(0))):
-            raise ValueError(
-                f"seed: keys of the default PRNG implementation are expected, got "
-                f"{jax.random.key_impl(key)}"
-            )
+        key = default_impl_key(seed)
         key_data = np.asarray(jax.random.key_data(key))
         pending: tuple[int, int, Any] | None = None
         for lo, hi in ranges:

@@ -180,6 +180,8 @@ def test_requests_and_answers_are_checked(problem):
         camp.tell(changed, [1, 0, 0])
     with pytest.raises(ValueError, match="mapping must cover exactly"):
         camp.tell(req, {req.items[0]: 1.0, req.items[1]: 0.0})
+    with pytest.raises(ValueError, match="mapping must cover exactly"):
+        camp.tell(req, {0: 1.0, 1: 0.0, 2: 1.0})  # not item names: a ValueError, no KeyError
     assert camp.calls == 0  # nothing changed by the refused answers
     camp.tell(req, [1, 0, 1])
     assert camp.calls == 3
@@ -220,6 +222,39 @@ def test_bad_settings_are_named(problem):
         IdentificationCampaign(names, hist, rank=0)
     with pytest.raises(ValueError, match="factors: item factors of shape"):
         IdentificationCampaign(names, hist, factors=ItemFactors(lr.V[:5], lr.c[:5], lr.u_mean))
+    with pytest.raises(ValueError, match="seed: keys of the default PRNG"):
+        IdentificationCampaign(names, hist, factors=lr, seed=jax.random.key(0, impl="rbg"))
+
+
+def test_campaign_files_numeric_item_names_and_other_files(tmp_path):
+    """Numeric item names answered by int keys; a saved file keeps the permissions
+    a new file gets (not mkstemp's 0600); a missing folder is named before anything is
+    written; a plain .npy is refused as not a campaign."""
+    import os
+
+    items = [str(j) for j in range(6)]
+    camp = IdentificationCampaign(["a", "b"], items=items, policy="ucbe", batch_size=2, seed=0)
+    req = camp.ask()
+    camp.tell(req, {int(k): 1.0 for k in req.items})  # int keys name the items "0".."5"
+    assert camp.calls == 2
+    req = camp.ask()
+    with pytest.raises(ValueError, match="name the same item"):
+        camp.tell(req, {int(req.items[0]): 1.0, req.items[0]: 0.0, req.items[1]: 0.0})
+    umask = os.umask(0o022)
+    try:
+        p = camp.save(tmp_path / "c.npz")
+        assert p.stat().st_mode & 0o777 == 0o644
+        p.chmod(0o640)  # a replaced file keeps its mode
+        camp.save(p)
+        assert p.stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(umask)
+    with pytest.raises(FileNotFoundError, match="path: the folder .*nodir"):
+        camp.save(tmp_path / "nodir" / "c.npz")
+    assert not (tmp_path / "nodir").exists()
+    np.save(tmp_path / "x.npy", np.zeros(3))
+    with pytest.raises(ValueError, match=r"not a saved jaxeval campaign \(a single array"):
+        IdentificationCampaign.load(tmp_path / "x.npy")
 
 
 def _leaf_position(state, field):

@@ -234,11 +234,18 @@ def test_campaign_new_ask_tell_status(tmp_path, capsys, monkeypatch):
     assert main(["campaign", "new", "c.npz", "--items-file", "items.txt",
                  "--candidates", "a", "b", "--policy", "ucbe"]) == 2
     assert "c.npz exists" in capsys.readouterr().err
+    assert main(["campaign", "new", "nodir/c.npz", "--items-file", "items.txt",
+                 "--candidates", "a", "b", "--policy", "ucbe"]) == 2
+    assert "file: the folder nodir does not exist" in capsys.readouterr().err
     rows = {"a": 0, "b": 1, "c": 2}
     for step in range(3):
         assert main(["campaign", "ask", "c.npz"]) == 0
         req = json.loads(capsys.readouterr().out)
         assert req["step"] == step and len(req["items"]) == 4
+        if step == 0:  # the error names the CLI's argument
+            Path("ans.json").write_text("[1, 0]")
+            assert main(["campaign", "tell", "c.npz", "ans.json", "--step", "0"]) == 2
+            assert "error: answers: expected 4 scores" in capsys.readouterr().err
         ans = {it: truth[rows[req["model"]], items.index(it)] for it in req["items"]}
         Path("ans.json").write_text(json.dumps(ans if step % 2 else list(ans.values())))
         assert main(["campaign", "tell", "c.npz", "ans.json", "--step", str(step)]) == 0
@@ -339,8 +346,8 @@ def test_campaign_tell_waits_for_the_file_lock(tmp_path, capsys, monkeypatch):
     Path("two.json").write_text("[0, 0]")
     codes = []
     with _file_lock(Path("c.npz")):  # another process is in the middle of its tell
-        t = threading.Thread(target=lambda: codes.append(
-            main(["campaign", "tell", "c.npz", "one.json", "--step", "0"])))
+        t = threading.Thread(target=lambda: codes.append(  # "c" means c.npz: same lock
+            main(["campaign", "tell", "c", "one.json", "--step", "0"])))
         t.start()
         t.join(timeout=3.0)
         assert t.is_alive() and codes == []  # it waits; it does not load the old file
