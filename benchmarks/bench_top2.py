@@ -38,7 +38,7 @@ from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # the same datasets and offline factorization as the tuning tables
-from bench_tuning import DATASETS, _factors  # noqa: E402
+from bench_tuning import DATASETS, _factors, load  # noqa: E402
 
 #: UCB-E's ``a`` tuned on the tuning seed (BUILD_NOTES, 50 instances, K = 10);
 #: ``pulse_ucb``'s tuned ``a`` was 1 on all four.
@@ -73,7 +73,7 @@ def main(argv=None):
     rows, results = [], {}
     for ds in args.datasets:
         t0 = time.time()
-        sm = jaxeval.load(DATASETS[ds])
+        sm = load(ds)
         n = sm.n_items
         total = K * n
         f = _factors(sm, args.seed, args.rank)

@@ -162,9 +162,12 @@ def difference_estimate(
     (the second form: observed scores exactly on ``O``; on ``U`` the scaled prediction
     corrected by the mean observed residual). It is exact once the arm is fully observed
     (``|U| = 0`` gives ``mean_O S = theta``), equals the sample mean for ``lam = 0``, and is
-    design-unbiased for predictions fixed in advance. With predictions refitted on ``O`` it is
-    only approximately unbiased, so it serves for ranking (SPEC 6.3 found it ranks better than
-    the average of the DR terms) while the certified interval comes from the DR terms.
+    design-unbiased for a fixed sample size with predictions and ``lam`` fixed in advance.
+    In the identification loop neither holds (the predictions are refitted on ``O``, ``lam``
+    is estimated from the observed pairs, and how many items an arm gets depends on the
+    scores), so there it is only approximately unbiased and serves for ranking (SPEC 6.3
+    found it ranks better than the average of the DR terms); the certified interval and
+    the unbiased estimate come from the DR terms.
     With nothing observed (``n_obs = 0``) it returns the mean prediction ``sum_pred_all / n``.
 
     Args:
