@@ -242,6 +242,58 @@ def test_bad_input_errors(small_sm):
     np.testing.assert_array_equal(a.anchor_items, b.anchor_items)
 
 
+def test_validation_must_be_held_out_and_match_the_target(small_sm):
+    """Validation models that are training models, a target on one side only, and a
+    duplicate row under another name (a warning) are caught; so are ``k=True``, a bad
+    ``alpha`` and an empty extra sample of ``predict_unbiased``."""
+    import warnings
+
+    val, tr = small_sm.split([40], seed=0)
+    with pytest.raises(ValueError, match="validation: 40 of its models are also training"):
+        fit_anchors(tr, 5, method="random_mean", validation=small_sm.take(models=np.arange(40))
+                    .__class__(val.scores, models=tr.models[:40], items=val.items))
+    with_target = jaxeval.ScoreMatrix(tr.scores, models=tr.models, items=tr.items,
+                                      target=tr.true_score())
+    with pytest.raises(ValueError, match="validation: train has an external target"):
+        fit_anchors(with_target, 5, method="random_mean", validation=val)
+    dup = jaxeval.ScoreMatrix(np.concatenate([val.scores[:-1], tr.scores[:1]]),
+                              models=[*val.models[:-1], "twin"], items=val.items)
+    with pytest.warns(UserWarning, match=r"validation: 1 validation model.*\['twin'\]"):
+        fit_anchors(tr, 5, method="random_mean", validation=dup)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # held-out distinct models: no warning
+        pred = fit_anchors(tr, 5, method="random_ridge", validation=val, settings=FAST)
+    with pytest.raises(ValueError, match="k: expected an integer"):
+        fit_anchors(tr, True, method="random_mean")
+    x = small_sm.take(models=[0], items=pred.anchor_items).scores[0]
+    extra = pred.extra_items(3, seed=0)
+    with pytest.raises(ValueError, match=r"alpha: expected a level in \(0, 1\), got 2.0"):
+        pred.predict_unbiased(x, extra, [1, 0, 1], alpha=2.0)
+    with pytest.raises(ValueError, match="extra_items: at least one"):
+        pred.predict_unbiased(x, [], [])
+
+
+def test_dr_interval_shrinks_to_the_truth_as_the_sample_covers_every_item():
+    """Once (nearly) every non-anchor is sampled the interval is (nearly) exact: the
+    bounds are clamped to what the observed scores make certain, where the betting
+    grid alone fell back to [0, 1]."""
+    from jaxeval.anchors import dr_estimate
+
+    rng = np.random.default_rng(0)
+    n, k = 3010, 10
+    s = (rng.uniform(size=n) < 0.3).astype(np.float32)
+    p = np.clip(0.6 * s + 0.2 + rng.normal(0, 0.1, n), 0, 1).astype(np.float32)
+    anchors, order = np.arange(k), rng.permutation(np.arange(k, n))
+    truth = float(s.astype(np.float64).mean())
+    for m in (n - k - 1, n - k):
+        for kind in ("betting", "serfling"):
+            est, lo, hi = (float(v) for v in dr_estimate(
+                jnp.asarray(p), jnp.asarray(anchors), jnp.asarray(s[anchors]),
+                jnp.asarray(order[:m]), jnp.asarray(s[order[:m]]), 0.1, kind))
+            assert lo <= truth <= hi, (m, kind, lo, truth, hi)
+            assert hi - lo <= (n - k - m) / n + 3e-6, (m, kind, hi - lo)
+
+
 def test_predictor_input_and_file_errors_name_the_problem(small_sm, tmp_path):
     """A ScoreMatrix or an empty batch passed as anchor scores, a Split passed as the
     validation set, too few validation models for the level, and saved files that are

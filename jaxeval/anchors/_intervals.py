@@ -174,7 +174,9 @@ def dr_estimate(
         variance-adaptive) or ``"serfling"`` (:func:`serfling_radius`).
 
     Returns:
-      ``(estimate, lower, upper)``, the bounds clipped to [0, 1].
+      ``(estimate, lower, upper)``, the bounds clipped to [0, 1] and to what the
+      observed scores make certain (every unobserved item scoring 0, or 1), so the
+      interval shrinks to the true mean as ``sample`` covers every non-anchor.
 
     Example:
       >>> import jax.numpy as jnp
@@ -195,7 +197,8 @@ def dr_estimate(
     lo_r = -jnp.max(jnp.where(is_anchor, -jnp.inf, preds))
     hi_r = 1.0 - jnp.min(jnp.where(is_anchor, jnp.inf, preds))
     if interval == "serfling":
-        rad = (pop / n) * serfling_radius(res, lo_r, hi_r, pop, alpha)
+        # (+1e-6: at m = N the radius is 0 and float32 rounding of est would decide)
+        rad = (pop / n) * serfling_radius(res, lo_r, hi_r, pop, alpha) + 1e-6
         lo, hi = est - rad, est + rad
     elif interval == "betting":
         w = jnp.maximum(hi_r - lo_r, 1e-6)
@@ -204,4 +207,12 @@ def dr_estimate(
         hi = (known + pop * (lo_r + w * mh)) / n
     else:
         raise ValueError(f"interval must be 'betting' or 'serfling', got {interval!r}")
+    # what is certain: the unobserved non-anchors score in [0, 1]. Clamping to these
+    # bounds keeps the interval valid, makes it exact once every item is observed,
+    # and replaces the betting grid's [0, 1] fallback when it is too coarse for the
+    # few items left (a margin of 1e-6 absorbs float32 rounding of the sums)
+    seen = jnp.sum(anchor_scores) + jnp.sum(sample_scores)
+    left = pop - sample.shape[0]
+    sure_lo, sure_hi = seen / n - 1e-6, (seen + left) / n + 1e-6
+    lo, hi = jnp.clip(lo, sure_lo, sure_hi), jnp.clip(hi, sure_lo, sure_hi)
     return est, jnp.clip(lo, 0.0, 1.0), jnp.clip(hi, 0.0, 1.0)

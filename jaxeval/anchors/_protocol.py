@@ -19,8 +19,11 @@ over the training + validation models (:func:`cv_folds`; test models never enter
 Each method's 90% interval is split-conformal on validation models. ``"auto"``'s
 is calibrated on residuals from models that never tuned the predictor that made
 them: after a cross-validated choice, the chosen candidate's cross-fitted
-residuals; after a choice on validation models with ``Settings.auto_halves``, the residuals
-of the candidate chosen on one half of them, on the other half
+residuals (the same residuals chose it among the candidates, so the winner is
+slightly favoured; the candidates' errors are highly correlated and the measured
+coverage includes it); after a choice on validation models with
+``Settings.auto_halves``, the residuals of the candidate chosen on one half of them,
+on the other half
 (:func:`crossfit_selected_residuals`; without it, the chosen candidate's
 validation residuals, slightly optimistic).
 Coverage and width are measured on test models. For row-mean targets the unbiased estimate
