@@ -454,7 +454,18 @@ class IdentificationCampaign:
     def _build(self) -> None:
         s = self.settings
         K, n = self.candidates.size, self.items.size
+        # the constructor's checks again, for what load() reads from a file
+        for what, names in (("candidates", self.candidates), ("items", self.items)):
+            if names.size < 2 or np.unique(names).size != names.size:
+                raise ValueError(f"{what}: expected at least 2 distinct names")
+        _check_unit("alpha", s["alpha"])
+        _check_int("budget", s["budget"], 1, K * n)
+        for name, lo, hi in (("a", 0.0, 1e6), ("scale", 0.0, 1e6), ("shrink", 0.0, 1e6),
+                             ("lam0", 0.0, 1.0), ("eps", 0.0, 1.0), ("rho", 0.0, 1e6)):
+            _check_real(name, s[name], lo, hi)
         V, c, u_mean = self._factors
+        if V.ndim != 2 or V.shape[0] != n or c.shape != (n,) or u_mean.shape != V.shape[1:]:
+            raise ValueError(f"factors: item factors of shape {V.shape} do not match the {n} items")
         r = int(V.shape[1])
         self._config = _config(
             s["policy"], K, n, s["batch_size"], (s["budget"],), None, "budget",

@@ -229,7 +229,8 @@ def test_bad_settings_are_named(problem):
 def test_campaign_files_numeric_item_names_and_other_files(tmp_path):
     """Numeric item names answered by int keys; a saved file keeps the permissions
     a new file gets (not mkstemp's 0600); a missing folder is named before anything is
-    written; a plain .npy is refused as not a campaign."""
+    written; hand-edited settings are checked on load; a plain .npy is refused as not
+    a campaign."""
     import os
 
     items = [str(j) for j in range(6)]
@@ -252,6 +253,20 @@ def test_campaign_files_numeric_item_names_and_other_files(tmp_path):
     with pytest.raises(FileNotFoundError, match="path: the folder .*nodir"):
         camp.save(tmp_path / "nodir" / "c.npz")
     assert not (tmp_path / "nodir").exists()
+    # a hand-edited file: the constructor's checks run on what load() reads
+    with np.load(p) as z:
+        arrays = {k: z[k] for k in z.files}
+    for edit, msg in (({"alpha": 5.0}, "alpha"), ({"budget": 10**6}, "budget")):
+        meta = json.loads(str(arrays["meta"]))
+        meta["settings"].update(edit)
+        np.savez(tmp_path / "edited.npz", **{**arrays, "meta": np.asarray(json.dumps(meta))})
+        with pytest.raises(ValueError, match=f"not a usable saved campaign .*{msg}"):
+            IdentificationCampaign.load(tmp_path / "edited.npz")
+    meta = json.loads(str(arrays["meta"]))
+    meta["items"] = meta["items"][:-1]
+    np.savez(tmp_path / "edited.npz", **{**arrays, "meta": np.asarray(json.dumps(meta))})
+    with pytest.raises(ValueError, match=r"usable saved campaign \(budget must be in \[1, 10\]"):
+        IdentificationCampaign.load(tmp_path / "edited.npz")
     np.save(tmp_path / "x.npy", np.zeros(3))
     with pytest.raises(ValueError, match=r"not a saved jaxeval campaign \(a single array"):
         IdentificationCampaign.load(tmp_path / "x.npy")
