@@ -63,15 +63,17 @@ STATUS_OK = 0
 #: A non-finite loss or parameter appeared; the last finite iterate is returned.
 STATUS_NONFINITE = 1
 
-# Step sizes tried by the Newton safeguard: 1, 1/2, ..., 1/16, 1/64 and 0 (keep the iterate).
+# Step sizes tried by the Newton safeguard: 1, 1/2, ..., 1/16, 1/64 and 0 (when only 0
+# passes, the majorization gradient step of :func:`_fallback_step` is taken instead).
 _LINE_SEARCH_STEPS = (1.0, 0.5, 0.25, 0.125, 0.0625, 2.0**-6, 0.0)
 #: Trial steps of the bandit loop's online refit (:func:`refit_row`): the full Newton
 #: step or none. Warm-started after every batch, the full step passed the Armijo test in
 #: all of 15,642 online refits measured on IFEval, ARC and MATH-5 (PULSE, K = 10, to 20%
 #: of K n; BUILD_NOTES "PULSE against the peers"), so intermediate trials only cost time
 #: (each is a softplus over every item: the line search was ~45% of a PULSE step); the
-#: trial 0 keeps the safeguard (a step that does not decrease the objective is dropped,
-#: and the next batch's refit starts again from the same factor).
+#: trial 0 keeps the safeguard: a full step that does not decrease the objective is
+#: dropped and the factor takes :func:`_fallback_step`'s gradient step, which never
+#: raises it.
 ONLINE_LINE_SEARCH_STEPS = (1.0, 0.0)
 
 #: Largest rank whose online Newton direction is an unrolled Cholesky solve

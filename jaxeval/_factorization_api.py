@@ -248,13 +248,38 @@ class LowRankLogistic:
                 lines.append(f"  r={int(r):>3}: " + " ".join(f"{v:.4f}" for v in row))
         return "\n".join(lines)
 
-    def to_npz(self, path: Any) -> None:
-        """Save the factors and the selection curve to ``path`` (``.npz``)."""
+    def to_npz(self, path: Any) -> Any:
+        """Save the whole fit to ``path`` (``.npz``, no pickle); :meth:`from_npz` reads
+        it back. Returns the path numpy wrote (``.npz`` appended if missing).
+
+        Example:
+          >>> import pathlib, tempfile, numpy as np, jaxeval
+          >>> sm = jaxeval.load("oll2_musr").take(models=range(60))
+          >>> lr = jaxeval.fit_factorization(sm, rank=2, rho=1.0, num_steps=50)
+          >>> p = lr.to_npz(pathlib.Path(tempfile.mkdtemp()) / "fit")
+          >>> back = jaxeval.LowRankLogistic.from_npz(p)
+          >>> bool(np.array_equal(back.V, lr.V)), back.info["num_steps"], p.suffix
+          (True, 50, '.npz')
+        """
+        import json
+        import os
+
         extra = {}
         if self.selection is not None:
             extra = {f"selection_{k}": np.asarray(v) for k, v in self.selection.items()}
+        if not hasattr(path, "write"):
+            path = os.fspath(path)
+            if not str(path).endswith(".npz"):
+                path = f"{path}.npz"
+            from pathlib import Path
+
+            path = Path(path)
+        meta = {"format": "jaxeval-lowrank/1", "final_loss": self.final_loss,
+                "info": {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v))
+                         for k, v in self.info.items()}}
         np.savez(
             path,
+            meta=np.asarray(json.dumps(meta)),
             V=self.V,
             c=self.c,
             u_mean=self.u_mean,
@@ -267,6 +292,44 @@ class LowRankLogistic:
             loss_history=self.loss_history,
             **extra,
         )
+        return path
+
+    @classmethod
+    def from_npz(cls, path: Any) -> LowRankLogistic:
+        """A fit saved by :meth:`to_npz` (files without its metadata, written before it
+        was added, load with ``final_loss`` NaN and an empty ``info``)."""
+        import json
+        import zipfile
+
+        try:
+            z = np.load(path, allow_pickle=False)
+            if not isinstance(z, np.lib.npyio.NpzFile):
+                raise ValueError("a single array (.npy), not an .npz archive")
+            with z:
+                a = {k: np.asarray(z[k]) for k in z.files}
+            meta = json.loads(str(a.pop("meta"))) if "meta" in a else {}
+            if meta and meta.get("format") != "jaxeval-lowrank/1":
+                raise ValueError(f"format {meta.get('format')!r}")
+            sel = {k[len("selection_"):]: a.pop(k) for k in list(a) if k.startswith("selection_")}
+            if "holdout_fraction" in sel:
+                sel["holdout_fraction"] = float(sel["holdout_fraction"])
+            out = cls(
+                V=a["V"].astype(np.float32), c=a["c"].astype(np.float32),
+                u_mean=a["u_mean"].astype(np.float32), U=a["U"].astype(np.float32),
+                rho_u=float(a["rho_u"]), rho_v=float(a["rho_v"]),
+                online_rho=float(a["online_rho"]), items=a["items"], models=a["models"],
+                final_loss=float(meta.get("final_loss", np.nan)),
+                loss_history=a["loss_history"],
+                selection=types.MappingProxyType(sel) if sel else None,
+                info=types.MappingProxyType(dict(meta.get("info", {}))),
+            )
+            n, r = out.V.shape if out.V.ndim == 2 else (-1, -1)
+            if out.c.shape != (n,) or out.u_mean.shape != (r,) or out.items.shape != (n,):
+                raise ValueError(f"inconsistent shapes: V {out.V.shape}, c {out.c.shape}, "
+                                 f"u_mean {out.u_mean.shape}, items {out.items.shape}")
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+            raise ValueError(f"{path}: not a factorization saved by to_npz ({e})") from None
+        return out
 
 
 def fit_factorization(
@@ -373,7 +436,11 @@ def fit_factorization(
     if not lr_ok:
         raise ValueError(f"learning_rate: expected a finite value > 0, got {learning_rate!r}")
     rv_given = None if rho_v is None else check_rho(rho_v, "rho_v")
-    if not (0.0 < holdout_fraction < 1.0):
+    try:
+        hf_ok = 0.0 < float(holdout_fraction) < 1.0 and not isinstance(holdout_fraction, bool)
+    except (TypeError, ValueError):
+        hf_ok = False
+    if not hf_ok:
         raise ValueError(f"holdout_fraction: expected a value in (0, 1), got {holdout_fraction!r}")
     auto_rank = isinstance(rank, str)
     auto_rho = isinstance(rho, str)
