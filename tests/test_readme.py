@@ -50,6 +50,8 @@ def test_quickstart_runs(tmp_path, monkeypatch):
     est, lo, hi = ns["est"], ns["lo"], ns["hi"]
     assert est.shape == lo.shape == hi.shape == (ns["split"].test.n_models,)
     assert np.all((lo <= est) & (est <= hi))
+    assert ns["p"].shape == (3, ns["sm"].n_items) and (tmp_path / "ifeval_factors.npz").is_file()
+    assert ns["lr"].rank == 8
     assert ns["means"].shape == (100_000,) and abs(float(ns["means"].mean()) - 0.3) < 0.005
 
     ns = {"__name__": "readme"}
