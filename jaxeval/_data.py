@@ -418,11 +418,13 @@ class ScoreMatrix:
         return train, pool
 
     def to_npz(self, path: str | os.PathLike) -> Path:
-        """Save to a ``.npz`` file that :func:`jaxeval.load` reads back unchanged.
+        """Save to a ``.npz`` file that :func:`jaxeval.load` reads back.
 
         Writes ``scores`` (float32), ``mask``, ``models``, ``items``, ``target``
         (when present), ``source`` and the metadata as JSON (``metadata_json``;
-        numpy arrays become lists, other objects their ``str``).
+        numpy arrays and tuples become lists, other objects their ``str``). Scores,
+        mask, names, target and source come back unchanged; the metadata's ``file``
+        becomes the path it was read from.
 
         Args:
           path: destination; ``.npz`` is appended when missing.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +44,12 @@ def load_npz(
     path = Path(path)
     src = name or str(path)
     try:
-        with np.load(path, allow_pickle=False) as z:
+        z = np.load(path, allow_pickle=False)
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise ValueError("a single array (.npy), not an .npz archive")
+        with z:
             data = {k: z[k] for k in z.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, zlib.error) as e:
         raise ValueError(f"{src}: not a readable .npz file ({type(e).__name__}: {e})") from e
     if "scores" not in data:
         raise ValueError(f"{src}: missing field 'scores' (fields present: {sorted(data)})")

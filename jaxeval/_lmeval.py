@@ -32,6 +32,7 @@ import json
 import math
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -257,6 +258,8 @@ def load_lm_eval(
         raise ValueError(f"load_lm_eval: missing must be 'mask' or 'error', got {missing!r}")
     # model name -> {task: file}
     dropped: list[str] = []
+    skipped: list[str] = []
+    skipped_why = ""
     if path.is_file():
         if not path.name.endswith(".jsonl"):
             raise ValueError(
@@ -271,10 +274,22 @@ def load_lm_eval(
     elif path.is_dir():
         if any(path.glob("samples_*.jsonl")):
             layout = {model or path.name: _runs_in(path, task, runs, dropped)}
+            skipped = sorted(d.name for d in path.iterdir()
+                             if d.is_dir() and any(d.glob("samples_*.jsonl")))
+            if skipped:
+                skipped_why = (f"{path} holds samples files itself, so it is read as one "
+                               f"model; its subfolders with samples files {skipped[:5]} are "
+                               "not read (pass them one by one, or a folder of model "
+                               "folders only)")
         else:
             subs = sorted(
                 d for d in path.iterdir() if d.is_dir() and any(d.glob("samples_*.jsonl"))
             )
+            skipped = sorted(d.name for d in path.iterdir() if d.is_dir() and d not in subs
+                             and any(d.glob("results_*.json")))
+            if skipped:
+                skipped_why = (f"model folders {skipped[:5]} of {path} have results_*.json "
+                               "but no samples_*.jsonl (run without --log_samples?): not read")
             if not subs:
                 raise ValueError(
                     f"{path}: no samples_*.jsonl files here or in its subfolders "
@@ -284,6 +299,9 @@ def load_lm_eval(
     else:
         raise FileNotFoundError(f"load_lm_eval: {str(path)!r} does not exist")
     notes: dict[str, Any] = {"format": "lm-evaluation-harness samples", "conversions": []}
+    if skipped:
+        notes["conversions"].append(skipped_why)
+        warnings.warn(f"load_lm_eval: {skipped_why}", stacklevel=2)
     flags: dict[str, bool] = {}
     tasks = sorted({t for per in layout.values() for t in per})
     multi = len(tasks) > 1

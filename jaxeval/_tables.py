@@ -54,6 +54,38 @@ def _sep_hint(path: Path, sep: str) -> str:
         sep not in first) else ""
 
 
+def _check_row_lengths(path: Path, sep: str, src: str) -> None:
+    """Refuse a row with fewer fields than the header (pandas pads it with empty
+    cells, which would read as unscored items: a truncated file would lose data)."""
+    if len(sep) != 1:
+        return
+    import csv
+
+    with open(path, encoding="utf-8-sig", newline="") as fh:
+        width = None
+        for line, row in enumerate(csv.reader(fh, delimiter=sep), start=1):
+            if not row:
+                continue  # blank lines are skipped, as pandas does
+            if width is None:
+                width = len(row)
+            elif len(row) < width:
+                raise ValueError(
+                    f"{src}: line {line} has {len(row)} fields, the header {width} (a "
+                    "truncated row?); leave a cell empty, not out, for a missing score"
+                )
+
+
+def _check_header(header: list[str], src: str) -> None:
+    """Refuse empty column names after the first (a trailing separator would make a
+    phantom item ''); the first may be empty (pandas' to_csv of an unnamed index)."""
+    empty = [j + 1 for j, h in enumerate(header) if j > 0 and not str(h).strip()]
+    if empty:
+        raise ValueError(
+            f"{src}: header column(s) {empty[:5]} have no name (a trailing separator?); "
+            "name every column or remove the empty ones"
+        )
+
+
 def _read_cells(path: Path, sep: str | None) -> tuple[list[str], list[list[Any]]]:
     """Header and body rows of the file, every cell as text (CSV) or value (Parquet)."""
     pd = _pandas()
@@ -68,7 +100,12 @@ def _read_cells(path: Path, sep: str | None) -> tuple[list[str], list[list[Any]]
             ) from e
         except Exception as e:
             raise ValueError(f"{src}: not a readable Parquet file ({type(e).__name__}: {e})") from e
+        if not isinstance(df.index, pd.RangeIndex) or df.index.name is not None:
+            # a table saved from a DataFrame indexed by model (e.g. pivot(...).to_parquet())
+            # keeps that index as metadata, not as a column: make it the first column
+            df = df.reset_index()
         header = [str(c) for c in df.columns]
+        _check_header(header, src)
         return header, df.astype(object).where(df.notna(), "").values.tolist()
     if sep is None:
         sep = "\t" if suffix == ".tsv" else ","
@@ -90,7 +127,9 @@ def _read_cells(path: Path, sep: str | None) -> tuple[list[str], list[list[Any]]
     rows = df.values.tolist()
     if not rows:
         raise ValueError(f"{src}: the table is empty")
+    _check_row_lengths(path, sep, src)
     header = [str(h).strip() for h in rows[0]]
+    _check_header(header, src)
     if len(header) == 1:
         other = [s for s in (";", "\t", ",", "|") if s != sep and s in header[0]]
         if other:

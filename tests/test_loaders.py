@@ -62,6 +62,12 @@ def test_long_tsv_and_parquet_match_csv(tmp_path):
     wide.to_parquet(tmp_path / "w.parquet")
     sw = jaxeval.load(tmp_path / "w.parquet")
     assert sw.mask.tolist() == [[True, True], [False, True]]
+    # a wide table indexed by model (pivot(...).to_parquet()) keeps its model names
+    long = pd.read_csv(tmp_path / "a.csv")
+    long.pivot(index="model", columns="item", values="score").to_parquet(tmp_path / "p.parquet")
+    sp = jaxeval.load(tmp_path / "p.parquet")
+    assert sp.models.tolist() == sorted(set(csv.models.tolist()))
+    assert sorted(sp.items.tolist()) == sorted(csv.items.tolist())
 
 
 def test_wide_csv_blank_cells_and_target(tmp_path):
@@ -102,6 +108,8 @@ def test_wide_csv_blank_cells_and_target(tmp_path):
         ("m,q1,q2\na,1,-0.5\n", {}, [r"row 2 \(model 'a'\), column 'q2': field 'score'.*-0.5"]),
         ("m,q1,q2\na,1,nope\n", {}, [r"column 'q2' is not a number: 'nope'"]),
         ("m,q1,q2\n", {}, [r"header but no rows"]),
+        ("m,q1,q2,q3\na,1,0,1\nb,0,1\n", {}, [r"line 3 has 3 fields, the header 4"]),
+        ("m,q1,q2,\na,1,0,\nb,0,1,\n", {}, [r"header column\(s\) \[4\] have no name"]),
         ("", {}, [r"the table is empty"]),
         ("m\na\n", {}, [r"needs item columns"]),
     ],
@@ -186,6 +194,25 @@ def test_lm_eval_directory_of_runs_aligns_on_doc_id_with_mask(tmp_path):
         [re.escape(str(tmp_path)), "doc_ids are not aligned", "'org__model-b' lacks doc_id '2'"],
         load_lm_eval, tmp_path, missing="error",
     )
+
+
+def test_lm_eval_model_folders_that_are_not_read_are_named(tmp_path):
+    """A model folder with results_*.json but no samples (run without --log_samples),
+    and samples folders below a folder that is itself read as one model, are named in
+    a warning and in the conversions, not skipped silently."""
+    _two_models(tmp_path)
+    nos = tmp_path / "org__model-c"
+    nos.mkdir()
+    (nos / f"results_{TS}.json").write_text("{}")
+    with pytest.warns(UserWarning, match=r"\['org__model-c'\].*no samples_\*.jsonl"):
+        sm = jaxeval.load(tmp_path)
+    assert sm.models.tolist() == ["org__model-a", "org__model-b"]
+    assert any("org__model-c" in c for c in sm.metadata["conversions"])
+    top = tmp_path / "org__model-a"
+    _run(top, "nested", "arc_easy", [_sample(0, 1.0)])
+    with pytest.warns(UserWarning, match=r"subfolders with samples files \['nested'\]"):
+        one = jaxeval.load(top)
+    assert one.models.tolist() == ["org__model-a"]
 
 
 def test_lm_eval_several_tasks_and_runs(tmp_path):
@@ -345,6 +372,17 @@ def test_npz_refusals(tmp_path):
     _raises([re.escape(str(p)), "field 'scores' must be 2-D"], jaxeval.load, p)
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
     _raises([r"junk.npz: not a readable .npz file"], jaxeval.load, tmp_path / "junk.npz")
+    np.save(tmp_path / "arr.npy", np.zeros((2, 2)))
+    (tmp_path / "arr.npy").rename(tmp_path / "arr.npz")
+    _raises([r"arr.npz: not a readable .npz file.*a single array"], jaxeval.load,
+            tmp_path / "arr.npz")
+    good = jaxeval.ScoreMatrix(np.random.default_rng(0).uniform(size=(40, 50))).to_npz(
+        tmp_path / "good.npz")
+    raw = bytearray(good.read_bytes())
+    start = raw.index(b"scores.npy") + 200  # inside the compressed member's data
+    raw[start:start + 64] = bytes(64)
+    (tmp_path / "flipped.npz").write_bytes(bytes(raw))
+    _raises([r"flipped.npz: not a readable .npz file"], jaxeval.load, tmp_path / "flipped.npz")
 
 
 def test_every_shared_npz_loads(shared_data):
