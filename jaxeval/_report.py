@@ -112,14 +112,14 @@ def _identification_summary(study: Any, results: Mapping[str, Mapping[str, np.nd
         rec = r["checkpoints.recommended"]  # [R, C]
         calls = r["checkpoints.calls"]  # [R, C]
         R, C = rec.shape
-        best = theta >= theta.max(axis=1, keepdims=True)  # ties count
+        best = theta >= theta.max(axis=1, keepdims=True) - 1e-6  # ties count (float32)
         correct = np.take_along_axis(best, rec.astype(np.int64), axis=1)  # [R, C]
         k_ok = correct.sum(axis=0)
         acc = k_ok / R
         lo, hi = wilson_interval(k_ok, R)
         budgets = info["budgets"]
         kn = info["calls_full"]
-        c95 = calls_to_target(budgets, acc)
+        c95 = calls_to_target(calls.mean(axis=0), acc)  # calls spent, as calls_to
         entry: dict[str, Any] = {
             "policy": spec.policy,
             "settings": dict(spec.settings),

@@ -132,7 +132,11 @@ class IdentificationReport:
         """LLM calls needed to reach ``accuracy``, interpolated linearly (SPEC 6.1).
 
         The first checkpoint whose accuracy reaches the target is found; the answer is
-        interpolated between it and the previous checkpoint. ``inf`` if never reached.
+        interpolated between it and the previous checkpoint, in the calls actually
+        spent there (:attr:`calls_used`: the budgets themselves at ``batch_size`` 1 in
+        fixed-budget mode; fewer where a checkpoint keeps only whole batches, or where
+        runs stop early). ``inf`` if never reached. A curve that dips below the target
+        again later still answers with its first crossing.
 
         Args:
           accuracy: target identification accuracy in (0, 1].
@@ -148,7 +152,7 @@ class IdentificationReport:
           >>> round(rep.calls_to(0.9), 1), round(rep.calls_to(0.9, fraction=True), 3)
           (98.7, 0.822)
         """
-        b = self.budgets.astype(float)
+        b = self.calls_used.astype(float)
         acc = self.accuracy.astype(float)
         hit = np.flatnonzero(acc >= accuracy)
         if hit.size == 0:
@@ -218,12 +222,24 @@ class IdentificationReport:
             "naive_coverage_family": self.naive_coverage_family.tolist(),
             "status_counts": self.status_counts.tolist(),
         }
-        text = json.dumps(doc, default=lambda x: None if x is None else str(x), indent=1)
-        text = text.replace("Infinity", '"inf"')
+        text = json.dumps(_finite_json(doc), default=lambda x: None if x is None else str(x),
+                          indent=1, allow_nan=False)
         if path is not None:
             with open(path, "w") as fh:
                 fh.write(text)
         return text
+
+
+def _finite_json(x):
+    """``x`` with every non-finite float written as the string ``"nan"``, ``"inf"`` or
+    ``"-inf"`` (strict JSON has no NaN or Infinity)."""
+    if isinstance(x, dict):
+        return {k: _finite_json(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite_json(v) for v in x]
+    if isinstance(x, (float, np.floating)) and not math.isfinite(x):
+        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    return x
 
 
 # ----------------------------------------------------------------- kernel cache
@@ -697,7 +713,9 @@ def _summarise(out, config, settings, instances, pool_models, has_pred) -> Ident
     cp = out.checkpoints
     theta = np.asarray(out.theta)  # [R, K]
     R = theta.shape[0]
-    best = theta >= theta.max(axis=1, keepdims=True)
+    # true best arms: ties count (within 1e-6: float32 means of equal graded rows can
+    # differ in the last bit)
+    best = theta >= theta.max(axis=1, keepdims=True) - 1e-6
     rec = np.asarray(cp.recommended)  # [R, C]
     correct = np.take_along_axis(best, rec, axis=1)  # [R, C]
     acc = correct.mean(axis=0)

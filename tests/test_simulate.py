@@ -139,14 +139,41 @@ def test_synthetic_run_report_and_files(tmp_path):
     np.testing.assert_allclose(rep.calls_used, [9, 45, 90])
     assert rep.settings["seed"] == 2 and rep.settings["jax_version"]
     assert "calls to 95%" in rep.summary()
-    doc = json.loads(rep.to_json(str(tmp_path / "r.json")))
+    def strict(c):
+        raise ValueError(f"not strict JSON: {c}")
+
+    doc = json.loads(rep.to_json(str(tmp_path / "r.json")), parse_constant=strict)
     assert doc["accuracy"][-1] == 1.0
+    assert doc["naive_coverage_family"] == ["nan"] * 3  # no predictions: NaN, as a string
     rep.to_npz(str(tmp_path / "r.npz"))
     z = np.load(tmp_path / "r.npz")
     np.testing.assert_array_equal(z["correct"], rep.correct)
     assert json.loads(str(z["settings"]))["policy"] == "ucbe"
     with pytest.raises(dataclasses.FrozenInstanceError):
         rep.accuracy = None
+
+
+def test_calls_to_uses_the_calls_spent_and_ties_survive_float32():
+    """With batches of 16, a checkpoint spends only whole batches: ``calls_to``
+    interpolates on the calls spent, not the budgets. Two candidates with the same true
+    mean of graded scores (one row a permutation of the other: float32 means differ in
+    the last bit) are both a true best."""
+    rep = simulate_identification(
+        SyntheticSpec(n_items=40, rank=2), "ucbe", K=3, n_replicates=16, seed=1,
+        budgets=(20, 60, 120), batch_size=16, cs_kinds=("eb",))
+    assert rep.calls_used.tolist() == [16.0, 48.0, 120.0]
+    fake = dataclasses.replace(rep, accuracy=np.array([0.5, 0.9, 1.0]))
+    assert fake.calls_to(0.7) == pytest.approx(16 + 0.2 / 0.4 * 32)  # not 20 + 0.5 * 40
+    rng = np.random.default_rng(0)
+    row = rng.uniform(0, 0.5, 37).astype(np.float32)
+    rows = np.stack([row, rng.permutation(row), np.full(37, 0.05, np.float32)])
+    sm = jaxeval.ScoreMatrix(rows, models=["a", "b", "c"])
+    full = simulate_identification(sm, "uniform", K=3, n_train=0, n_replicates=8, seed=0,
+                                   budget_fractions=(1.0,), cs_kinds=("eb",))
+    th = np.stack([full.theta[i][np.argsort(full.instances[full.instance[i]])]
+                   for i in range(8)])  # [R, model a, b, c]
+    assert (th[:, 0] != th[:, 1]).all()  # the kernel's float32 means do differ
+    assert full.accuracy.tolist() == [1.0]
 
 
 def test_item_block_streams_the_same_study():
