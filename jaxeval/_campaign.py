@@ -49,6 +49,7 @@ from jaxeval import _identification as idn
 from jaxeval import _policies, _sampling
 from jaxeval._data import ScoreMatrix
 from jaxeval._factorization import ItemFactors
+from jaxeval._io import open_npz
 from jaxeval._runner import default_impl_key
 from jaxeval._simulate import _check_int, _check_real, _check_unit, _config, item_factors_of
 
@@ -427,10 +428,6 @@ class IdentificationCampaign:
                                             num_steps=fit_steps)
             (V, c, u_mean), own_rho = item_factors_of(factors)
             fit_rho = fit_rho if own_rho is None else own_rho
-            if V.ndim != 2 or V.shape[0] != n or c.shape != (n,) or u_mean.shape != V.shape[1:]:
-                raise ValueError(
-                    f"factors: item factors of shape {V.shape} do not match the {n} items"
-                )
         else:
             V = np.zeros((n, 1), np.float32)
             c = np.zeros((n,), np.float32)
@@ -750,10 +747,7 @@ class IdentificationCampaign:
         if not path.exists():
             raise FileNotFoundError(f"no saved campaign at {path}")
         try:
-            z = np.load(path, allow_pickle=False)
-            if not isinstance(z, np.lib.npyio.NpzFile):
-                raise ValueError("a single array (.npy), not an .npz archive")
-            with z:
+            with open_npz(path) as z:
                 meta = json.loads(str(z["meta"]))
                 arrays = {k: np.asarray(z[k]) for k in
                           ("key", "V", "c", "u_mean", "arms", "lens", "index", "scores")}

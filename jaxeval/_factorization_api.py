@@ -302,10 +302,9 @@ class LowRankLogistic:
         import zipfile
 
         try:
-            z = np.load(path, allow_pickle=False)
-            if not isinstance(z, np.lib.npyio.NpzFile):
-                raise ValueError("a single array (.npy), not an .npz archive")
-            with z:
+            from jaxeval._io import open_npz
+
+            with open_npz(path) as z:
                 a = {k: np.asarray(z[k]) for k in z.files}
             meta = json.loads(str(a.pop("meta"))) if "meta" in a else {}
             if meta and meta.get("format") != "jaxeval-lowrank/1":

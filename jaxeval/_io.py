@@ -22,6 +22,15 @@ from jaxeval._data import ScoreMatrix, rename_duplicates
 __all__ = ["load", "load_npz"]
 
 
+def open_npz(path: str | os.PathLike):
+    """``np.load(path)`` as an open :class:`numpy.lib.npyio.NpzFile` (no pickle);
+    a plain ``.npy`` array is a ``ValueError`` (numpy would return the array)."""
+    z = np.load(path, allow_pickle=False)
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise ValueError("a single array (.npy), not an .npz archive")
+    return z
+
+
 def load_npz(
     path: str | os.PathLike, *, name: str | None = None, duplicate_names: str = "error"
 ) -> ScoreMatrix:
@@ -44,10 +53,7 @@ def load_npz(
     path = Path(path)
     src = name or str(path)
     try:
-        z = np.load(path, allow_pickle=False)
-        if not isinstance(z, np.lib.npyio.NpzFile):
-            raise ValueError("a single array (.npy), not an .npz archive")
-        with z:
+        with open_npz(path) as z:
             data = {k: z[k] for k in z.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError, zlib.error) as e:
         raise ValueError(f"{src}: not a readable .npz file ({type(e).__name__}: {e})") from e

@@ -62,6 +62,12 @@ def binomial_band(p: float, n: int, z: float = 1.959964) -> tuple[float, float]:
     return max(0.0, p - half), min(1.0, p + half)
 
 
+def true_best(theta: np.ndarray) -> np.ndarray:
+    """bool ``[R, K]``: the true best arms of each replicate, ties counted (within
+    1e-6: float32 means of two equal graded rows can differ in the last bit)."""
+    return theta >= theta.max(axis=1, keepdims=True) - 1e-6
+
+
 def calls_to_target(
     calls: Sequence[float], accuracy: Sequence[float], target: float = TARGET_ACCURACY
 ) -> float | None:
@@ -112,7 +118,7 @@ def _identification_summary(study: Any, results: Mapping[str, Mapping[str, np.nd
         rec = r["checkpoints.recommended"]  # [R, C]
         calls = r["checkpoints.calls"]  # [R, C]
         R, C = rec.shape
-        best = theta >= theta.max(axis=1, keepdims=True) - 1e-6  # ties count (float32)
+        best = true_best(theta)
         correct = np.take_along_axis(best, rec.astype(np.int64), axis=1)  # [R, C]
         k_ok = correct.sum(axis=0)
         acc = k_ok / R

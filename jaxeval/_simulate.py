@@ -29,6 +29,7 @@ from jaxeval import _identification as idn
 from jaxeval import _policies
 from jaxeval._data import ScoreMatrix
 from jaxeval._factorization import ItemFactors
+from jaxeval._report import calls_to_target, true_best
 from jaxeval._runner import DEFAULT_LANES, as_key, run_replicates
 
 __all__ = [
@@ -152,18 +153,8 @@ class IdentificationReport:
           >>> round(rep.calls_to(0.9), 1), round(rep.calls_to(0.9, fraction=True), 3)
           (98.7, 0.822)
         """
-        b = self.calls_used.astype(float)
-        acc = self.accuracy.astype(float)
-        hit = np.flatnonzero(acc >= accuracy)
-        if hit.size == 0:
-            out = math.inf
-        else:
-            i = int(hit[0])
-            if i == 0:
-                out = float(b[0])
-            else:
-                a0, a1 = acc[i - 1], acc[i]
-                out = float(b[i - 1] + (accuracy - a0) / (a1 - a0) * (b[i] - b[i - 1]))
+        out = calls_to_target(self.calls_used, self.accuracy, accuracy)
+        out = math.inf if out is None else out
         return out / self.total_calls if fraction else out
 
     def summary(self) -> str:
@@ -713,9 +704,7 @@ def _summarise(out, config, settings, instances, pool_models, has_pred) -> Ident
     cp = out.checkpoints
     theta = np.asarray(out.theta)  # [R, K]
     R = theta.shape[0]
-    # true best arms: ties count (within 1e-6: float32 means of equal graded rows can
-    # differ in the last bit)
-    best = theta >= theta.max(axis=1, keepdims=True) - 1e-6
+    best = true_best(theta)
     rec = np.asarray(cp.recommended)  # [R, C]
     correct = np.take_along_axis(best, rec, axis=1)  # [R, C]
     acc = correct.mean(axis=0)
