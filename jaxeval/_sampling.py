@@ -250,16 +250,35 @@ def order_table(order_key: jax.Array, num_arms: int, n: int,
 #: 0.10.2; the known jax-ml/jax#10434), and the sort is most of a UCB-E replicate's cost.
 #: Both paths give the same table (a sort of distinct pairs has one answer;
 #: ``tests/test_sampling.py`` checks it); other platforms always sort in XLA.
-HOST_SORT_ON_CPU = True
+#:
+#: ``None`` (the default): the host sort only where the CPU backend has a single device.
+#: With several CPU devices (``--xla_force_host_platform_device_count``) a sharded run
+#: calls the callback from every device at once, and each call copies its operand onto
+#: CPU device 0 through the same thread pool the blocked executables occupy: with as
+#: many devices as pool threads that deadlocks (seen in the test suite, eight fake
+#: devices: eight callbacks waiting in ``np.asarray`` of their operand, nothing
+#: running). ``True`` forces the host sort on any CPU (for measurements), ``False``
+#: never uses it.
+HOST_SORT_ON_CPU: bool | None = None
+
+
+def _use_host_sort() -> bool:
+    """Whether :func:`_sorted_order` lowers to the host sort on a CPU (trace time)."""
+    if HOST_SORT_ON_CPU is not None:
+        return bool(HOST_SORT_ON_CPU)
+    try:
+        return len(jax.local_devices(backend="cpu")) == 1
+    except RuntimeError:  # no CPU backend
+        return False
 
 
 def _sorted_order(keys: jax.Array) -> jax.Array:
     """Item indices in ascending ``(key, index)`` order, as :func:`arm_order` (exactly).
 
-    On a CPU (and with :data:`HOST_SORT_ON_CPU`) the rows are sorted by NumPy
-    (:func:`_host_sorted_order`); elsewhere by :func:`_xla_sorted_order`.
+    On a CPU (where :func:`_use_host_sort`, see :data:`HOST_SORT_ON_CPU`) the rows are
+    sorted by NumPy (:func:`_host_sorted_order`); elsewhere by :func:`_xla_sorted_order`.
     """
-    if not HOST_SORT_ON_CPU:
+    if not _use_host_sort():
         return _xla_sorted_order(keys)
     return jax.lax.platform_dependent(keys, cpu=_host_sort_callback,
                                       default=_xla_sorted_order)

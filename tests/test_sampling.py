@@ -182,7 +182,7 @@ def test_sorted_order_exact_with_ties_and_shared_top_bits(n):
             np.testing.assert_array_equal(got, want, err_msg=f"case {case}, {name}")
 
 
-def test_host_sort_batches_and_matches_xla_on_order_tables():
+def test_host_sort_batches_and_matches_xla_on_order_tables(monkeypatch):
     """On a CPU the order tables are sorted by NumPy; with the host path switched off
     (XLA's sort) every replicate's table is identical, vmapped or not."""
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(5), i))(jnp.arange(6))
@@ -192,19 +192,40 @@ def test_host_sort_batches_and_matches_xla_on_order_tables():
         f = jax.jit(jax.vmap(lambda k: smp.order_table(k, 4, 300, with_keys=False).order))
         return np.asarray(f(keys))
 
-    assert smp.HOST_SORT_ON_CPU
     k = jnp.zeros((300,), jnp.int32)  # one row, as order_table maps it
-    assert "pure_callback" in str(jax.make_jaxpr(smp._sorted_order)(k))
-    host = tables()
-    smp.HOST_SORT_ON_CPU = False
     try:
+        # forced on: these programs run on one device, where the callback is safe
+        monkeypatch.setattr(smp, "HOST_SORT_ON_CPU", True)
+        assert "pure_callback" in str(jax.make_jaxpr(smp._sorted_order)(k))
+        host = tables()
+        monkeypatch.setattr(smp, "HOST_SORT_ON_CPU", False)
         assert "pure_callback" not in str(jax.make_jaxpr(smp._sorted_order)(k))
         xla = tables()
     finally:
-        smp.HOST_SORT_ON_CPU = True
+        monkeypatch.undo()
         jax.clear_caches()
     np.testing.assert_array_equal(host, xla)
     assert host.shape == (6, 4, 300)
     assert (np.sort(host, axis=-1) == np.arange(300)).all()
     # a different replicate gets a different order
     assert not np.array_equal(host[0], host[1])
+
+
+def test_host_sort_is_off_by_default_with_several_cpu_devices(monkeypatch):
+    """The default (None) keeps the callback out of programs when the CPU backend has
+    several devices (a sharded run calls it from every device at once and can deadlock;
+    this test process has eight fake devices) and uses it with a single device."""
+    assert smp.HOST_SORT_ON_CPU is None
+    k = jnp.zeros((50,), jnp.int32)
+    n_cpu = len(jax.local_devices(backend="cpu"))
+    assert n_cpu > 1  # conftest's --xla_force_host_platform_device_count=8
+    assert not smp._use_host_sort()
+    assert "pure_callback" not in str(jax.make_jaxpr(smp._sorted_order)(k))
+    monkeypatch.setattr(jax, "local_devices", lambda *a, **kw: [object()])
+    try:
+        assert smp._use_host_sort()
+        jax.clear_caches()  # the jaxpr above is cached per function and argument
+        assert "pure_callback" in str(jax.make_jaxpr(smp._sorted_order)(k))
+    finally:
+        monkeypatch.undo()
+        jax.clear_caches()
