@@ -446,6 +446,8 @@ def run_replicates(
         raise ValueError(f"start must be a non-negative integer, got {start!r}")
     if chunk_size is None:
         chunk_size = int(n_replicates)
+    elif isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)):
+        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     plan = ReplicatePlan(
         replicate_fn, int(chunk_size), devices=devices, operands=operands, lanes=lanes
     )

@@ -26,6 +26,7 @@ computes and process 0 writes (the folder must be on a shared file system).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -380,7 +381,7 @@ class IdentificationStudy:
     )
 
     @classmethod
-    def from_dict(cls, d: Any) -> IdentificationStudy:
+    def from_dict(cls, d: Any, *, check: bool = True) -> IdentificationStudy:
         d = _check_keys(d, cls.KEYS, "")
         kw: dict[str, Any] = {}
         if "name" in d:
@@ -437,7 +438,8 @@ class IdentificationStudy:
                 d["corruption"], "corruption", ("none", "biased", "random", "adversarial")
             )
         study = cls(**kw)
-        study.check()
+        if check:
+            study.check()
         return study
 
     def check(self) -> None:
@@ -508,7 +510,7 @@ class AnchorStudy:
     KEYS = ("kind", "name", "data", "methods", "k", "n_seeds", "first_seed", "alpha", "chunk_size")
 
     @classmethod
-    def from_dict(cls, d: Any) -> AnchorStudy:
+    def from_dict(cls, d: Any, *, check: bool = True) -> AnchorStudy:
         d = _check_keys(d, cls.KEYS, "")
         kw: dict[str, Any] = {}
         if "name" in d:
@@ -539,7 +541,8 @@ class AnchorStudy:
         if "alpha" in d:
             kw["alpha"] = _float(d["alpha"], "alpha", 0.0, 1.0, open_lo=True, open_hi=True)
         study = cls(**kw)
-        study.check()
+        if check:
+            study.check()
         return study
 
     def check(self) -> None:
@@ -596,7 +599,7 @@ class ReplicateStudy:
     data = None
 
     @classmethod
-    def from_dict(cls, d: Any) -> ReplicateStudy:
+    def from_dict(cls, d: Any, *, check: bool = True) -> ReplicateStudy:
         d = _check_keys(d, cls.KEYS, "")
         if "target" not in d:
             raise StudyConfigError("target", "required key is missing")
@@ -668,8 +671,12 @@ _KINDS = {
 }
 
 
-def study_from_dict(d: Any) -> Study:
+def study_from_dict(d: Any, *, check: bool = True) -> Study:
     """Build a study from a JSON-like mapping; unknown keys and bad values are refused.
+
+    With ``check=False`` the checks that need the outside world (the data file exists,
+    a replicate study's target imports) are skipped: what reading a finished folder's
+    results needs, wherever it is read from.
 
     Example:
       >>> s = study_from_dict({"kind": "identification", "num_arms": 5, "n_replicates": 100})
@@ -685,7 +692,7 @@ def study_from_dict(d: Any) -> Study:
     kind = d.get("kind")
     if kind not in _KINDS:
         raise StudyConfigError("kind", f"expected one of {', '.join(_KINDS)}; got {kind!r}")
-    return _KINDS[kind].from_dict(d)
+    return _KINDS[kind].from_dict(d, check=check)
 
 
 def load_study(path: str | os.PathLike) -> Study:
@@ -780,9 +787,15 @@ def _atomic_write_json(path: Path, obj: Any) -> None:
 
 def _write_chunk(path: Path, arrays: Mapping[str, np.ndarray]) -> str:
     import io
+    import zipfile
 
+    # np.savez(buf, **arrays) would take a field named "file" or "allow_pickle" as its
+    # own argument; the archive is written the same way by hand instead
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+        for name, arr in arrays.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(arr), allow_pickle=False)
     data = buf.getvalue()
     _atomic_write_bytes(path, data)
     return hashlib.sha256(data).hexdigest()
@@ -811,6 +824,55 @@ def _read_manifest(out: Path) -> dict | None:
     if m.get("format") != FORMAT:
         raise StudyFolderError(f"{p}: not a {FORMAT} manifest (format={m.get('format')!r})")
     return m
+
+
+def _can_start_in(out: Path, cfg: dict) -> bool:
+    """Whether ``out`` (holding no manifest) may become this study's folder: it does not
+    exist, is empty, or holds only what a run killed while creating it leaves behind
+    (half-written ``.tmp-*`` files, this very study's ``study.json``)."""
+    if not out.exists():
+        return True
+    if not out.is_dir():
+        return False
+    for entry in out.iterdir():
+        if entry.name.startswith(".tmp-"):
+            continue
+        if entry.name == STUDY_FILE and entry.is_file():
+            try:
+                if json.loads(entry.read_text()) == cfg:
+                    continue
+            except (OSError, ValueError):
+                pass
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _folder_lock(out: Path):
+    """Hold an exclusive ``flock`` on the folder ``out`` itself (writer process, POSIX)
+    while a run writes it; a folder held by another live process is refused with its
+    name. Locking the directory leaves no file behind, so a refused run changes
+    nothing."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: runs unlocked
+        fcntl = None
+    if fcntl is None or not _is_writer():
+        yield
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StudyFolderError(
+                f"{out} is being written by another process (it holds the folder's lock); "
+                "wait for that run to finish, then resume, or use another --out folder"
+            ) from None
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
@@ -925,7 +987,7 @@ def _open_folder(study: Study, out: Path, rng: tuple[int, int]) -> dict:
     cfg = study.to_dict()
     manifest = _read_manifest(out) if out.exists() else None
     if manifest is None:
-        if out.exists() and any(out.iterdir()):
+        if not _can_start_in(out, cfg):
             raise StudyFolderError(
                 f"{out} is not empty and holds no {MANIFEST_FILE}: refusing to write a study "
                 "there; choose a new or empty folder with --out"
@@ -943,10 +1005,14 @@ def _open_folder(study: Study, out: Path, rng: tuple[int, int]) -> dict:
             "task_names": [t.name for t in study.tasks()],
         }
         if _is_writer():
+            # the manifest first: a folder holding it is a study folder that `resume`
+            # continues, whatever moment a kill comes at (study.json is a copy for people)
             out.mkdir(parents=True, exist_ok=True)
-            _atomic_write_json(out / STUDY_FILE, cfg)
             _atomic_write_json(out / MANIFEST_FILE, manifest)
+            _atomic_write_json(out / STUDY_FILE, cfg)
         return manifest
+    if _is_writer() and not (out / STUDY_FILE).exists():  # killed between the two writes
+        _atomic_write_json(out / STUDY_FILE, manifest["config"])
     if manifest["config"] != cfg:
         raise StudyFolderError(
             f"{out} holds the results of another study ({manifest['config'].get('name')!r}): "
@@ -1079,13 +1145,20 @@ def run_study(
         # a new folder: everything the data can refuse is checked before it is made
         # and before any task computes (a resumed folder was checked when created);
         # the cheap refusal of a folder holding something else comes first
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not _can_start_in(out, study.to_dict()):
             raise StudyFolderError(
                 f"{out} is not empty and holds no {MANIFEST_FILE}: refusing to write a study "
                 "there; choose a new or empty folder with --out"
             )
         _preflight(study)
-    manifest = _open_folder(study, out, rng)  # type: ignore[arg-type]
+    with _folder_lock(out):
+        _run_locked(study, out, rng, progress)  # type: ignore[arg-type]
+    return out
+
+
+def _run_locked(study: Study, out: Path, rng: tuple[int, int], progress: bool) -> None:
+    """:func:`run_study`'s work, with ``out`` held by this process."""
+    manifest = _open_folder(study, out, rng)
     # corrupt chunks are dropped from the manifest in memory, deleted only once the
     # set-up check has passed (a refusal leaves the folder as it was)
     bad = _verify_chunks(out, manifest)
@@ -1129,7 +1202,6 @@ def run_study(
         )
         manifest["task_names"] = [t.name for t in tasks]
         _atomic_write_json(out / MANIFEST_FILE, manifest)
-    return out
 
 
 def _preflight(study: Study) -> None:
@@ -1181,9 +1253,9 @@ def study_status(out: str | os.PathLike) -> dict:
     manifest = _read_manifest(out)
     if manifest is None:
         raise StudyFolderError(f"{out} holds no {MANIFEST_FILE}: not a study folder")
-    study = study_from_dict(manifest["config"])
+    study = study_from_dict(manifest["config"], check=False)
     lo, hi = manifest["range"]
-    names = [t.name for t in study.tasks()]
+    names = manifest.get("task_names") or [t.name for t in study.tasks()]
     done = {t: sum(b - a for a, b in _covered(manifest, t)) for t in names}
     return {
         "name": manifest["config"].get("name"),
@@ -1210,7 +1282,7 @@ def load_results(
     manifest = _read_manifest(out)
     if manifest is None:
         raise StudyFolderError(f"{out} holds no {MANIFEST_FILE}: not a study folder")
-    study = study_from_dict(manifest["config"])
+    study = study_from_dict(manifest["config"], check=False)
     chunks = dict(manifest["chunks"])
     bad = _verify_chunks(out, manifest)  # refused below
     if bad:
@@ -1270,7 +1342,9 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
       out: a new (or empty) folder for the merged study.
 
     Returns:
-      ``out``; ``manifest.json`` says whether the merged study is complete.
+      ``out``; ``manifest.json`` says whether the merged study is complete. The merged
+      folder's range is the whole study, so :func:`resume_study` on a partial merge
+      computes exactly the units that none of ``dirs`` held.
 
     See :func:`run_study` for an example.
     """
@@ -1290,20 +1364,20 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
         if bad:
             raise StudyFolderError(
                 f"{d}: {len(bad)} chunk file(s) fail their checksum ({bad[:3]}); "
-                + _recompute_hint(d, study_from_dict(m["config"]), chunks, bad)
+                + _recompute_hint(d, study_from_dict(m["config"], check=False), chunks, bad)
             )
         mans.append(m)
     ref = mans[0]
     for d, m in zip(dirs[1:], mans[1:]):
         if m["results_hash"] != ref["results_hash"]:
-            ka = results_key(study_from_dict(ref["config"]))
-            kb = results_key(study_from_dict(m["config"]))
+            ka = results_key(study_from_dict(ref["config"], check=False))
+            kb = results_key(study_from_dict(m["config"], check=False))
             raise StudyFolderError(
                 f"{d} holds a different study than {dirs[0]}: {_describe_diff(ka, kb)}"
             )
         if m.get("data_sha256") != ref.get("data_sha256"):
             raise StudyFolderError(f"{d} was computed on different data than {dirs[0]}")
-    ref_study = study_from_dict(ref["config"])
+    ref_study = study_from_dict(ref["config"], check=False)
     for task in {c["task"] for m in mans for c in m["chunks"].values()}:
         setups = {_chunk_setup(c) for m in mans for c in m["chunks"].values()
                   if c["task"] == task}
@@ -1330,8 +1404,6 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
                 )
         for _lo, _hi, d, name, c in lst:
             merged[name] = (d, c)
-    rng_lo = min(m["range"][0] for m in mans)
-    rng_hi = max(m["range"][1] for m in mans)
     if _is_writer():
         out.mkdir(parents=True, exist_ok=True)
         for name, (d, _) in merged.items():
@@ -1339,14 +1411,16 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
             tmp = (out / name).with_name(f".tmp-{os.getpid()}-{Path(name).name}")
             shutil.copyfile(d / name, tmp)
             os.replace(tmp, out / name)
-        study = study_from_dict(ref["config"])
+        study = study_from_dict(ref["config"], check=False)
         cfg = study.to_dict()
         manifest = {
             "format": FORMAT,
             "study_hash": _hash_json(cfg),
             "results_hash": ref["results_hash"],
             "config": cfg,
-            "range": [rng_lo, rng_hi],
+            # a merged folder stands for the whole study (whatever ranges went in), so
+            # `resume` on a partial merge computes exactly the units still missing
+            "range": [0, study.n_units],
             "data_sha256": ref.get("data_sha256"),
             "versions": _versions(),
             "chunks": {name: c for name, (_, c) in merged.items()},
@@ -1386,7 +1460,13 @@ def flatten_tree(tree: Any) -> dict[str, np.ndarray]:
                 if hasattr(k, attr):
                     parts.append(str(getattr(k, attr)))
                     break
-        out[".".join(parts) or "value"] = np.asarray(leaf)
+        name = ".".join(parts) or "value"
+        if name in out:
+            raise ValueError(
+                f"flatten_tree: two leaves of the result are both named {name!r} (e.g. "
+                "a nested key 'a' -> 'b' and a key 'a.b'); rename one"
+            )
+        out[name] = np.asarray(leaf)
     return out
 
 

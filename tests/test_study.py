@@ -44,6 +44,12 @@ def slow_toy(key):
     return {"q": x[jnp.array([10, 1024, 2000])], "s": jnp.sum(x)}
 
 
+def odd_names(key):
+    """A replicate whose fields carry np.savez's own argument names."""
+    x = jax.random.uniform(key, (2,))
+    return {"file": x, "allow_pickle": x[0], "other": x[1]}
+
+
 def toy_config(**kw):
     d = {
         "kind": "replicates",
@@ -246,9 +252,100 @@ def test_merge_of_independent_ranges_equals_one_run(tmp_path, toy_reference):
         merge_studies([tmp_path / "p0", tmp_path / "q"], tmp_path / "bad2")
     with pytest.raises(StudyFolderError, match="not empty"):
         merge_studies([tmp_path / "p0", tmp_path / "p1"], tmp_path / "all")
-    # a partial merge can be completed with `resume`
+    # a partial merge can be completed with `resume`: its range is the whole study
     part = merge_studies([tmp_path / "p0"], tmp_path / "part")
-    assert not study_status(part)["complete"]
+    st = study_status(part)
+    assert not st["complete"] and st["range"] == [0, 300] and st["done"] == {"replicates": 130}
+    resume_study(part, progress=False)
+    assert study_status(part)["complete"]
+    assert_same(load_results(part)[1]["replicates"], toy_reference)
+
+
+def test_reading_a_folder_needs_neither_the_data_nor_the_target(tmp_path, monkeypatch):
+    """Status, results and merges of finished folders are read from the manifests alone:
+    a replicate study's target need not import, an identification study's relative
+    data path need not resolve from where it is read."""
+    run_study(study_from_dict(toy_config(n_replicates=16, chunk_size=8)), tmp_path / "t",
+              progress=False)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(TESTS)])
+    sys.modules.pop("test_study", None)
+    with pytest.raises(StudyConfigError, match="cannot import"):
+        study_from_dict(toy_config()).check()
+    assert study_status(tmp_path / "t")["complete"]
+    assert load_results(tmp_path / "t")[1]["replicates"]["mean"].shape == (16,)
+    merge_studies([tmp_path / "t"], tmp_path / "m")
+    assert study_status(tmp_path / "m")["complete"]
+    # an identification study over a relative .npz path, read from another folder
+    data = tmp_path / "d"
+    data.mkdir()
+    np.savez(data / "s.npz", scores=np.zeros((4, 3), np.float32))
+    monkeypatch.chdir(data)
+    cfg = {"kind": "identification", "data": {"npz": "s.npz"}, "n_replicates": 8}
+    ident = study_from_dict(cfg)
+    out = tmp_path / "ident"
+    out.mkdir()
+    from jaxeval._study import FORMAT, MANIFEST_FILE, _hash_json, results_key
+
+    (out / MANIFEST_FILE).write_text(json.dumps({
+        "format": FORMAT, "study_hash": _hash_json(ident.to_dict()),
+        "results_hash": _hash_json(results_key(ident)), "config": ident.to_dict(),
+        "range": [0, 8], "chunks": {}, "complete": False, "task_names": ["pulse"],
+    }))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StudyConfigError, match="no such file"):
+        study_from_dict(cfg)
+    assert study_status(out)["done"] == {"pulse": 0}
+
+
+def test_a_run_killed_while_creating_its_folder_starts_again(tmp_path):
+    """A kill between the folder's first two files (or during the first) leaves leftovers
+    that the next run accepts: this study's study.json, half-written .tmp-* files."""
+    study = study_from_dict(toy_config(n_replicates=16, chunk_size=8))
+    out = tmp_path / "k"
+    out.mkdir()
+    (out / "study.json").write_text(json.dumps(study.to_dict()))
+    (out / ".tmp-123-manifest.json").write_text("{")
+    run_study(study, out, progress=False)
+    assert study_status(out)["complete"]
+    # a study.json of another study is not a leftover: refused, nothing touched
+    other = tmp_path / "o"
+    other.mkdir()
+    (other / "study.json").write_text(json.dumps(toy_config(seed=9)))
+    with pytest.raises(StudyFolderError, match="not empty"):
+        run_study(study, other, progress=False)
+    assert sorted(p.name for p in other.iterdir()) == ["study.json"]
+    # a manifest without its study.json copy (killed between the writes) gets it back
+    (out / "study.json").unlink()
+    resume_study(out, progress=False)
+    assert json.loads((out / "study.json").read_text()) == study.to_dict()
+
+
+def test_a_second_writer_of_one_folder_is_refused(tmp_path):
+    """While one process writes a study folder (it holds the folder's lock) another run
+    on the same folder is refused and deletes nothing."""
+    fcntl = pytest.importorskip("fcntl")
+    study = study_from_dict(toy_config(n_replicates=16, chunk_size=8))
+    out = tmp_path / "w"
+    run_study(study, out, replicate_range=(0, 8), progress=False)
+    tmp = out / "chunks" / "replicates" / ".tmp-999-0000000008-0000000016.npz"
+    tmp.write_bytes(b"half")
+    code = (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({str(out)!r}, os.O_RDONLY)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('held', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(StudyFolderError, match="being written by another process"):
+            resume_study(out, progress=False)
+        assert tmp.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    del fcntl
 
 
 def _env():
@@ -581,3 +678,27 @@ def test_real_data_prediction_study_equals_simulate_identification(tmp_path):
     # online prior or Newton count moves them
     width = (r["checkpoints.upper"] - r["checkpoints.lower"]).mean(axis=(0, 3)).T
     np.testing.assert_allclose(width, rep.width, rtol=1e-6)
+
+
+def test_result_fields_named_like_savez_arguments_are_kept(tmp_path):
+    """Fields named 'file' / 'allow_pickle' reach the disk and come back; two leaves
+    that flatten to one name are refused instead of one overwriting the other."""
+    from jaxeval._study import flatten_tree
+
+    study = study_from_dict(toy_config(target="test_study:odd_names", n_replicates=8,
+                                       chunk_size=4))
+    run_study(study, tmp_path / "o", progress=False)
+    res = load_results(tmp_path / "o")[1]["replicates"]
+    assert set(res) == {"file", "allow_pickle", "other"}
+    direct = run_replicates(odd_names, 3, 8, chunk_size=4, lanes=8, progress=False)
+    np.testing.assert_array_equal(res["file"], np.asarray(direct["file"]))
+    np.testing.assert_array_equal(res["allow_pickle"], np.asarray(direct["allow_pickle"]))
+    with pytest.raises(ValueError, match="both named 'a.b'"):
+        flatten_tree({"a": {"b": np.zeros(1)}, "a.b": np.ones(1)})
+
+
+def test_run_replicates_refuses_a_fractional_chunk_size():
+    f = lambda key: jax.random.uniform(key, (2,))  # noqa: E731
+    for bad in (2.7, 0.5, True):
+        with pytest.raises(ValueError, match=f"chunk_size must be a positive integer, got {bad!r}"):
+            run_replicates(f, 0, 5, chunk_size=bad, progress=False)
