@@ -274,8 +274,16 @@ class Config:
 
     @property
     def num_steps(self) -> int:
-        b = self.batch_size
-        return -(-self.budgets[-1] // b) + len(self.budgets) + self.num_arms + 1
+        """Loop steps: enough to spend the final budget in batches of ``b``.
+
+        SySRs cuts each surviving arm's batch at every phase end, so with ``b > 1`` each
+        (arm, phase) pair can cost a partial step and a phase that adds no item a step
+        that draws nothing: ``(K - 1)(K + 2)`` more at most (steps past the budget are
+        no-ops).
+        """
+        b, K = self.batch_size, self.num_arms
+        extra = (K - 1) * (K + 2) if self.policy == "sysrs" and b > 1 else 0
+        return -(-self.budgets[-1] // b) + len(self.budgets) + K + 1 + extra
 
 
 class Params(NamedTuple):
@@ -600,9 +608,16 @@ class _Snapshot(NamedTuple):
     sum_s: jax.Array
 
 
-def _snapshot(state: LoopState) -> _Snapshot:
+def _ranking(state: LoopState, config: Config) -> jax.Array:
+    """The estimates a policy recommends by (SPEC 6.1: the argmax of the method's own
+    estimates): the naive pooled estimate for ``naive``, the difference estimate else."""
+    return state.naive if config.policy == "naive" else state.estimate
+
+
+def _snapshot(state: LoopState, config: Config) -> _Snapshot:
     est = state.estimate
-    rec = jnp.argmax(jnp.where(state.pstate.alive, est, -jnp.inf)).astype(jnp.int32)
+    rank = _ranking(state, config)
+    rec = jnp.argmax(jnp.where(state.pstate.alive, rank, -jnp.inf)).astype(jnp.int32)
     record = Record(
         estimate=est,
         lower=None,
@@ -627,7 +642,7 @@ def _finish(snap: _Snapshot, config: Config) -> Record:
 
 
 def _record(state: LoopState, config: Config) -> Record:
-    return _finish(_snapshot(state), config)
+    return _finish(_snapshot(state, config), config)
 
 
 def _init_state(truth, data, config: Config, params: Params) -> LoopState:
@@ -1171,7 +1186,7 @@ def run_identification(
     )
 
     if config.mode == "budget":
-        snap0 = _snapshot(state)
+        snap0 = _snapshot(state, config)
         snaps = jax.tree.map(lambda x: jnp.broadcast_to(x, budgets.shape + x.shape), snap0)
 
         def body(carry, _):
@@ -1186,7 +1201,7 @@ def run_identification(
                     keep.reshape(keep.shape + (1,) * c_.ndim), c_[None], r_
                 ),
                 snaps,
-                _snapshot(st),
+                _snapshot(st, config),
             )
             return (st, snaps), None
 
@@ -1212,7 +1227,7 @@ def run_identification(
 
     def confident(st):
         rec = _record(st, config)
-        lead = jnp.argmax(st.estimate)
+        lead = rec.recommended
         lo = rec.lower[q, lead]
         others = jnp.where(jnp.arange(config.num_arms) == lead, -jnp.inf, rec.upper[q])
         return lo > jnp.max(others) - params.eps
