@@ -765,3 +765,51 @@ def test_dropout_masks_frequency_and_independence():
     # the same key gives the same mask; rate 0 keeps everything
     np.testing.assert_array_equal(dropout_keep(key, shape, rate), dropout_keep(key, shape, rate))
     assert bool(dropout_keep(key, shape, 0.0).all())
+
+
+def test_swap_with_every_non_anchor_blocked_keeps_the_anchors():
+    """When the guard has blocked every non-anchor, no swap is proposed (argmax of an
+    all -inf row is item 0, which may already be an anchor: a duplicate)."""
+    anchors = jnp.array([0, 1, 2, 3, 4], jnp.int32)
+    blocked = jnp.zeros(6, bool).at[5].set(True)
+    new, _, j = swap_step(anchors, jnp.arange(5.0), jnp.ones(6), blocked)
+    assert new.tolist() == anchors.tolist() and int(j) == -1
+
+
+def test_aiscis_anchors_stay_distinct_with_few_items_beyond_k():
+    """With n - k below the number of swaps the guard blocks every non-anchor; the
+    refined anchors must stay k distinct items (7 of 30 such runs had duplicates)."""
+    from jaxeval.anchors._methods import fit_method
+
+    st = Settings(ridge_swaps=30)
+    f = jax.jit(lambda key, d: fit_method(key, d, 7, "aiscis_ridge", st).anchors)
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        theta, b = rng.normal(size=16), rng.normal(size=8)
+        s = (rng.random((16, 8)) < 1 / (1 + np.exp(-(theta[:, None] - b)))).astype(np.float32)
+        y = s.mean(1)
+        d = SplitData(*(jnp.asarray(a) for a in (s[:6], y[:6], s[6:], y[6:])))
+        a = np.asarray(f(jax.random.key(seed), d))
+        assert len(set(a.tolist())) == 7, (seed, a.tolist())
+
+
+@pytest.mark.parametrize("k", [0, 7, 2.0])
+def test_selectors_refuse_k_beyond_the_items(k):
+    """The exported selection kernels (and fit_method) refuse a k that cannot give k
+    distinct items instead of padding with item 0 or returning fewer."""
+    from jaxeval.anchors._methods import fit_method
+    from jaxeval.anchors._ridge import greedy_ridge_anchors
+    from jaxeval.anchors._select import kmeans_anchors, random_anchors
+
+    s = jax.random.bernoulli(jax.random.key(0), 0.5, (20, 6)).astype(jnp.float32)
+    y = s.mean(1)
+    msg = r"k: expected an integer in \[1, 6\]"
+    with pytest.raises(ValueError, match=msg):
+        random_anchors(jax.random.key(1), 6, k)
+    with pytest.raises(ValueError, match=msg):
+        kmeans_anchors(jax.random.key(1), s, k)
+    with pytest.raises(ValueError, match=msg):
+        greedy_ridge_anchors(s, y, k, jnp.asarray(1.0))
+    with pytest.raises(ValueError, match=msg):
+        fit_method(jax.random.key(1), SplitData(s[:14], y[:14], s[14:], y[14:]), k,
+                   "random_ridge", Settings())

@@ -41,7 +41,7 @@ from jaxeval.anchors._ridge import (
     greedy_ridge_anchors,
     loo_ridge_residuals,
 )
-from jaxeval.anchors._select import kmeans_anchors, random_anchors, refine_anchors
+from jaxeval.anchors._select import check_k, kmeans_anchors, random_anchors, refine_anchors
 
 __all__ = [
     "Settings",
@@ -471,6 +471,7 @@ def fit_method(
       >>> apply_map(f, s[30:, f.anchors]).shape
       (10,)
     """
+    check_k(k, d.s_tr.shape[1])
     c = {} if cache is None else cache
     dt = d.s_tr.dtype
     if "shared" not in c:

@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxeval.anchors._select import check_k
+
 __all__ = [
     "LinearMap",
     "RIDGE_GRID",
@@ -166,6 +168,7 @@ def greedy_ridge_anchors(scores: jax.Array, y: jax.Array, k: int, lam: jax.Array
       [4, 1]
     """
     m, n = scores.shape
+    check_k(k, n)
     xc = scores - jnp.mean(scores, axis=0)
     yc = y - jnp.mean(y)
     g0 = jnp.sum(xc * xc, axis=0)

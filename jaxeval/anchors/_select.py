@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 __all__ = [
+    "check_k",
     "random_anchors",
     "kmeans_anchors",
     "ais_scores",
@@ -32,8 +33,16 @@ __all__ = [
 ]
 
 
+def check_k(k: int, n: int) -> None:
+    """Refuse an anchor count that cannot give ``k`` distinct items out of ``n``
+    (trace time: both are static)."""
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
+        raise ValueError(f"k: expected an integer in [1, {n}] (the number of items), got {k!r}")
+
+
 def random_anchors(key: jax.Array, n: int, k: int) -> jax.Array:
     """``k`` distinct items chosen uniformly at random (int32 ``[k]``, sorted)."""
+    check_k(k, n)
     return jnp.sort(jax.random.permutation(key, n)[:k]).astype(jnp.int32)
 
 
@@ -86,6 +95,7 @@ def kmeans_anchors(
     x = (2.0 * scores - 1.0).T  # [n, m]
     x = x / jnp.maximum(jnp.linalg.norm(x, axis=1, keepdims=True), 1e-12)
     n = x.shape[0]
+    check_k(k, n)
     sq = jnp.sum(x**2, axis=1)
 
     def dists(cent):
@@ -146,14 +156,18 @@ def swap_step(anchors: jax.Array, ais: jax.Array, cis: jax.Array, blocked: jax.A
     """Swap the lowest-AIS anchor for the highest-CIS non-anchor (not ``blocked``).
 
     Returns:
-      ``(new_anchors, position, incoming_item)``.
+      ``(new_anchors, position, incoming_item)``; when every non-anchor is blocked the
+      anchors are returned unchanged and ``incoming_item`` is -1.
     """
     n = cis.shape[0]
     is_anchor = jnp.zeros((n,), bool).at[anchors].set(True)
     cand = jnp.where(is_anchor | blocked, -jnp.inf, cis)
-    j = jnp.argmax(cand).astype(anchors.dtype)
+    # every non-anchor blocked (few items beyond k): no swap, rather than argmax's item
+    # 0 of an all -inf row, which may be an anchor already (a duplicate)
+    has = jnp.any(~(is_anchor | blocked))
+    j = jnp.where(has, jnp.argmax(cand), -1).astype(anchors.dtype)
     pos = jnp.argmin(ais)
-    return anchors.at[pos].set(j), pos, j
+    return jnp.where(has, anchors.at[pos].set(j), anchors), pos, j
 
 
 class RefineTrace(NamedTuple):
