@@ -157,7 +157,10 @@ class Config:
       refit: refit the pulled arm's factor after each batch.
       num_newton: Newton steps per refit.
       synchronized: one item order shared by all arms (SySRs' order).
-      horizon: SySRs' planning horizon in calls (default ``budgets[-1]``).
+      horizon: SySRs' planning horizon in calls. Default (None): SySRs is run once per
+        checkpoint budget, each run planned for its own budget (SPEC 6.1: successive
+        rejects is a fixed-budget method, scored at the budget it was given); a value
+        plans one run for that many calls, read at every checkpoint on the way.
       truth: ``"real"`` or ``"synthetic"``.
       rank: factor rank (synthetic truth).
       corruption: ``"none"``, ``"biased"``, ``"random"`` or ``"adversarial"``.
@@ -1176,6 +1179,14 @@ def run_identification(
       >>> out.checkpoints.calls.tolist(), out.checkpoints.pulls.sum(-1).tolist()
       ([10, 60], [10, 60])
     """
+    if (config.policy == "sysrs" and config.horizon is None and config.mode == "budget"
+            and len(config.budgets) > 1):
+        # one fixed-budget run per checkpoint (same key: same instance and item order)
+        outs = [run_identification(rep_key, data, params,
+                                   dataclasses.replace(config, budgets=(b,)))
+                for b in config.budgets]
+        return outs[0]._replace(checkpoints=jax.tree.map(
+            lambda *xs: jnp.concatenate(xs, axis=0), *(o.checkpoints for o in outs)))
     order_key, truth, inst, theta = _setup(rep_key, data, config, params)
     state = _init_state(truth, data, config, params)
     budgets = jnp.asarray(config.budgets, jnp.int32)

@@ -494,7 +494,8 @@ def simulate_identification(
       refit: refit the pulled arm's factor after each batch.
       use_predictions: force the DR estimator on/off (default: on for prediction policies).
       synchronized: one item order for all arms (default: only for SySRs).
-      horizon: SySRs' planning horizon in calls (default the largest budget).
+      horizon: SySRs' planning horizon in calls. Default: SySRs is run once per budget,
+        planned for that budget (SPEC 6.1); a value plans one run read at every budget.
       corruption: ``"none"``, ``"biased"``, ``"random"``, ``"adversarial"`` predictions.
       bias: size of the ``"biased"`` corruption.
       factors: a fitted :class:`~jaxeval.LowRankLogistic` (or ``ItemFactors``) to use

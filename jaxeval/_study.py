@@ -69,7 +69,7 @@ FORMAT = "jaxeval-study/1"
 #: for every bet ``g >= 0.01``: valid, but 8-11% wider). Older chunks still load, but
 #: a task whose numbers a change moved is not extended or merged across set-ups
 #: (:func:`_setup_changes`).
-SETUP = 3
+SETUP = 4
 STUDY_FILE = "study.json"
 MANIFEST_FILE = "manifest.json"
 
@@ -905,7 +905,9 @@ def _setup_changes(study: Study, since: int, until: int = SETUP) -> dict[str, st
     ``until`` (default :data:`SETUP`), each with what moved. Set-up 2: prediction
     policies that refit and leave ``num_newton``, or on real data ``rho``, unset.
     Set-up 3: every policy whose study computes the empirical-Bernstein sequence (its
-    bounds, and ``pulse``'s index and the stop that use them)."""
+    bounds, and ``pulse``'s index and the stop that use them). Set-up 4: ``naive``
+    (recommends by its own pooled estimate) and ``sysrs`` (one run per budget, each
+    planned for its budget; enough loop steps at batch sizes above 1)."""
     if not isinstance(study, IdentificationStudy) or since >= until:
         return {}
     from jaxeval import _policies
@@ -925,6 +927,12 @@ def _setup_changes(study: Study, since: int, until: int = SETUP) -> dict[str, st
         if since < 3 <= until and "eb" in study.cs_kinds:
             moved.append("empirical-Bernstein bounds: a penalty over-charged then (wider), "
                          "exact now")
+        if since < 4 <= until and spec.policy == "naive":
+            moved.append("recommendation: argmax of the difference estimate then, of the "
+                         "naive pooled estimate now")
+        if since < 4 <= until and spec.policy == "sysrs":
+            moved.append("one run planned for the largest budget, read at every checkpoint, "
+                         "then; one run per budget, planned for it, now")
         if moved:
             out[spec.name] = "; ".join(moved)
     return out

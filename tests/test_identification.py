@@ -262,3 +262,29 @@ def test_naive_recommends_by_its_own_pooled_estimate():
         np.testing.assert_array_equal(cp.recommended, getattr(cp, field).argmax(-1))
         if policy == "naive":  # the check has teeth: the two estimates disagree here
             assert (cp.naive.argmax(-1) != cp.estimate.argmax(-1)).mean() > 0.05
+
+
+def test_sysrs_is_planned_for_each_budget_unless_given_a_horizon():
+    """SPEC 6.1 scores a fixed-budget method at the budget it was given: without a
+    horizon each checkpoint of a SySRs run is its own run planned for that budget (same
+    instance and item order); with one, a single run is read at every checkpoint."""
+    K, budgets = 4, (6, 12, 24)
+    run = jax.jit(idn.run_identification, static_argnums=3)
+    data = _data()
+    key = jax.random.key(3)
+    many = run(key, data, idn.Params.make(),
+               idn.Config("sysrs", K, N, budgets=budgets, cs_kinds=("eb",)))
+    for c, b in enumerate(budgets):
+        one = run(key, data, idn.Params.make(),
+                  idn.Config("sysrs", K, N, budgets=(b,), cs_kinds=("eb",)))
+        for a, o in zip(jax.tree.leaves(many.checkpoints), jax.tree.leaves(one.checkpoints)):
+            np.testing.assert_array_equal(np.asarray(a)[c], np.asarray(o)[0])
+        np.testing.assert_array_equal(many.theta, one.theta)
+    # planned for the smallest budget, every arm is seen at 6 calls; planned for 24, not
+    assert int(np.asarray(many.checkpoints.pulls)[0].min()) >= 1
+    anytime = run(key, data, idn.Params.make(),
+                  idn.Config("sysrs", K, N, budgets=budgets, horizon=24, cs_kinds=("eb",)))
+    np.testing.assert_array_equal(np.asarray(anytime.checkpoints.pulls)[-1],
+                                  np.asarray(many.checkpoints.pulls)[-1])
+    assert not np.array_equal(np.asarray(anytime.checkpoints.pulls)[0],
+                              np.asarray(many.checkpoints.pulls)[0])

@@ -591,9 +591,14 @@ def test_folder_of_an_older_setup_is_not_extended_or_merged(tmp_path):
                       {"policy": "naive", "label": "naive2", "settings": {"num_newton": 1}},
                       {"policy": "pulse", "label": "norefit", "settings": {"refit": False}}]}
     study = study_from_dict(d)  # no EB sequence: only the refit change (set-up 2) matters
-    sens = _setup_changes(study, 1)
+    sens = _setup_changes(study, 1, 3)
     assert list(sens) == ["pulse_ucb"] and "rho" not in sens["pulse_ucb"]  # synthetic
-    assert _setup_changes(study, 2) == {} == _setup_changes(study, SETUP)
+    assert _setup_changes(study, 4) == {} == _setup_changes(study, SETUP)
+    # set-up 4 moved the naive recommendation and SySRs (one run per budget)
+    assert list(_setup_changes(study, 2)) == ["naive2"] == list(_setup_changes(study, 3))
+    assert "pooled" in _setup_changes(study, 3)["naive2"]
+    sr = study_from_dict(dict(d, policies=["sysrs", "ucbe"]))
+    assert list(_setup_changes(sr, 3)) == ["sysrs"] and _setup_changes(sr, 2, 3) == {}
     real = study_from_dict(dict(d, data="oll2_ifeval", policies=["pulse"]))
     assert "online_rho" in _setup_changes(real, 1)["pulse"]
     eb = study_from_dict(dict(d, cs_kinds=["eb", "hoeffding"]))  # the EB fix moves all
@@ -644,9 +649,10 @@ def test_folder_of_an_older_setup_is_not_extended_or_merged(tmp_path):
     assert not (tmp_path / "merged").exists()
     # with the EB sequence, set-up 2 chunks of any policy are not extended or merged
     eb2, man_eb = folder("eb2", [("ucbe", 0, 4, 2, True)], st=eb)
-    with pytest.raises(StudyFolderError, match=r"'ucbe'.*set-up 2, now 3: empirical-Bernstein"):
+    with pytest.raises(StudyFolderError,
+                       match=rf"'ucbe'.*set-up 2, now {SETUP}: empirical-Bernstein"):
         _check_setup(eb, man_eb, eb2, ["ucbe"])
-    with pytest.raises(StudyFolderError, match=r"'ucbe'.*set-up 2, now 3"):
+    with pytest.raises(StudyFolderError, match=rf"'ucbe'.*set-up 2, now {SETUP}"):
         run_study(eb, eb2, progress=False)
     folder("eb3", [("ucbe", 4, 8, SETUP, True)], st=eb)
     with pytest.raises(StudyFolderError, match=r"'ucbe'.*different study set-ups"):
