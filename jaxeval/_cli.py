@@ -24,13 +24,13 @@ local device, and across hosts.
 
 EPILOG = """\
 examples:
-  jaxeval datasets                         list the bundled Open LLM Leaderboard v2 data
-  jaxeval main --out jaxeval-out           the default study: report and plots in jaxeval-out/
-  jaxeval example identification > s.json a study definition to edit
-  jaxeval run s.json --out runs/s          run it (Ctrl-C or kill -9 at any time ...)
-  jaxeval resume runs/s                    ... and continue where it stopped
-  jaxeval summary runs/s                   print the summary table (and write summary.json)
-  jaxeval plot runs/s                      write the figures to runs/s/plots/
+  jaxeval datasets                          list the bundled Open LLM Leaderboard v2 data
+  jaxeval main --out jaxeval-out            the default study: report and plots in jaxeval-out/
+  jaxeval example identification > s.json   a study definition to edit
+  jaxeval run s.json --out runs/s           run it (Ctrl-C or kill -9 at any time ...)
+  jaxeval resume runs/s                     ... and continue where it stopped
+  jaxeval summary runs/s                    print the summary table (and write summary.json)
+  jaxeval plot runs/s                       write the figures to runs/s/plots/
 
 a real identification campaign (your harness scores the requested items):
   jaxeval campaign new c.npz --history oll2_ifeval --candidates m1 m2 m3 --budget 1500
@@ -769,6 +769,13 @@ def main(argv: list[str] | None = None) -> int:
             paths = plot_study(summarize(study, results), args.out or Path(args.dir) / "plots")
             print("\n".join(str(p) for p in paths))
             return 0
+    except BrokenPipeError:
+        # the reader went away (e.g. `jaxeval summary runs/s | head`): not an error of the
+        # command, whose files are written before it prints; stop quietly (Python's
+        # documented recipe: point stdout at devnull so the exit flush cannot fail again)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except (ValueError, TypeError, RuntimeError, ImportError, OSError, StudyFolderError) as e:
         # StudyConfigError is a ValueError; so is every refusal of bad data or settings
         if os.environ.get("JAXEVAL_DEBUG"):

@@ -485,3 +485,14 @@ def test_anchors_fit_items_predict(tmp_path, capsys, monkeypatch):
     Path("short.json").write_text("[1, 0]")
     assert main(["anchors", "predict", "p.npz", "short.json"]) == 2
     assert "expected 12" in capsys.readouterr().err
+
+
+def test_a_reader_that_goes_away_is_not_an_error():
+    """`jaxeval ... | head`: a closed stdout ends the command quietly (no error line)."""
+    p = subprocess.Popen([sys.executable, "-m", "jaxeval", "datasets", "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    p.stderr.close()
+    assert p.wait() == 1
+    assert "error" not in err.lower(), err
