@@ -813,3 +813,16 @@ def test_selectors_refuse_k_beyond_the_items(k):
     with pytest.raises(ValueError, match=msg):
         fit_method(jax.random.key(1), SplitData(s[:14], y[:14], s[14:], y[14:]), k,
                    "random_ridge", Settings())
+
+
+def test_a_failed_candidate_is_never_chosen():
+    """A candidate whose error is NaN (a failed fit) ranks last in auto's choices instead
+    of winning np.argmin / min as NaN does."""
+    from jaxeval.anchors._api import _nan_last
+    from jaxeval.anchors._protocol import nan_last_argmin
+
+    assert nan_last_argmin(np.array([[np.nan, 2.0, 1.0], [3.0, np.nan, 4.0]])).tolist() == [2, 0]
+    assert np.array([np.nan, 2.0]).argmin() == 0  # what it guards against
+    errs = {"a": float("nan"), "b": 0.3, "c": 0.1}
+    assert min(errs, key=lambda m: _nan_last(errs[m])) == "c"
+    assert min({"a": float("nan"), "b": 0.3}, key=lambda m: _nan_last(errs[m])) == "b"

@@ -39,6 +39,12 @@ __all__ = ["AnchorPredictor", "fit_anchors"]
 _FORMAT = "jaxeval.anchors/1"
 
 
+def _nan_last(err: float) -> float:
+    """A candidate's error for choosing the smallest: NaN (a failed fit) ranks last."""
+    err = float(err)
+    return float("inf") if err != err else err
+
+
 def _key(seed: Any) -> jax.Array:
     """An int seed (>= 0), a typed key or raw ``uint32[2]`` key data, as the runner takes."""
     from jaxeval._runner import as_key
@@ -596,12 +602,12 @@ def fit_anchors(
                                  jnp.asarray(y_ho), int(k), tuple(cands), st), np.float64)
         errs = (res**2).mean(axis=(1, 2))
         cv_mse = dict(zip(cands, errs.tolist()))
-        best = min(cv_mse, key=cv_mse.get)
+        best = min(cv_mse, key=lambda m: _nan_last(cv_mse[m]))
         # the interval of a cross-validated choice: cross-fitted residuals of the
         # chosen candidate (the validation models tuned its choices)
         radius = float(conformal_quantile(jnp.asarray(res[cands.index(best)].ravel()), alpha))
     else:
-        best = min(results, key=lambda s: results[s][2])
+        best = min(results, key=lambda s: _nan_last(results[s][2]))
         radius = None
         if half_res is not None:
             # the interval of a choice made on validation models: residuals of the

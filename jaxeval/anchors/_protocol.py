@@ -126,6 +126,18 @@ def protocol_kernel(
     return out
 
 
+def nan_last_argmin(err: np.ndarray) -> np.ndarray:
+    """``argmin`` over the last axis with NaN treated as the worst error (``np.argmin``
+    picks a NaN entry), so a candidate whose fit failed is never chosen over a finite one.
+
+    Example:
+      >>> nan_last_argmin(np.array([[np.nan, 2.0, 1.0], [3.0, np.nan, 4.0]])).tolist()
+      [2, 0]
+    """
+    err = np.asarray(err, np.float64)
+    return np.where(np.isnan(err), np.inf, err).argmin(-1)
+
+
 def _over_seeds(fn, args, vmap_seeds: bool):
     """``fn`` applied to each seed's slice of ``args`` (leading axis): one ``lax.map``
     iteration per seed (the compiled arithmetic of one seed, whatever the number of
@@ -286,7 +298,8 @@ def evaluate_protocol(
         ), np.float64)  # [S, C, folds, h]
         cv_mse = (cv_res**2).mean(axis=(2, 3))  # [S, C]
         present = [m for m in cands if m in names]
-        picks = np.array([present.index(cands[c]) for c in cv_mse.argmin(1)], np.int32)
+        picks = np.array([present.index(cands[c]) for c in nan_last_argmin(cv_mse)],
+                         np.int32)
     halves = None
     if "auto" in methods and not use_cv and st.auto_halves:
         hs = [validation_halves(d.y_val.shape[1], int(s)) for s in seeds]
@@ -304,7 +317,7 @@ def evaluate_protocol(
         idx = [names.index(m) for m in cands]
         mse = ((val[:, idx] - y_val[:, None]) ** 2).mean(-1)  # [S, C]
         crit = cv_mse if use_cv else mse
-        pick = np.array(idx)[crit.argmin(1)]
+        pick = np.array(idx)[nan_last_argmin(crit)]
         val = np.concatenate([val, val[np.arange(S), pick][:, None]], 1)
         test = np.concatenate([test, test[np.arange(S), pick][:, None]], 1)
         anchors = np.concatenate([anchors, anchors[np.arange(S), pick][:, None]], 1)
