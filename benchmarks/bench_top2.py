@@ -1,7 +1,7 @@
 """How much of the calls to 95% identification is spent ordering the top two?
 
-For every report instance of ``bench_tuning.py`` (same seed, split, instances and item
-orders), the study is run twice per policy:
+For every report instance of ``bench_tuning.py`` (same seed, split and instances), the
+study is run twice per policy:
 
 1. as is, ``K`` candidates;
 2. on the instance's **true top two** only (``instances=`` of
@@ -11,6 +11,9 @@ orders), the study is run twice per policy:
    report instances themselves).
 
 The second run is a policy told which two candidates lead and left only to order them.
+Its two arms read the item-order streams of arms 0 and 1 of the replicate key, not the
+streams the two models had in the full run (same distribution, other draws: noise, not
+bias).
 Its calls to 95% approximate what any policy with the same estimator must spend on
 that part of the problem whatever it does with the other ``K - 2`` candidates; the
 ratio of the two runs says how much of a policy's budget the search among all ``K``
@@ -96,7 +99,7 @@ def main(argv=None):
         budgets = sorted({min(int(round(fr * total)), 2 * n) for fr in fracs} | {2 * n})
         top = {}
         for pol in ("ucbe", "pulse_ucb"):
-            best = (np.inf, None)
+            best = (np.inf, float("nan"))  # no a of the grid reaching 95%: a shows as nan
             for a in args.a_grid:
                 r2 = jaxeval.simulate_identification(
                     sm, pol, K=2, budgets=budgets, instances=top2, a=a,
