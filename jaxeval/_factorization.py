@@ -866,8 +866,9 @@ class SelectionResult(NamedTuple):
 
 
 @functools.partial(jax.jit, static_argnames=("rank", "num_steps"))
-def _heldout_grid(key, scores, mask, heldout, rhos, *, rank, num_steps, learning_rate):
-    """Fits on ``mask & ~heldout`` for every rho; held-out loss on ``heldout``."""
+def _heldout_grid(key, scores, mask, heldout, rhos, rho_v, *, rank, num_steps, learning_rate):
+    """Fits on ``mask & ~heldout`` for every rho (``rho_v`` NaN: the same rho on V);
+    held-out loss on ``heldout``."""
     train = mask & ~heldout
 
     def one(rho):
@@ -877,7 +878,7 @@ def _heldout_grid(key, scores, mask, heldout, rhos, *, rank, num_steps, learning
             train,
             rank=rank,
             rho_u=rho,
-            rho_v=rho,
+            rho_v=jnp.where(jnp.isnan(rho_v), rho, rho_v),
             learning_rate=learning_rate,
             num_steps=num_steps,
         )
@@ -899,15 +900,17 @@ def select_factors(
     num_repeats: int = 1,
     learning_rate: float = 0.05,
     num_steps: int = 1000,
+    rho_v: float | None = None,
 ) -> SelectionResult:
     """Choose rank and regularisation by log-loss on held-out cells of training models.
 
     For each repeat a random ``holdout_fraction`` of the observed cells (never whole
     rows: candidates are not involved) is held out; for each rank (one compilation
     per rank) the whole ``rhos`` grid is fitted in one vmapped call with
-    ``rho_u = rho_v = rho``; the held-out log-loss is averaged over repeats and the
-    minimiser is returned with the whole curve. This is a host-level driver over
-    jitted kernels; refit on all cells with the chosen values afterwards.
+    ``rho_u = rho`` and ``rho_v = rho`` (or the fixed ``rho_v`` given, so that the
+    grid scores the model that will be fitted); the held-out log-loss is averaged over
+    repeats and the minimiser is returned with the whole curve. This is a host-level
+    driver over jitted kernels; refit on all cells with the chosen values afterwards.
 
     Args:
       key: PRNG key (held-out cells and initialisations).
@@ -919,6 +922,7 @@ def select_factors(
       num_repeats: number of independent held-out draws.
       learning_rate: Adam peak learning rate.
       num_steps: full-batch steps per fit.
+      rho_v: a fixed prior strength on V for every grid fit (default: each grid rho).
 
     Returns:
       A :class:`SelectionResult`.
@@ -948,6 +952,7 @@ def select_factors(
                 mask,
                 heldout,
                 rhos_arr,
+                jnp.asarray(np.nan if rho_v is None else rho_v, rhos_arr.dtype),
                 rank=r,
                 num_steps=num_steps,
                 learning_rate=jnp.asarray(learning_rate, rhos_arr.dtype),

@@ -167,6 +167,9 @@ class LowRankLogistic:
           >>> u.shape
           (3, 2)
         """
+        if isinstance(num_newton, bool) or not isinstance(num_newton, (int, np.integer)) or \
+                num_newton < 1:
+            raise ValueError(f"num_newton: expected a positive integer, got {num_newton!r}")
         s, m = self._canon(scores, mask)
         K = s.shape[0]
         if u_init is None:
@@ -483,6 +486,7 @@ def fit_factorization(
             holdout_fraction=holdout_fraction,
             learning_rate=learning_rate,
             num_steps=selection_steps,
+            rho_v=rv_given,
         )
         if not np.isfinite(sel.heldout_loss).any():
             raise FloatingPointError(

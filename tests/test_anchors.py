@@ -826,3 +826,26 @@ def test_a_failed_candidate_is_never_chosen():
     errs = {"a": float("nan"), "b": 0.3, "c": 0.1}
     assert min(errs, key=lambda m: _nan_last(errs[m])) == "c"
     assert min({"a": float("nan"), "b": 0.3}, key=lambda m: _nan_last(errs[m])) == "b"
+
+
+def test_a_key_seed_draws_its_own_validation_split(small_sm, monkeypatch):
+    """fit_anchors(seed=<key>) splits off its validation models by a seed drawn from the
+    key (it always used split seed 0 for any key)."""
+    from jaxeval._data import ScoreMatrix
+
+    seen = []
+    real_split = ScoreMatrix.split
+
+    def spy(self, sizes, seed=0):
+        seen.append(seed)
+        return real_split(self, sizes, seed=seed)
+
+    monkeypatch.setattr(ScoreMatrix, "split", spy)
+    for key in (jax.random.key(1), jax.random.key(2)):
+        fit_anchors(small_sm, 4, method="random_ridge", seed=key, settings=FAST)
+    fit_anchors(small_sm, 4, method="random_ridge", seed=7, settings=FAST)
+    assert len(seen) == 3 and seen[0] != seen[1] and seen[2] == 7
+    p = fit_anchors(small_sm, 4, method="random_ridge", seed=0, settings=FAST)
+    for bad in (True, 2.5, 0):
+        with pytest.raises(ValueError, match="m: expected an integer in 1"):
+            p.extra_items(bad)

@@ -611,3 +611,20 @@ def test_factorization_beats_item_mean_on_real_heldout_cells():
     ll_item = float(-np.mean(Snp[Hnp] * np.log(P) + (1 - Snp[Hnp]) * np.log1p(-P)))
     # benchmarks/bench_factorization.py: 0.337 vs 0.534 (rank 4)
     assert ll < ll_item - 0.1
+
+
+def test_selection_scores_the_fixed_rho_v_that_will_be_fitted():
+    """With an explicit rho_v the selection grid fits that rho_v on V (it used rho on
+    both, so the rank and rho chosen were tuned for a model never fitted)."""
+    import jaxeval
+
+    tr = jaxeval.load("oll2_musr").take(models=range(40), items=range(120))
+    kw = dict(rank="auto", rho="auto", ranks=(1, 2), rhos=(0.3, 3.0), num_steps=20,
+              selection_steps=40, seed=0)
+    a = jaxeval.fit_factorization(tr, **kw)
+    b = jaxeval.fit_factorization(tr, rho_v=1000.0, **kw)
+    assert not np.array_equal(a.selection["heldout_loss"], b.selection["heldout_loss"])
+    assert b.rho_v == 1000.0
+    for bad in (-1, 0, True, 2.5):  # update's Newton steps: refused, not u_mean returned
+        with pytest.raises(ValueError, match="num_newton: expected a positive integer"):
+            a.update(tr.scores[:1], tr.mask[:1], num_newton=bad)

@@ -205,8 +205,8 @@ class AnchorPredictor:
             model when intervals about several models are read together.
         """
         n = self.items.size
-        if not 1 <= m <= n - self.k:
-            raise ValueError(f"m: expected 1..{n - self.k} extra items, got {m}")
+        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 1 <= m <= n - self.k:
+            raise ValueError(f"m: expected an integer in 1..{n - self.k} extra items, got {m!r}")
         idx = sample_non_anchors(_key(seed), jnp.asarray(self.anchor_index), n, m)
         return self.items[np.asarray(idx)]
 
@@ -530,7 +530,10 @@ def fit_anchors(
     train.require_complete("fit_anchors")
     key = _key(seed)
     st = dataclasses.replace(settings or Settings(), external=train.target is not None)
-    split_seed = int(seed) if isinstance(seed, (int, np.integer)) else 0
+    # the int seed of the NumPy splits (validation hold-out, halves, CV folds); a key
+    # gives one drawn from it, so different keys split differently too
+    split_seed = (int(seed) if isinstance(seed, (int, np.integer)) else
+                  int(jax.random.randint(jax.random.fold_in(key, 0x5EED), (), 0, 2**31 - 1)))
     if validation is None:
         n_val = max(int(round(0.2 * train.n_models)), 1)
         if train.n_models - n_val < 1:

@@ -175,7 +175,8 @@ def train_mlp(
       key: PRNG key (initialisation and dropout).
       x_tr, y_tr: ``[m, k]`` training anchor scores and ``[m]`` targets.
       x_val, y_val: validation anchors and targets (checkpoint choice).
-      num_steps: number of Adam steps (static; rounded down to ``eval_every``).
+      num_steps: number of Adam steps (static; rounded down to a multiple of
+        ``eval_every``, and at least ``eval_every``: one checkpoint is always taken).
       eval_every: checkpoint spacing (static).
       learning_rate: Adam step size (traced).
       weight_decay: decoupled weight decay (AdamW; traced; 0 = plain Adam).
