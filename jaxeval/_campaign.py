@@ -511,15 +511,46 @@ class IdentificationCampaign:
 
     def _finished(self) -> str:
         """Why nothing more can be asked now (``""``: something can)."""
-        if bool(np.all(np.asarray(self._state.sampler.count) >= self._config.num_items)):
+        return self._finished_at(self._state) or ("policy" if self._policy_done else "")
+
+    def _finished_at(self, state) -> str:
+        """:meth:`_finished` for a kernel state, without the policy's own end."""
+        if bool(np.all(np.asarray(state.sampler.count) >= self._config.num_items)):
             return "exhausted"
-        if self.calls >= self.settings["budget"]:
+        if int(state.calls) >= self.settings["budget"]:
             return "budget"
         if self.settings["stop_when_confident"] and bool(
-            _confident_jit(self._state, self._config, self._params)[1]
+            _confident_jit(state, self._config, self._params)[1]
         ):
             return "confident"
-        return "policy" if self._policy_done else ""
+        return ""
+
+    def _end_reason(self) -> str:
+        """Why the next :meth:`ask` will return ``None`` (``""``: it will request
+        something), worked out on a copy of the state: the empty steps :meth:`ask` takes
+        first (SySRs' last rejections, which draw nothing) are run but not committed, so
+        :meth:`status` and :meth:`save` know the campaign is over right after its last
+        answer."""
+        reason = self._finished()
+        if reason or self._pending is not None:
+            return reason
+        cfg, st = self._config, self._state
+        for _ in range(cfg.num_steps + 1):
+            reason = self._finished_at(st)
+            if reason:
+                return reason
+            _, _, valid, active = _peek(st, self._order_key, self._table, cfg, self._params,
+                                        self._cap)
+            if bool(active) and bool(np.any(valid)):
+                return ""
+            before = jax.tree.map(np.asarray, st.pstate)
+            st = _step(st, self._order_key, self._truth, self._data, cfg, self._params,
+                       self._cap, self._table)
+            after = jax.tree.map(np.asarray, st.pstate)
+            if all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(before),
+                                                         jax.tree.leaves(after))):
+                break
+        return "policy"
 
     # ------------------------------------------------------------------- public
     @property
@@ -593,6 +624,11 @@ class IdentificationCampaign:
                 "request: not the pending request (answer the request the last ask() "
                 "returned, once)"
             )
+        if not isinstance(scores, Mapping) and callable(getattr(scores, "items", None)) \
+                and callable(getattr(scores, "keys", None)):
+            # a keyed container that is not a Mapping (a pandas Series indexed by item
+            # name): matched by name like a dict, never filed by position
+            scores = dict(scores.items())
         if isinstance(scores, Mapping):
             names = self.items[index].tolist()
             by_name = {str(k): v for k, v in scores.items()}  # item names are strings
@@ -654,10 +690,12 @@ class IdentificationCampaign:
         cfg = self._config
         q = cfg.cs_kinds.index(cfg.stop_kind)
         lower, upper = np.asarray(rec.lower), np.asarray(rec.upper)
-        reason = "" if self._pending is not None else self._finished()
+        reason = "" if self._pending is not None else self._end_reason()
+        # the estimate the policy ranks by (naive pooling: its own pooled estimate)
+        est = rec.naive if cfg.policy == "naive" else rec.estimate
         return CampaignStatus(
             models=self.candidates.copy(),
-            estimate=np.asarray(rec.estimate, np.float64),
+            estimate=np.asarray(est, np.float64),
             lower=lower[q].astype(np.float64),
             upper=upper[q].astype(np.float64),
             bounds={k: (lower[i].astype(np.float64), upper[i].astype(np.float64))
@@ -704,7 +742,8 @@ class IdentificationCampaign:
         idx, val = idx.astype(np.int64), val.astype(np.float32)
         leaves = [np.asarray(x) for x in jax.tree.leaves(self._state)]
         layout = _layout(self._state)
-        done = np.asarray(bool(self._policy_done))  # the policy had nothing left to ask
+        # the policy has nothing left to ask (also right after the answer that ended it)
+        done = np.asarray(bool(self._policy_done) or self._end_reason() == "policy")
         meta = dict(format=_FORMAT, settings=self.settings,
                     candidates=self.candidates.tolist(), items=self.items.tolist(),
                     jax_version=jax.__version__, platform=jax.default_backend(),

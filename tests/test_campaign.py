@@ -447,3 +447,47 @@ def test_a_finished_policy_stays_finished_after_load(tmp_path):
                                policy="pulse_ucb", rank=8, factors=ItemFactors(
                                    np.zeros((n, 8), np.float32), np.zeros(n, np.float32),
                                    np.zeros(8, np.float32)))
+
+
+def test_a_series_of_scores_is_matched_by_item_name(problem):
+    """A pandas Series indexed by item names (in any order) is matched like a dict; it
+    was filed by position, putting paid answers on the wrong items."""
+    pd = pytest.importorskip("pandas")
+    hist, cands, _ = problem
+    camp = IdentificationCampaign(cands.models[:2], hist, policy="ucbe", batch_size=4,
+                                  budget=20, seed=0)
+    req = camp.ask()
+    want = np.array([0.1, 0.2, 0.3, 0.4])
+    ser = pd.Series(want, index=req.items)[::-1]  # other order, same names
+    camp.tell(req, ser)
+    got = camp.scores().scores[req.arm, req.index]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_status_of_naive_ranks_by_its_own_estimate_and_sysrs_ends_with_its_last_answer(
+        problem, tmp_path):
+    """naive: the recommended model is the top of status().estimate (its pooled
+    estimate). SySRs: right after the answer that completes its schedule status() is
+    done with reason "policy", and the file saved then says so too."""
+    hist, cands, _ = problem
+    camp = IdentificationCampaign(cands.models, hist, policy="naive", batch_size=3,
+                                  budget=60, seed=1, stop_when_confident=False)
+    while (req := camp.ask()) is not None:
+        camp.tell(req, cands.take(models=[req.model], items=req.items).scores[0])
+        st = camp.status()
+        assert st.recommended == st.models[int(np.argmax(st.estimate))]
+    # near K n the survivor cannot take the whole rest (at most n items): the schedule
+    # ends before the budget
+    camp = IdentificationCampaign(cands.models, hist, policy="sysrs", batch_size=4,
+                                  budget=330, seed=0, stop_when_confident=False)
+    path = tmp_path / "s.npz"
+    while (req := camp.ask()) is not None:
+        camp.tell(req, cands.take(models=[req.model], items=req.items).scores[0])
+        camp.save(path)
+        st = camp.status()
+        if st.done:
+            break
+    assert st.done and st.reason == "policy" and camp.ask() is None
+    again = IdentificationCampaign.load(path)
+    assert again.status().done and again.status().reason == "policy"
+    assert again.ask() is None
