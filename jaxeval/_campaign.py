@@ -619,6 +619,7 @@ class IdentificationCampaign:
         arm, index, step = self._pending
         if not isinstance(request, CampaignRequest) or request.step != step or (
             request.arm != arm or not np.array_equal(np.asarray(request.index), index)
+            or request.model != str(self.candidates[arm])
         ):
             raise ValueError(
                 "request: not the pending request (answer the request the last ask() "

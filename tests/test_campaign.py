@@ -1,5 +1,6 @@
 """IdentificationCampaign: the simulation's kernel, one real request at a time."""
 
+import dataclasses
 import json
 import zipfile
 
@@ -459,6 +460,9 @@ def test_a_series_of_scores_is_matched_by_item_name(problem):
     req = camp.ask()
     want = np.array([0.1, 0.2, 0.3, 0.4])
     ser = pd.Series(want, index=req.items)[::-1]  # other order, same names
+    other = next(m for m in camp.candidates if m != req.model)
+    with pytest.raises(ValueError, match="not the pending request"):
+        camp.tell(dataclasses.replace(req, model=other), want)  # edited to another model
     camp.tell(req, ser)
     got = camp.scores().scores[req.arm, req.index]
     np.testing.assert_allclose(got, want, rtol=1e-6)
