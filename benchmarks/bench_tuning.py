@@ -102,30 +102,18 @@ def _score(rep):
 
 
 def sysrs_per_budget(sm, K, seed, fracs, **kw):
-    """SySRs as SPEC 6.1 runs it: successive rejects is a fixed-budget method, planned for
-    the budget it is given, so each point of its curve is its own run with ``horizon``
-    equal to that budget (same seed: same instances and item orders as every other
-    policy). Returns ``(calls to 95%, calls to 90%)`` as shares of ``K * n``.
+    """SySRs as SPEC 6.1 runs it, ``(calls to 95%, calls to 90%)`` as shares of ``K n``:
+    successive rejects is a fixed-budget method, so each point of its curve is its own
+    run planned for that budget (what the kernel does for SySRs without a ``horizon``;
+    same seed: same instances and item orders as every other policy).
 
     (One run planned for the largest budget and read at the smaller checkpoints, as
     before the eighteenth session, scores SySRs mid-schedule: at IFEval K = 10 it needed
     35.5% of K n for 95% instead of 21.4%.)
     """
-    from jaxeval._report import calls_to_target
-
-    kn = K * sm.n_items
-    calls, acc = [], []
-    for f in fracs:
-        b = max(1, int(round(f * kn)))
-        rep = jaxeval.simulate_identification(sm, "sysrs", K=K, seed=seed, budgets=(b,),
-                                              horizon=b, **kw)
-        calls.append(float(rep.calls_used[0]))
-        acc.append(float(rep.accuracy[0]))
-    out = []
-    for target in (0.95, 0.90):
-        c = calls_to_target(calls, acc, target)
-        out.append(math.inf if c is None else c / kn)
-    return tuple(out)
+    rep = jaxeval.simulate_identification(sm, "sysrs", K=K, seed=seed,
+                                          budget_fractions=fracs, **kw)
+    return rep.calls_to(0.95, fraction=True), rep.calls_to(0.90, fraction=True)
 
 
 def main(argv=None):

@@ -260,16 +260,7 @@ def _peek_impl(state, order_key, table, config: idn.Config, params, cap):
 _peek = jax.jit(_peek_impl, static_argnums=3)
 
 
-def _confident(state, config: idn.Config, params) -> tuple[Any, Any, Any]:
-    rec = idn._record(state, config)
-    q = config.cs_kinds.index(config.stop_kind)
-    lead = rec.recommended  # the highest estimate among the models the policy keeps
-    lo = rec.lower[q, lead]
-    others = jnp.where(jnp.arange(config.num_arms) == lead, -jnp.inf, rec.upper[q])
-    return rec, lo > jnp.max(others) - params.eps
-
-
-_confident_jit = jax.jit(_confident, static_argnums=1)
+_confident_jit = jax.jit(idn.confident_record, static_argnums=1)
 
 
 class IdentificationCampaign:
@@ -525,24 +516,22 @@ class IdentificationCampaign:
             return "confident"
         return ""
 
-    def _end_reason(self) -> str:
-        """Why the next :meth:`ask` will return ``None`` (``""``: it will request
-        something), worked out on a copy of the state: the empty steps :meth:`ask` takes
-        first (SySRs' last rejections, which draw nothing) are run but not committed, so
-        :meth:`status` and :meth:`save` know the campaign is over right after its last
-        answer."""
-        reason = self._finished()
-        if reason or self._pending is not None:
-            return reason
-        cfg, st = self._config, self._state
+    def _walk(self, st):
+        """From kernel state ``st``, the steps :meth:`ask` takes before it can request
+        something: ``(state, (arm, index) or None, reason)``. An empty pull still
+        advances the policy (SySRs' last rejections draw nothing), so those steps are
+        taken; ``reason`` says why nothing can be requested (``"policy"``: the schedule
+        is over). Nothing is committed here."""
+        cfg = self._config
         for _ in range(cfg.num_steps + 1):
-            reason = self._finished_at(st)
+            reason = self._finished_at(st) or ("policy" if self._policy_done else "")
             if reason:
-                return reason
-            _, _, valid, active = _peek(st, self._order_key, self._table, cfg, self._params,
-                                        self._cap)
+                return st, None, reason
+            arm, index, valid, active = _peek(st, self._order_key, self._table, cfg,
+                                              self._params, self._cap)
             if bool(active) and bool(np.any(valid)):
-                return ""
+                index = np.asarray(index)[np.asarray(valid)].astype(np.int64)
+                return st, (int(arm), index), ""
             before = jax.tree.map(np.asarray, st.pstate)
             st = _step(st, self._order_key, self._truth, self._data, cfg, self._params,
                        self._cap, self._table)
@@ -550,7 +539,16 @@ class IdentificationCampaign:
             if all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(before),
                                                          jax.tree.leaves(after))):
                 break
-        return "policy"
+        return st, None, "policy"
+
+    def _end_reason(self) -> str:
+        """Why the next :meth:`ask` will return ``None`` (``""``: it will request
+        something), worked out on the current state without committing the empty steps
+        :meth:`ask` would take, so :meth:`status` and :meth:`save` know the campaign is
+        over right after its last answer."""
+        if self._pending is not None:
+            return ""
+        return self._walk(self._state)[2]
 
     # ------------------------------------------------------------------- public
     @property
@@ -568,27 +566,14 @@ class IdentificationCampaign:
         """
         if self._pending is not None:
             return self._request(self._pending)
-        cfg = self._config
-        for _ in range(cfg.num_steps + 1):
-            if self._finished():
-                return None
-            arm, index, valid, active = _peek(self._state, self._order_key, self._table,
-                                              cfg, self._params, self._cap)
-            if bool(active) and bool(np.any(valid)):
-                arm = int(arm)
-                index = np.asarray(index)[np.asarray(valid)].astype(np.int64)
-                index.flags.writeable = False
-                self._pending = (arm, index, len(self._log))
-                return self._request(self._pending)
-            # an empty pull still advances the policy (SySRs' rejections): step on
-            before = jax.tree.map(np.asarray, self._state.pstate)
-            self._state = self._stepped(self._data)
-            after = jax.tree.map(np.asarray, self._state.pstate)
-            if all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(before),
-                                                         jax.tree.leaves(after))):
-                break
-        self._policy_done = True
-        return None
+        self._state, nxt, reason = self._walk(self._state)
+        if nxt is None:
+            self._policy_done = self._policy_done or reason == "policy"
+            return None
+        arm, index = nxt
+        index.flags.writeable = False
+        self._pending = (arm, index, len(self._log))
+        return self._request(self._pending)
 
     def _request(self, pending) -> CampaignRequest:
         """A fresh request object for the pending (arm, index, step): the user may
@@ -692,11 +677,10 @@ class IdentificationCampaign:
         q = cfg.cs_kinds.index(cfg.stop_kind)
         lower, upper = np.asarray(rec.lower), np.asarray(rec.upper)
         reason = "" if self._pending is not None else self._end_reason()
-        # the estimate the policy ranks by (naive pooling: its own pooled estimate)
-        est = rec.naive if cfg.policy == "naive" else rec.estimate
         return CampaignStatus(
             models=self.candidates.copy(),
-            estimate=np.asarray(est, np.float64),
+            # the estimate the policy ranks by (naive pooling: its own pooled estimate)
+            estimate=np.asarray(idn._ranking(rec, cfg), np.float64),
             lower=lower[q].astype(np.float64),
             upper=upper[q].astype(np.float64),
             bounds={k: (lower[i].astype(np.float64), upper[i].astype(np.float64))

@@ -866,19 +866,19 @@ class SelectionResult(NamedTuple):
 
 
 @functools.partial(jax.jit, static_argnames=("rank", "num_steps"))
-def _heldout_grid(key, scores, mask, heldout, rhos, rho_v, *, rank, num_steps, learning_rate):
-    """Fits on ``mask & ~heldout`` for every rho (``rho_v`` NaN: the same rho on V);
-    held-out loss on ``heldout``."""
+def _heldout_grid(key, scores, mask, heldout, rhos, rho_vs, *, rank, num_steps, learning_rate):
+    """Fits on ``mask & ~heldout`` for every pair ``(rhos[i], rho_vs[i])`` (priors on U
+    and V); held-out loss on ``heldout``."""
     train = mask & ~heldout
 
-    def one(rho):
+    def one(rho, rho_v):
         res = fit_factors(
             key,
             scores,
             train,
             rank=rank,
             rho_u=rho,
-            rho_v=jnp.where(jnp.isnan(rho_v), rho, rho_v),
+            rho_v=rho_v,
             learning_rate=learning_rate,
             num_steps=num_steps,
         )
@@ -886,7 +886,7 @@ def _heldout_grid(key, scores, mask, heldout, rhos, rho_v, *, rank, num_steps, l
         ll = jnp.where((res.status == STATUS_OK) & jnp.isfinite(ll), ll, jnp.inf)
         return ll, res.final_loss, res.status
 
-    return jax.vmap(one)(rhos)
+    return jax.vmap(one)(rhos, rho_vs)
 
 
 def select_factors(
@@ -952,7 +952,7 @@ def select_factors(
                 mask,
                 heldout,
                 rhos_arr,
-                jnp.asarray(np.nan if rho_v is None else rho_v, rhos_arr.dtype),
+                rhos_arr if rho_v is None else jnp.full_like(rhos_arr, rho_v),
                 rank=r,
                 num_steps=num_steps,
                 learning_rate=jnp.asarray(learning_rate, rhos_arr.dtype),

@@ -648,6 +648,18 @@ def _record(state: LoopState, config: Config) -> Record:
     return _finish(_snapshot(state, config), config)
 
 
+def confident_record(state: LoopState, config: Config, params: Params):
+    """``(record, separated)``: the state's record, and whether the recommended arm's
+    lower bound (the stop kind's) clears every other arm's upper bound minus ``eps``
+    (the fixed-confidence stop; the campaign's ``confident``)."""
+    rec = _record(state, config)
+    q = config.cs_kinds.index(config.stop_kind)
+    lead = rec.recommended  # the top of the ranking among the arms the policy keeps
+    lo = rec.lower[q, lead]
+    others = jnp.where(jnp.arange(config.num_arms) == lead, -jnp.inf, rec.upper[q])
+    return rec, lo > jnp.max(others) - params.eps
+
+
 def _init_state(truth, data, config: Config, params: Params) -> LoopState:
     K, n = config.num_arms, config.num_items
     r = _rank(config, data) if config.predictions else 1
@@ -1234,14 +1246,9 @@ def run_identification(
 
     # ------------------------------------------------------- fixed confidence
     cap = budgets[-1]
-    q = config.cs_kinds.index(config.stop_kind)
 
     def confident(st):
-        rec = _record(st, config)
-        lead = rec.recommended
-        lo = rec.lower[q, lead]
-        others = jnp.where(jnp.arange(config.num_arms) == lead, -jnp.inf, rec.upper[q])
-        return lo > jnp.max(others) - params.eps
+        return confident_record(st, config, params)[1]
 
     def cond(carry):
         st, i = carry

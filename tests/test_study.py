@@ -323,7 +323,7 @@ def test_a_run_killed_while_creating_its_folder_starts_again(tmp_path):
 def test_a_second_writer_of_one_folder_is_refused(tmp_path):
     """While one process writes a study folder (it holds the folder's lock) another run
     on the same folder is refused and deletes nothing."""
-    fcntl = pytest.importorskip("fcntl")
+    pytest.importorskip("fcntl")  # POSIX: the lock is an flock
     study = study_from_dict(toy_config(n_replicates=16, chunk_size=8))
     out = tmp_path / "w"
     run_study(study, out, replicate_range=(0, 8), progress=False)
@@ -345,7 +345,6 @@ def test_a_second_writer_of_one_folder_is_refused(tmp_path):
     finally:
         holder.kill()
         holder.wait()
-    del fcntl
 
 
 def _env():
