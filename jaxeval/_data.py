@@ -23,18 +23,23 @@ __all__ = ["ScoreMatrix", "Split", "rename_duplicates"]
 def rename_duplicates(names: Any, what: str, notes: dict) -> np.ndarray:
     """Make names unique by suffixing repeats with ``#2``, ``#3``, ...; records it in notes."""
     arr = np.asarray(names).astype(str)
+    taken = set(arr.tolist())  # a new name must not collide with any given one
     seen: dict[str, int] = {}
     out = []
     renamed = []
     for name in arr.tolist():
-        k = seen.get(name, 0) + 1
-        seen[name] = k
-        if k > 1:
-            new = f"{name}#{k}"
-            renamed.append(new)
-            out.append(new)
-        else:
+        if name not in seen:
+            seen[name] = 1
             out.append(name)
+            continue
+        k = seen[name] + 1
+        while f"{name}#{k}" in taken:
+            k += 1
+        seen[name] = k
+        new = f"{name}#{k}"
+        taken.add(new)
+        renamed.append(new)
+        out.append(new)
     if renamed:
         notes.setdefault("conversions", [])
         notes["conversions"] = list(notes["conversions"]) + [
@@ -153,8 +158,8 @@ class ScoreMatrix:
                     f"{src}: field 'scores' has {int(bad.sum())} NaN cells marked observed by "
                     f"'mask' (first at row {i}, column {j})"
                 )
-        if np.isinf(scores).any():
-            raise ValueError(f"{src}: field 'scores' holds infinite values")
+        if (np.isinf(scores) & mask).any():
+            raise ValueError(f"{src}: field 'scores' holds infinite values in observed cells")
         obs = scores[mask]
         if obs.size and (obs.min() < 0.0 or obs.max() > 1.0):
             i, j = np.argwhere(mask & ((scores < 0) | (scores > 1)))[0]
@@ -175,7 +180,13 @@ class ScoreMatrix:
         )
         target = None
         if self.target is not None:
-            t = np.asarray(self.target, dtype=np.float64)
+            try:
+                t = np.asarray(self.target, dtype=np.float64)
+            except (TypeError, ValueError) as e:
+                raise ValueError(
+                    f"{src}: field 'target' must hold numbers (fractions in [0, 1], NaN for "
+                    f"missing): {e}"
+                ) from None
             if t.shape != (m,):
                 raise ValueError(f"{src}: field 'target' must have shape ({m},), got {t.shape}")
             if np.isinf(t).any():
@@ -334,8 +345,9 @@ class ScoreMatrix:
         """Seeded random split of the models into consecutive groups.
 
         Args:
-          sizes: group sizes as counts (ints) or fractions (floats summing to <= 1);
-            any models left over form one extra trailing group.
+          sizes: group sizes as counts (ints) or fractions (floats summing to <= 1,
+            rounded cumulatively, so fractions summing to 1 use every model); any models
+            left over form one extra trailing group.
           seed: seed of ``np.random.default_rng`` for the permutation.
 
         Returns:
@@ -348,6 +360,8 @@ class ScoreMatrix:
                 f"(for one training group: split([{sizes!r}]))"
             )
         _check_seed(seed, "split")
+        if isinstance(sizes, np.ndarray):
+            sizes = sizes.tolist()
         if not sizes:
             raise ValueError("split: 'sizes' is empty")
         if any(isinstance(s, bool) or not isinstance(s, (int, float, np.integer, np.floating))
@@ -360,7 +374,13 @@ class ScoreMatrix:
                 raise ValueError(
                     f"split: fractional 'sizes' must be >= 0 and sum to <= 1, got {sizes}"
                 )
-            counts = [int(round(s * m)) for s in sizes]
+            # cumulative rounding: the groups of fractions summing to 1 use every model
+            # (rounding each fraction on its own could leave one over or need one more)
+            cum = np.cumsum([float(s) for s in sizes])
+            ends = [int(round(c * m)) for c in cum]
+            if abs(cum[-1] - 1.0) <= 1e-9:
+                ends[-1] = m
+            counts = np.diff([0] + ends).tolist()
         if any(c <= 0 for c in counts):
             raise ValueError(
                 f"split: every group needs at least one model; sizes {sizes} -> {counts}"

@@ -25,6 +25,14 @@ __all__ = ["load", "load_npz"]
 def open_npz(path: str | os.PathLike):
     """``np.load(path)`` as an open :class:`numpy.lib.npyio.NpzFile` (no pickle);
     a plain ``.npy`` array is a ``ValueError`` (numpy would return the array)."""
+    if isinstance(path, (str, os.PathLike)):
+        with open(path, "rb") as f:
+            magic = f.read(6)
+        if not magic.startswith(b"PK") and not magic.startswith(b"\x93NUMPY"):
+            raise ValueError(
+                f"not an .npz archive (the file starts with {magic!r}, not the zip "
+                "signature 'PK')"
+            )
     z = np.load(path, allow_pickle=False)
     if not isinstance(z, np.lib.npyio.NpzFile):
         raise ValueError("a single array (.npy), not an .npz archive")
@@ -74,11 +82,8 @@ def load_npz(
             src = str(data["source"])  # a saved name; an in-memory matrix keeps the path
         notes["file"] = str(path)
     if scores.dtype == np.uint8 or scores.dtype == bool:
-        if scores.size and scores.max() > 1:
-            raise ValueError(
-                f"{src}: field 'scores' is {scores.dtype} but holds values up to {scores.max()}; "
-                "integer scores must be 0/1"
-            )
+        # (cells outside 'mask' may hold a fill value such as 255; the observed ones are
+        # checked to lie in [0, 1] by ScoreMatrix)
         notes["conversions"].append(f"{scores.dtype} 0/1 scores converted to float32")
     target = None
     if "target" in data and "full_score_pct" in data:
@@ -140,6 +145,10 @@ def load(source: Any, **kwargs: Any) -> ScoreMatrix:
     from jaxeval import datasets
 
     if isinstance(source, ScoreMatrix):
+        if kwargs:
+            raise TypeError(
+                f"load: options {sorted(kwargs)} are for files; a ScoreMatrix is returned as is"
+            )
         return source
     if isinstance(source, str) and source in datasets.names():
         if kwargs:

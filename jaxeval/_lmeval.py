@@ -282,6 +282,11 @@ def load_lm_eval(
                                "not read (pass them one by one, or a folder of model "
                                "folders only)")
         else:
+            if model is not None:
+                raise ValueError(
+                    f"load_lm_eval: model={model!r} names the one model of a folder of samples "
+                    f"files; {path} is a folder of model folders (each named by its folder)"
+                )
             subs = sorted(
                 d for d in path.iterdir() if d.is_dir() and any(d.glob("samples_*.jsonl"))
             )
@@ -332,6 +337,16 @@ def load_lm_eval(
             files.setdefault(m_name, []).append(str(f))
         rows[m_name] = row
     keys = sorted({k for r in rows.values() for k in r}, key=_sort_key)
+    names: dict[str, Any] = {}
+    for k in keys:
+        other = names.setdefault(_item_name(k, multi), k)
+        if other != k:
+            holders = [m for m, r in rows.items() if k in r or other in r]
+            raise ValueError(
+                f"{src}: the runs write doc_id {_item_name(k, multi)!r} both as {other!r} and "
+                f"as {k!r} (a number in some runs, text in others?); models involved: "
+                f"{holders[:5]} (files {[files[m][0] for m in holders[:2]]})"
+            )
     col = {k: j for j, k in enumerate(keys)}
     models = list(rows)
     scores = np.zeros((len(models), len(keys)), np.float32)

@@ -102,8 +102,11 @@ def _read_cells(path: Path, sep: str | None) -> tuple[list[str], list[list[Any]]
             raise ValueError(f"{src}: not a readable Parquet file ({type(e).__name__}: {e})") from e
         if not isinstance(df.index, pd.RangeIndex) or df.index.name is not None:
             # a table saved from a DataFrame indexed by model (e.g. pivot(...).to_parquet())
-            # keeps that index as metadata, not as a column: make it the first column
-            df = df.reset_index()
+            # keeps that index as metadata, not as a column: make it the first column.
+            # An unnamed integer index is the row numbers of a filtered or shuffled
+            # DataFrame, not data: it is dropped (it would otherwise become an item).
+            unnamed_rows = df.index.name is None and pd.api.types.is_integer_dtype(df.index)
+            df = df.reset_index(drop=unnamed_rows)
         header = [str(c) for c in df.columns]
         _check_header(header, src)
         return header, df.astype(object).where(df.notna(), "").values.tolist()
@@ -224,7 +227,7 @@ def load_table(
     if layout == "long":
         sm_args = _long(header, rows, src, model_col, item_col, score_col, target_col, notes, flags)
     else:
-        sm_args = _wide(header, rows, src, model_col, target_col, flags)
+        sm_args = _wide(header, rows, src, model_col, target_col, notes, flags)
     if flags.get("bool"):
         notes["conversions"].append("true/false cells read as 1/0")
     return ScoreMatrix(**sm_args, source=src, metadata=notes)
@@ -293,10 +296,19 @@ def _long(header, rows, src, model_col, item_col, score_col, target_col, notes, 
     return dict(scores=scores, mask=mask, models=list(models), items=list(items), target=target)
 
 
-def _wide(header, rows, src, model_col, target_col, flags):
+def _wide(header, rows, src, model_col, target_col, notes, flags):
     im = header.index(model_col) if model_col in header else 0
     it = None if target_col is None else _col(header, target_col, src, "target")
-    item_cols = [j for j in range(len(header)) if j not in (im, it)]
+    skip = {im, it}
+    if im != 0 and not str(header[0]).strip():
+        # an unnamed first column beside a named model column is a DataFrame index
+        # written by to_csv (row numbers), not an item
+        skip.add(0)
+        notes["conversions"].append(
+            f"unnamed first column ignored (a DataFrame index written by to_csv?); the "
+            f"models are in column '{model_col}'"
+        )
+    item_cols = [j for j in range(len(header)) if j not in skip]
     if not item_cols:
         raise ValueError(f"{src}: a wide table needs item columns beside the model column")
     scores = np.empty((len(rows), len(item_cols)), np.float64)

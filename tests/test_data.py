@@ -100,6 +100,12 @@ def test_splits_are_seeded_and_disjoint():
     assert len(set(names.tolist())) == 50
     with pytest.raises(ValueError, match="need 60 models"):
         sm.split([30, 30])
+    # fractions are rounded cumulatively: summing to 1 they use every model, no extra group
+    for m, fr in ((427, [0.6, 0.2, 0.2]), (5, [0.5, 0.5]), (7, [0.5, 0.5]), (8, [0.6, 0.2, 0.2])):
+        groups = ScoreMatrix(np.eye(m)).split(fr)
+        assert len(groups) == len(fr) and sum(g.n_models for g in groups) == m, (m, fr)
+    assert [g.n_models for g in sm.split([0.8])] == [40, 10]
+    assert [g.n_models for g in sm.split(np.array([5, 5]))] == [5, 5, 40]
     with pytest.raises(TypeError, match=r"for one training group: split\(\[0.8\]\)"):
         sm.split(0.8)
     with pytest.raises(ValueError, match="finite numbers"):
@@ -140,3 +146,17 @@ def test_docstring_examples_run():
     for mod in (_data, _io, _lmeval, _tables, datasets):
         res = doctest.testmod(mod)
         assert res.failed == 0, mod.__name__
+
+
+def test_rename_duplicates_never_makes_an_existing_name():
+    from jaxeval._data import rename_duplicates
+
+    notes: dict = {}
+    out = rename_duplicates(["a", "a", "a#2", "a"], "models", notes).tolist()
+    assert len(set(out)) == 4 and out[2] == "a#2" and out[0] == "a"
+    assert any("made unique" in c for c in notes["conversions"])
+
+
+def test_non_numeric_target_names_the_field():
+    with pytest.raises(ValueError, match=r"x.csv: field 'target' must hold numbers"):
+        ScoreMatrix(np.eye(2), target=["a", "b"], source="x.csv")

@@ -348,7 +348,16 @@ def test_to_npz_round_trips_through_load(tmp_path):
 def test_npz_refusals(tmp_path):
     p = tmp_path / "bad.npz"
     np.savez(p, scores=np.array([[0, 2]], np.uint8))
-    _raises([re.escape(str(p)), "field 'scores' is uint8", "values up to 2"], jaxeval.load, p)
+    _raises([re.escape(str(p)), r"field 'scores' must lie in \[0, 1\]; found 2.0"], jaxeval.load, p)
+    # a fill value in cells the mask leaves unobserved is not data: accepted, as for floats
+    np.savez(p, scores=np.array([[1, 255]], np.uint8), mask=np.array([[True, False]]))
+    sm = jaxeval.load(p)
+    assert sm.scores.tolist() == [[1.0, 0.0]] and sm.mask.tolist() == [[True, False]]
+    np.savez(p, scores=np.array([[1.0, -np.inf]]), mask=np.array([[True, False]]))
+    assert jaxeval.load(p).mask.tolist() == [[True, False]]
+    (tmp_path / "text.npz").write_text("model,q1\na,1\n")
+    _raises([r"text.npz: not a readable .npz file", "not the zip signature"], jaxeval.load,
+            tmp_path / "text.npz")
     np.savez(p, other=np.zeros(2))
     _raises([re.escape(str(p)), r"missing field 'scores' \(fields present: \['other'\]\)"],
             jaxeval.load, p)
@@ -428,3 +437,40 @@ def test_table_encoding_and_separator_hints(tmp_path):
     assert jaxeval.load(semi, sep=";").shape == (2, 2)
     comma = _write(tmp_path / "comma.csv", "model;q1;q2\na;0,5;1\nb;0;1\n")  # decimal commas
     _raises([r"comma\.csv: malformed table", r"pass sep=';'"], jaxeval.load, comma)
+
+
+def test_table_index_columns_are_not_items(tmp_path):
+    """A DataFrame index written beside a named model column (to_csv's unnamed first
+    column, a filtered frame's row numbers in Parquet) is not a scored item."""
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"model": ["a", "b"], "q1": [1, 0], "q2": [0, 1]})
+    df.to_csv(tmp_path / "w.csv")  # index=True: an unnamed first column 0, 1
+    sm = jaxeval.load(tmp_path / "w.csv")
+    assert sm.items.tolist() == ["q1", "q2"] and sm.models.tolist() == ["a", "b"]
+    assert sm.scores.tolist() == [[1.0, 0.0], [0.0, 1.0]]
+    assert any("unnamed first column ignored" in c for c in sm.metadata["conversions"])
+    pytest.importorskip("pyarrow")
+    d = pd.DataFrame({"model": list("abcd"), "q1": [1, 0, 1, 0]}).sample(frac=1, random_state=1)
+    d[d.index < 2].to_parquet(tmp_path / "w.parquet")
+    sm = jaxeval.load(tmp_path / "w.parquet")
+    assert sm.items.tolist() == ["q1"] and sorted(sm.models.tolist()) == ["a", "b"]
+    # a table indexed by model (pivot) keeps its index as the model column
+    wide = pd.DataFrame({"model": ["a", "b"], "item": ["x", "y"], "score": [1, 0]}).pivot(
+        index="model", columns="item", values="score").fillna(0)
+    wide.to_parquet(tmp_path / "p.parquet")
+    assert jaxeval.load(tmp_path / "p.parquet").models.tolist() == ["a", "b"]
+
+
+def test_lm_eval_doc_ids_written_as_numbers_and_text_are_refused(tmp_path):
+    _run(tmp_path, "m1", "arc_easy", [_sample(i, 1.0, 1.0) for i in range(2)])
+    _run(tmp_path, "m2", "arc_easy", [dict(_sample(i, 1.0, 1.0), doc_id=str(i)) for i in range(2)])
+    _raises([r"doc_id '0' both as 0 and as '0'", r"\['m1', 'm2'\]"], load_lm_eval, tmp_path)
+    _raises([r"model='x' names the one model", "folder of model folders"], load_lm_eval,
+            tmp_path, model="x")
+
+
+def test_load_refuses_options_for_a_score_matrix():
+    sm = jaxeval.ScoreMatrix(np.eye(3))
+    assert jaxeval.load(sm) is sm
+    with pytest.raises(TypeError, match=r"options \['layout'\] are for files"):
+        jaxeval.load(sm, layout="long")
