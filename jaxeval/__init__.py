@@ -7,7 +7,7 @@ Public API (everything else lives in private ``_module`` files):
 - synthetic truth: :func:`synthetic_matrix` (JAX), :func:`synthetic_score_matrix` (numpy)
 - metrics: :mod:`jaxeval.metrics` (MAE pp, Kendall tau-b, identification, coverage)
 - factorization: :func:`fit_factorization` -> :class:`LowRankLogistic` (kernels in
-  ``jaxeval._factorization``)
+  ``jaxeval._factorization``); :func:`learn_lam0`, the DR estimate's λ prior
 - studies at scale: :func:`run_replicates` (chunked, sharded), :func:`run_study` /
   :func:`resume_study` / :func:`merge_studies` / :func:`load_results` for studies on
   disk (:class:`IdentificationStudy`, :class:`AnchorStudy`, :class:`ReplicateStudy`);
@@ -25,7 +25,7 @@ Public API (everything else lives in private ``_module`` files):
 from jaxeval import datasets, metrics
 from jaxeval._campaign import IdentificationCampaign
 from jaxeval._data import ScoreMatrix, Split
-from jaxeval._factorization_api import LowRankLogistic, fit_factorization
+from jaxeval._factorization_api import LowRankLogistic, fit_factorization, learn_lam0
 from jaxeval._io import load
 from jaxeval._runner import run_replicates
 from jaxeval._simulate import IdentificationReport, SyntheticSpec, simulate_identification
@@ -55,6 +55,7 @@ __all__ = [
     "synthetic_score_matrix",
     "LowRankLogistic",
     "fit_factorization",
+    "learn_lam0",
     "AnchorPredictor",
     "fit_anchors",
     "simulate_identification",

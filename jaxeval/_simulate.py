@@ -434,7 +434,7 @@ def simulate_identification(
     scale: float = 1.0,
     rank: int = 8,
     rho: float | None = None,
-    lam0: float = 1.0,
+    lam0: float | str = 1.0,
     shrink: float = 10.0,
     num_newton: int = 1,
     refit: bool = True,
@@ -489,7 +489,10 @@ def simulate_identification(
       rank: rank of the offline factorization.
       rho: prior strength of the online refit (default: the fit's ``online_rho``, the
         empirical-Bayes 0.5 on whitened factors; else 1).
-      lam0, shrink: λ prior and its pseudo-count.
+      lam0, shrink: λ prior and its pseudo-count. ``lam0="learned"`` learns the prior on
+        the training models (:func:`~jaxeval.learn_lam0`, cross-fitted, same rank and
+        seed; real data with a prediction policy only); the value used is in
+        ``settings["lam0"]``.
       num_newton: Newton steps per refit.
       refit: refit the pulled arm's factor after each batch.
       use_predictions: force the DR estimator on/off (default: on for prediction policies).
@@ -537,9 +540,14 @@ def simulate_identification(
     lanes = _check_int("lanes", lanes, 1, 2**20)
     _check_int("seed", seed, 0)
     for name, v, lo, hi in (("a", a, 0.0, 1e6), ("scale", scale, 0.0, 1e6),
-                            ("shrink", shrink, 0.0, 1e6), ("lam0", lam0, 0.0, 1.0),
-                            ("eps", eps, 0.0, 1.0), ("bias", bias, -1.0, 1.0)):
+                            ("shrink", shrink, 0.0, 1e6), ("eps", eps, 0.0, 1.0),
+                            ("bias", bias, -1.0, 1.0)):
         _check_real(name, v, lo, hi)
+    learn_prior = isinstance(lam0, str)
+    if learn_prior and lam0 != "learned":
+        raise ValueError(f"lam0 must be a number in [0, 1] or 'learned', got {lam0!r}")
+    if not learn_prior:
+        _check_real("lam0", lam0, 0.0, 1.0)
     if rho is not None:
         _check_real("rho", rho, 0.0, 1e6)
     num_newton = _check_int("num_newton", num_newton, 0, 10_000)
@@ -555,6 +563,10 @@ def simulate_identification(
     )
     notes: dict[str, Any] = {}
 
+    if learn_prior and not (isinstance(data, ScoreMatrix) and needs_pred):
+        raise ValueError(
+            "lam0='learned' needs real data (a ScoreMatrix) and a policy that uses predictions"
+        )
     if isinstance(data, SyntheticSpec):
         if instances is not None:
             raise ValueError("instances: only for real data (synthetic truth draws its own)")
@@ -571,6 +583,8 @@ def simulate_identification(
         sm = data.drop_duplicates()
         m, n = sm.shape
         train, pool, n_train = split_pool(sm, n_train, K, seed)
+        if learn_prior and (train is None or train.n_models < 4):
+            raise ValueError(f"lam0='learned' needs at least 4 training models, n_train={n_train}")
         if instances is None:
             n_instances = _check_int("n_instances", n_instances, 1)
             instances = draw_instances(pool.n_models, K, n_instances, seed)
@@ -600,6 +614,11 @@ def simulate_identification(
                     f"factors: item factors cover {item_factors.V.shape[0]} items, data has {n}"
                 )
             r = int(item_factors.V.shape[1])
+            if learn_prior:
+                from jaxeval._factorization_api import learn_lam0
+
+                lam0 = learn_lam0(train, rank=r, seed=seed, num_steps=fit_steps)
+                notes["lam0_source"] = "learned on the training models (learn_lam0)"
         pdata = idn.ProblemData(
             pool=np.asarray(pool.scores, np.float32),
             instances=instances.astype(np.int32),

@@ -628,3 +628,31 @@ def test_selection_scores_the_fixed_rho_v_that_will_be_fitted():
     for bad in (-1, 0, True, 2.5):  # update's Newton steps: refused, not u_mean returned
         with pytest.raises(ValueError, match="num_newton: expected a positive integer"):
             a.update(tr.scores[:1], tr.mask[:1], num_newton=bad)
+
+
+# ------------------------------------------------------------------ learned λ prior
+def test_learn_lam0_is_near_one_on_low_rank_truth_and_near_zero_on_noise():
+    """The cross-fitted slope Cov(S, Ŝ) / Var(Ŝ): predictions of a planted low-rank
+    matrix carry the held-out scores (λ₀ well above 0), predictions fitted to coin
+    flips carry nothing (λ₀ near 0; an in-sample slope would not be, the fit overfits)."""
+    import jaxeval
+
+    _, _, _, _, S = _planted(jax.random.key(11), 60, 80, 2, scale=1.5)
+    kw = dict(rank=2, rho=1.0, n_observed=(10, 20), num_steps=150, seed=3)
+    lam_truth = jaxeval.learn_lam0(np.asarray(S), **kw)
+    noise = np.random.default_rng(5).integers(0, 2, size=(60, 80)).astype(float)
+    lam_noise = jaxeval.learn_lam0(noise, **kw)
+    assert 0.6 <= lam_truth <= 1.0, lam_truth
+    assert 0.0 <= lam_noise <= 0.25, lam_noise
+    assert jaxeval.learn_lam0(np.asarray(S), **kw) == lam_truth  # same seed, same value
+
+
+def test_learn_lam0_refuses_bad_input():
+    import jaxeval
+
+    S = np.ones((10, 30))
+    for kw, word in ((dict(folds=1), "folds"), (dict(folds=6), "at least 12 models"),
+                     (dict(n_observed=()), "n_observed"), (dict(n_observed=(0,)), "n_observed"),
+                     (dict(seed=-1), "seed"), (dict(n_observed=(29,)), "no held-out model")):
+        with pytest.raises(ValueError, match=word):
+            jaxeval.learn_lam0(S, rank=1, num_steps=5, **kw)

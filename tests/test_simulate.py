@@ -38,6 +38,8 @@ def _small_matrix(m=12, n=20, seed=0):
         (dict(a=float("nan")), "a must lie in"),
         (dict(eps=-0.1), "eps must lie in"),
         (dict(lam0=2.0), "lam0 must lie in"),
+        (dict(lam0="auto"), r"lam0 must be a number in \[0, 1\] or 'learned'"),
+        (dict(lam0="learned"), "lam0='learned' needs real data .* a policy that uses predictions"),
         (dict(num_newton=-1), "num_newton must be"),
         (dict(horizon=0), "horizon must be >= 1"),
         (dict(chunk_size=1.5), "chunk_size must be an integer"),
@@ -74,6 +76,18 @@ def test_kernel_settings_refused_before_the_factorization_fit(monkeypatch, kwarg
     monkeypatch.setattr(fa, "fit_factorization", no_fit)
     with pytest.raises((ValueError, TypeError), match=match):
         simulate_identification(_small_matrix(), "pulse", K=3, n_replicates=4, **kwargs)
+
+
+def test_learned_lam0_is_learn_lam0_on_the_training_models():
+    sm = _small_matrix(m=24, n=30, seed=2)
+    rep = simulate_identification(sm, "pulse", K=3, n_replicates=4, rank=2, lam0="learned",
+                                  fit_steps=20, seed=1)
+    train, _, _ = _simulate.split_pool(sm.drop_duplicates(), None, 3, 1)
+    assert rep.settings["lam0"] == jaxeval.learn_lam0(train, rank=2, seed=1, num_steps=20)
+    assert "learn_lam0" in rep.settings["lam0_source"]
+    with pytest.raises(ValueError, match="needs at least 4 training models, n_train=3"):
+        simulate_identification(sm, "pulse", K=3, n_replicates=4, rank=2, lam0="learned",
+                                fit_steps=20, n_train=3)
 
 
 @pytest.mark.parametrize(
