@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 
@@ -147,6 +148,8 @@ def _parser() -> argparse.ArgumentParser:
     cn.add_argument("--history", metavar="DATA",
                     help="models already scored on the benchmark: a bundled name or a file "
                     "jaxeval.load reads (needed by pulse_ucb, pulse and naive)")
+    cn.add_argument("--sep", help="field separator of a --history table (default: ',', or "
+                    "tab for .tsv)")
     cn.add_argument("--exclude-candidates", action="store_true",
                     help="drop the candidates' rows from --history first (e.g. to try a "
                     "campaign on bundled data, whose history holds every model)")
@@ -202,6 +205,8 @@ def _parser() -> argparse.ArgumentParser:
                          "choices made on validation and the interval), save the predictor, "
                          "print the anchor items one per line")
     af.add_argument("data", help="scored models: a bundled name or a file jaxeval.load reads")
+    af.add_argument("--sep", help="field separator of a DATA table (default: ',', or tab "
+                    "for .tsv)")
     af.add_argument("--k", type=int, required=True, help="number of anchor items")
     af.add_argument("--out", required=True, help="the predictor file (.npz; not overwritten)")
     af.add_argument("--method", default="auto", help="auto (default) or a method name")
@@ -214,7 +219,7 @@ def _parser() -> argparse.ArgumentParser:
     ai.add_argument("file", help="the predictor file")
     ai.add_argument("--extra", type=int, metavar="M",
                     help="print instead M random non-anchor items for an unbiased estimate")
-    ai.add_argument("--extra-seed", type=int, default=0, help="seed of those items (0)")
+    ai.add_argument("--extra-seed", type=int, help="seed of those items (default 0; needs --extra)")
     ap = asub.add_parser("predict", help="estimate a model's accuracy from its anchor scores",
                          description="estimate a model's accuracy from its anchor scores "
                          "(JSON {item: score} for exactly the anchors, or a list in anchor "
@@ -227,7 +232,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("file", help="the predictor file")
     ap.add_argument("scores", help="a JSON file ('-' = stdin)")
     ap.add_argument("--extra", type=int, metavar="M", help="extra random items scored")
-    ap.add_argument("--extra-seed", type=int, default=0, help="their seed (0)")
+    ap.add_argument("--extra-seed", type=int, help="their seed (default 0; needs --extra)")
 
     e = add(
         "example",
@@ -258,18 +263,34 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+def _fail(command: str, message: str) -> NoReturn:
+    """Refuse a setting the way every command does: one line on stderr, exit code 2."""
+    print(f"jaxeval {command}: error: {message}" if command else f"jaxeval: error: {message}",
+          file=sys.stderr)
+    raise SystemExit(2)
+
+
 def _setup_jax(args: argparse.Namespace, argv: list[str]) -> None:
     """Global JAX settings the user asked for on the command line (never on import)."""
     import jax
 
     if args.compilation_cache:
         path = Path(args.compilation_cache).expanduser()
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            _fail("", f"--compilation-cache (default $JAXEVAL_COMPILATION_CACHE): cannot use "
+                      f"{str(path)!r} as a folder ({e.strerror or e})")
         jax.config.update("jax_compilation_cache_dir", str(path))
     coord = getattr(args, "coordinator", None)
+    if coord is None and _DIST_ENV not in os.environ and (
+            getattr(args, "num_processes", None) is not None
+            or getattr(args, "process_id", None) is not None):
+        _fail("run", "--num-processes and --process-id need --coordinator HOST:PORT (one "
+                     "multi-process run); to split replicates over independent jobs use --range")
     if coord is not None and _DIST_ENV not in os.environ:
         if args.num_processes is None or args.process_id is None:
-            raise SystemExit("jaxeval run: --coordinator needs --num-processes and --process-id")
+            _fail("run", "--coordinator needs --num-processes and --process-id")
         cpu = os.environ.get("JAX_PLATFORMS", "").startswith("cpu") or not _has_accelerator()
         cfg = {
             "coordinator": coord,
@@ -297,7 +318,7 @@ def _parse_range(text: str | None) -> tuple[int, int] | None:
     try:
         lo, hi = (int(v) for v in text.split(":"))
     except ValueError:
-        raise SystemExit(f"jaxeval run: --range must be LO:HI (integers), got {text!r}") from None
+        _fail("run", f"--range must be LO:HI (integers), got {text!r}")
     return lo, hi
 
 
@@ -409,10 +430,12 @@ def _cmd_main(args: argparse.Namespace) -> int:
     ids = [s for s in summaries if s["kind"] == "identification"]
     if ids:
         try:
-            plot_calls_bars(ids, out / "calls_to_95.png")
+            plot_calls_bars(ids, out / f"calls_to_95{suffix}.png")
         except ImportError:
             pass
-    pngs = sorted(str(p.relative_to(out)) for p in out.rglob("*.png"))
+    mine = [out / f"calls_to_95{suffix}.png"] + [
+        p for sub in ("identification", "anchors") for p in (out / (sub + suffix)).rglob("*.png")]
+    pngs = sorted(str(p.relative_to(out)) for p in mine if p.exists())
     print(f"\nDone. Report in {out.resolve()}:")
     print(f"  summaries: identification{suffix}/summary.json, anchors{suffix}/summary.json")
     if pngs:
@@ -547,9 +570,7 @@ def _campaign_action(args: argparse.Namespace, answers) -> int:
             cands += _lines(args.candidates_file, "candidates-file")
         history = None
         if args.history:
-            import jaxeval
-
-            history = jaxeval.load(args.history)
+            history = _load_table_arg("--history", args.history, args.sep)
             if args.exclude_candidates:
                 drop = set(cands)
                 keep = [i for i, m in enumerate(history.models.tolist()) if m not in drop]
@@ -559,6 +580,8 @@ def _campaign_action(args: argparse.Namespace, answers) -> int:
                 history = history.take(models=keep)
         elif args.exclude_candidates:
             raise ValueError("--exclude-candidates: needs --history")
+        elif args.sep is not None:
+            raise ValueError("--sep: only with --history (the separator of its table)")
         items = _lines(args.items_file, "items-file") if args.items_file else None
         camp = IdentificationCampaign(
             cands, history, items=items, policy=args.policy, budget=args.budget,
@@ -583,7 +606,11 @@ def _campaign_action(args: argparse.Namespace, answers) -> int:
         st = camp.status()
         print(json.dumps(_campaign_json(st), indent=1) if args.json else st.table())
         if args.plot:
-            print(f"plot: {st.plot(args.plot)}", file=sys.stderr)
+            try:
+                where = st.plot(args.plot)
+            except OSError as e:
+                raise ValueError(f"--plot: cannot write {args.plot} ({e.strerror or e})") from None
+            print(f"plot: {where}", file=sys.stderr)
         return 0
     req = camp.ask()
     if args.action == "ask":
@@ -621,6 +648,17 @@ def _campaign_action(args: argparse.Namespace, answers) -> int:
     return 0
 
 
+def _load_table_arg(what: str, value: str, sep: str | None):
+    """``jaxeval.load(value)``, with ``sep`` for a CSV/TSV table (refused for other data)."""
+    import jaxeval
+
+    if sep is None:
+        return jaxeval.load(value)
+    if Path(value).suffix.lower() not in (".csv", ".tsv"):
+        raise ValueError(f"--sep: only for a .csv / .tsv table, not {what} {value!r}")
+    return jaxeval.load(value, sep=sep)
+
+
 def _read_json(path: str, what: str):
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
@@ -651,23 +689,34 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
 
     if args.action == "fit":
         out = _new_npz("out", args.out)
-        sm = jaxeval.load(args.data).drop_duplicates()
-        pred = jaxeval.fit_anchors(sm, args.k, method=args.method, seed=args.seed,
-                                   alpha=args.alpha)
+        sm = _load_table_arg("DATA", args.data, args.sep).drop_duplicates()
+        try:
+            pred = jaxeval.fit_anchors(sm, args.k, method=args.method, seed=args.seed,
+                                       alpha=args.alpha)
+        except ValueError as e:
+            # fit_anchors' messages name its own arguments; say which data they are about
+            raise ValueError(f"DATA {args.data} ({sm.n_models} models after removing "
+                             f"duplicates, {sm.n_items} items), --k {args.k}: {e}") from None
         pred.save(out)
         print("\n".join(pred.anchor_items.tolist()))
         print(f"saved {out}: {pred!r}", file=sys.stderr)
         return 0
     if args.extra is not None and args.extra < 1:
-        raise ValueError(f"extra: expected M >= 1 extra items, got {args.extra}")
+        raise ValueError(f"--extra: expected M >= 1 extra items, got {args.extra}")
+    if args.extra is None and args.extra_seed is not None:
+        raise ValueError("--extra-seed: only with --extra M (the seed of the M extra items)")
+    extra_seed = 0 if args.extra_seed is None else args.extra_seed
     pred = jaxeval.AnchorPredictor.load(args.file)
+    if args.extra is not None and args.extra > pred.items.size - pred.k:
+        raise ValueError(f"--extra: at most {pred.items.size - pred.k} items are not anchors "
+                         f"({pred.items.size} items, {pred.k} anchors), got {args.extra}")
     if args.action == "items":
-        names = (pred.extra_items(args.extra, seed=args.extra_seed) if args.extra
+        names = (pred.extra_items(args.extra, seed=extra_seed) if args.extra
                  else pred.anchor_items)
         print("\n".join(np.asarray(names).astype(str).tolist()))
         return 0
     scores = _read_json(args.scores, "scores")
-    extra = (np.asarray(pred.extra_items(args.extra, seed=args.extra_seed)).astype(str)
+    extra = (np.asarray(pred.extra_items(args.extra, seed=extra_seed)).astype(str)
              if args.extra else np.zeros(0, str))
     if isinstance(scores, dict):
         x = _by_name(scores, pred.anchor_items, "scores",

@@ -297,8 +297,8 @@ def format_summary(summary: Mapping[str, Any]) -> str:
             row = f"  {name:<13} {_fmt_pct(e['calls_to_95_fraction']):>12}  "
             row += "".join(f"{100 * e['accuracy'][j]:10.1f}%" for j in pick)
             for k in kinds:
-                row += f"  {100 * e['coverage'][k]['family_wise_all_checkpoints']:>8.1f}%"
-                row += " " * max(0, len(k) - 6)
+                cov = 100 * e['coverage'][k]['family_wise_all_checkpoints']
+                row += f"  {cov:>{len(k) + 6}.1f}%"  # as wide as 'cover(<kind>)'
             lines.append(row)
         lines.append(
             "  (calls as a share of K*n; accuracy = P(recommended arm is a true best); "
@@ -437,6 +437,8 @@ def _identification_plots(s: Mapping[str, Any], out: Path) -> list[Path]:
         lows.append(min(e["naive_coverage_family"]) - 0.02)
     ymin = max(0.0, min(lows))
     fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 4.4), squeeze=False)
+    # the naive baseline's curve uses the eb widths (summarize), so it goes on that panel
+    j_naive = kinds.index("eb") if "eb" in kinds else 0
     for j, (ax, kind) in enumerate(zip(axes[0], kinds)):
         ax.axhspan(*band, color="0.88", lw=0, label=f"binomial 95% band ({s['replicates']} reps)")
         ax.axhline(nominal, color="k", ls="--", lw=1, label=f"nominal {100 * nominal:.0f}%")
@@ -444,7 +446,7 @@ def _identification_plots(s: Mapping[str, Any], out: Path) -> list[Path]:
             st = _style(name, e, i)
             cov = np.asarray(e["coverage"][kind]["family_wise"])
             ax.plot(fr, cov, "o-", ms=3.5, lw=1.6, color=st["color"], label=st["label"])
-        if j == 0:
+        if j == j_naive:
             for i, (name, e) in enumerate(naive):
                 st = _style(name, e, i)
                 ax.plot(
@@ -460,7 +462,7 @@ def _identification_plots(s: Mapping[str, Any], out: Path) -> list[Path]:
         ax.set_ylim(ymin, 1.01)
         ax.set_ylabel("P(all K intervals hold)")
         ax.set_title(f"{kind} confidence sequences", fontsize=10)
-    _bottom_legend(fig, axes[0][0])
+    _bottom_legend(fig, axes[0][j_naive])
     fig.suptitle(f"Family-wise coverage at each budget — {title}", fontsize=10)
     paths.append(out / "identification_coverage.png")
     fig.savefig(paths[-1])

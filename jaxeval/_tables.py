@@ -50,7 +50,8 @@ def _sep_hint(path: Path, sep: str) -> str:
     except OSError:
         return ""
     other = [s for s in (";", "\t", "|") if s != sep and s in first]
-    return f"; the header has {other[0]!r} in it: pass sep={other[0]!r}?" if other and (
+    return (f"; the header has {other[0]!r} in it: pass sep={other[0]!r} (--sep on the "
+            "command line)?") if other and (
         sep not in first) else ""
 
 
@@ -138,7 +139,7 @@ def _read_cells(path: Path, sep: str | None) -> tuple[list[str], list[list[Any]]
         if other:
             raise ValueError(
                 f"{src}: the header is one column {header[0][:60]!r} with {other[0]!r} in it; "
-                f"pass sep={other[0]!r}"
+                f"pass sep={other[0]!r} (--sep on the command line)"
             )
     return header, rows[1:]
 

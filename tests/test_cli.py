@@ -93,11 +93,40 @@ def test_run_range_merge_summary(tmp_path, capsys, monkeypatch):
     assert "another study" in capsys.readouterr().err
 
 
-def test_bad_range_text(tmp_path):
+def test_bad_range_text(tmp_path, capsys):
     p = tmp_path / "s.json"
     p.write_text(json.dumps({"kind": "identification"}))
-    with pytest.raises(SystemExit, match="LO:HI"):
+    with pytest.raises(SystemExit) as e:
         main(["run", str(p), "--out", str(tmp_path / "o"), "--range", "0-40"])
+    assert e.value.code == 2
+    assert "jaxeval run: error: --range must be LO:HI" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--num-processes", "4", "--process-id", "3"],
+     "--num-processes and --process-id need --coordinator"),
+    (["--process-id", "0"], "need --coordinator"),
+    (["--coordinator", "localhost:1234"], "--coordinator needs --num-processes and --process-id"),
+])
+def test_distributed_flags_refused_unless_complete(tmp_path, capsys, args, match):
+    """Without --coordinator the process flags would be ignored: every process of an
+    array job would then run and write the whole study into one folder."""
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps({"kind": "identification"}))
+    with pytest.raises(SystemExit) as e:
+        main(["run", str(p), "--out", str(tmp_path / "o"), *args])
+    assert e.value.code == 2
+    assert "jaxeval run: error: " in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_unusable_compilation_cache_is_a_one_line_error(tmp_path, capsys):
+    f = tmp_path / "file"
+    f.write_text("")
+    with pytest.raises(SystemExit) as e:
+        main(["--compilation-cache", str(f / "sub"), "datasets"])
+    assert e.value.code == 2
+    assert "jaxeval: error: --compilation-cache" in capsys.readouterr().err
 
 
 def test_compilation_cache_only_when_asked(tmp_path):
@@ -482,6 +511,10 @@ def test_anchors_fit_items_predict(tmp_path, capsys, monkeypatch):
     assert "not asked for" in capsys.readouterr().err
     assert main(["anchors", "items", "p.npz", "--extra", "0"]) == 2
     assert "M >= 1" in capsys.readouterr().err
+    assert main(["anchors", "items", "p.npz", "--extra-seed", "7"]) == 2  # would be ignored
+    assert "--extra-seed: only with --extra" in capsys.readouterr().err
+    assert main(["anchors", "items", "p.npz", "--extra", "100000"]) == 2
+    assert "--extra: at most 744 items are not anchors" in capsys.readouterr().err
     Path("short.json").write_text("[1, 0]")
     assert main(["anchors", "predict", "p.npz", "short.json"]) == 2
     assert "expected 12" in capsys.readouterr().err
@@ -496,3 +529,15 @@ def test_a_reader_that_goes_away_is_not_an_error():
     p.stderr.close()
     assert p.wait() == 1
     assert "error" not in err.lower(), err
+
+
+def test_anchors_fit_reads_other_separators_and_names_its_data(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("semi.csv").write_text("model;a1;a2;a3\nm1;1;0;1\nm2;0;1;1\nm3;1;1;1\nm4;0;0;1\n")
+    assert main(["anchors", "fit", "semi.csv", "--k", "1", "--out", "a"]) == 2
+    assert "pass sep=';' (--sep on the command line)" in capsys.readouterr().err
+    assert main(["anchors", "fit", "semi.csv", "--k", "1", "--out", "a", "--sep", ";"]) == 2
+    err = capsys.readouterr().err  # read; too few models for the method, said about DATA
+    assert "DATA semi.csv (4 models after removing duplicates, 3 items), --k 1:" in err
+    assert main(["anchors", "fit", "oll2_musr", "--k", "1", "--out", "a", "--sep", ";"]) == 2
+    assert "--sep: only for a .csv / .tsv table" in capsys.readouterr().err

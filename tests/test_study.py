@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -495,6 +496,13 @@ def test_identification_study_equals_simulate_identification(tmp_path):
     s = summarize(study, res)
     assert s["policies"]["ucbe"]["accuracy"][-1] == 1.0  # everything seen at 100% of K*n
     assert "ucbe" in format_summary(s)
+    # every coverage figure ends under its column's 'cover(<kind>)' header
+    text = format_summary(s).splitlines()
+    head = next(ln for ln in text if "cover(" in ln)
+    ends = [m.end() - 1 for m in re.finditer(r"cover\(\w+\)", head)]
+    assert len(ends) == len(study.cs_kinds) and "hoeffding" in study.cs_kinds
+    rows = [ln for ln in text if ln.strip().startswith(("ucbe ", "uniform "))]
+    assert len(rows) == 2 and all(r[e] == "%" for r in rows for e in ends), (head, rows)
     pngs = plot_study(s, tmp_path / "plots")
     assert len(pngs) == 4 and all(p.stat().st_size > 10_000 for p in pngs)
 
