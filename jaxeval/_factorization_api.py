@@ -37,9 +37,10 @@ def _as_matrix(data: Any, what: str) -> ScoreMatrix:
     if isinstance(data, ScoreMatrix):
         return data
     try:
-        return ScoreMatrix(np.asarray(data), source=what)
+        arr = np.asarray(data)
     except (TypeError, ValueError) as e:
-        raise type(e)(f"{what}: {e}") from e
+        raise ValueError(f"{what}: not a 2-D array of scores ({e})") from None
+    return ScoreMatrix(arr, source=what)  # its errors start with `what`
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -178,7 +179,10 @@ class LowRankLogistic:
             u0 = np.asarray(u_init, np.float32)
             if u0.shape != (K, self.rank):
                 raise ValueError(f"u_init: expected shape {(K, self.rank)}, got {u0.shape}")
-        rho = self.online_rho if rho is None else float(rho)
+        try:
+            rho = self.online_rho if rho is None else float(rho)
+        except (TypeError, ValueError):
+            raise ValueError(f"rho: expected a finite value >= 0, got {rho!r}") from None
         if not (np.isfinite(rho) and rho >= 0):
             raise ValueError(f"rho: expected a finite value >= 0, got {rho!r}")
         u, H = fz.update_model_factors(
@@ -219,6 +223,8 @@ class LowRankLogistic:
           (2, 756)
         """
         if scores is None:
+            if mask is not None:
+                raise ValueError("mask: given without scores (pass the observed scores too)")
             scores = np.full((1, self.n_items), np.nan)
         u, H = self.update(scores, mask, num_newton=num_newton)
         f = self.item_factors()
@@ -432,7 +438,7 @@ def fit_factorization(
     if not isinstance(selection_steps, (int, np.integer)) or selection_steps < 1:
         raise ValueError(f"selection_steps: expected a positive int, got {selection_steps!r}")
     try:
-        lr_ok = 0.0 < float(learning_rate) < np.inf
+        lr_ok = 0.0 < float(learning_rate) < np.inf and not isinstance(learning_rate, bool)
     except (TypeError, ValueError):
         lr_ok = False
     if not lr_ok:

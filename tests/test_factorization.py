@@ -539,6 +539,37 @@ def test_wrapper_refuses_bad_input(wrapped, planted):
     with pytest.raises(FloatingPointError, match="non-finite"):
         train = np.asarray(planted["S"])[:120]
         jaxeval.fit_factorization(train, rank=2, rho=1.0, learning_rate=1e38, num_steps=300)
+    with pytest.raises(ValueError, match="learning_rate"):
+        jaxeval.fit_factorization(S, rank=2, rho=1.0, learning_rate=True)
+    with pytest.raises(ValueError, match=r"^data: field 'scores' must be 2-D"):  # said once
+        jaxeval.fit_factorization(np.ones(5), rank=1, rho=1.0)
+    with pytest.raises(ValueError, match="rho: expected a finite value"):
+        model.update(S_new, rho="x")
+    with pytest.raises(ValueError, match="mask: given without scores"):
+        model.predict(None, np.ones((1, 120), bool))
+    # a hold-out that holds out nothing would score every grid cell 0 and pick the first
+    with pytest.raises(ValueError, match="holdout_fraction: 0.01 of the 48 observed cells"):
+        jaxeval.fit_factorization(S[:4, :12], rank=1, rho="auto", holdout_fraction=0.01)
+
+
+def test_loss_history_has_no_empty_records():
+    import jaxeval
+
+    S = np.random.default_rng(0).integers(0, 2, (30, 40)).astype(float)
+    h = jaxeval.fit_factorization(S, rank=1, rho=1.0, num_steps=70).loss_history
+    assert h.shape == (50,) and np.isfinite(h).all()
+    h = jaxeval.fit_factorization(S, rank=1, rho=1.0, num_steps=20).loss_history
+    assert np.isfinite(h[:20]).all() and np.isnan(h[20:]).all()
+
+
+@pytest.mark.parametrize("steps", [(1.0,), (1.0, 0.5), (0.5, 1.0, 0.0), (1.0, -0.5, 0.0), ()])
+def test_line_search_must_end_with_the_zero_step(steps):
+    """The Armijo rule compares each trial with the last one: without a final 0 it would
+    accept a full step that raises the objective."""
+    f = _item_factors(jax.random.key(0))
+    s, m = jnp.ones(40), jnp.ones(40, bool)
+    with pytest.raises(ValueError, match="line_search: expected decreasing positive"):
+        fz.refit_row(f, s, m, jnp.zeros(3), 1.0, line_search=steps)
 
 
 def test_wrapper_saves_and_loads_every_field(wrapped, tmp_path):
