@@ -196,6 +196,16 @@ class Config:
     order_table: bool | None = None
 
     def __post_init__(self):
+        if not jax.config.jax_threefry_partitionable:
+            # the counter-based generators (one item's key or bits computed alone, for
+            # streamed blocks and order tables alike) equal the whole-array draws only
+            # with the partitionable threefry; otherwise results would depend on
+            # item_block and on the order-table switch
+            raise ValueError(
+                "jax_threefry_partitionable is off: jaxeval's item orders and synthetic "
+                "truth need it on (JAX's default); jax.config.update("
+                "'jax_threefry_partitionable', True)"
+            )
         if isinstance(self.item_block, bool) or not isinstance(self.item_block, int) or (
             self.item_block < 1
         ):

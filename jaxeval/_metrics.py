@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 __all__ = [
+    "TIE_ATOL",
     "best_arms",
     "coverage",
     "identification_accuracy",
@@ -112,13 +113,20 @@ def kendall_tau_b(x: jax.Array, y: jax.Array, where: jax.Array | None = None) ->
     return jnp.where(bad, jnp.nan, tau)
 
 
-def best_arms(true_scores: jax.Array, atol: float | jax.Array = 0.0) -> jax.Array:
+#: Default tie tolerance of :func:`best_arms`: the float32 means of two rows with equal
+#: mathematical means (e.g. permutations of one graded row) can differ in the last bit,
+#: ~6e-8 at accuracies near 0.5; the identification reports use the same tolerance.
+TIE_ATOL = 1e-6
+
+
+def best_arms(true_scores: jax.Array, atol: float | jax.Array = TIE_ATOL) -> jax.Array:
     """Which arms are a true best: ``true_scores >= max(true_scores) - atol``.
 
     Args:
       true_scores: ``[..., K]`` true scores (accuracies) of the K arms.
-      atol: arms within ``atol`` of the best also count as best (default 0:
-        exact ties only). A dynamic value: changing it does not recompile.
+      atol: arms within ``atol`` of the best also count as best (default
+        :data:`TIE_ATOL` = 1e-6, float32 rounding of equal means; 0 for exact ties
+        only). A dynamic value: changing it does not recompile.
 
     Returns:
       bool ``[..., K]``; at least one True per leading index (unless NaN).
@@ -135,7 +143,7 @@ def best_arms(true_scores: jax.Array, atol: float | jax.Array = 0.0) -> jax.Arra
 
 
 def identification_correct(
-    recommended: jax.Array, true_scores: jax.Array, atol: float | jax.Array = 0.0
+    recommended: jax.Array, true_scores: jax.Array, atol: float | jax.Array = TIE_ATOL
 ) -> jax.Array:
     """Whether each recommended arm is a true best arm (ties count as correct).
 
@@ -169,7 +177,7 @@ def identification_correct(
 def identification_accuracy(
     recommended: jax.Array,
     true_scores: jax.Array,
-    atol: float | jax.Array = 0.0,
+    atol: float | jax.Array = TIE_ATOL,
     axis: int | tuple[int, ...] | None = None,
 ) -> jax.Array:
     """Share of recommendations that are a true best arm (ties count as correct).

@@ -64,8 +64,11 @@ def binomial_band(p: float, n: int, z: float = 1.959964) -> tuple[float, float]:
 
 def true_best(theta: np.ndarray) -> np.ndarray:
     """bool ``[R, K]``: the true best arms of each replicate, ties counted (within
-    1e-6: float32 means of two equal graded rows can differ in the last bit)."""
-    return theta >= theta.max(axis=1, keepdims=True) - 1e-6
+    1e-6: float32 means of two equal graded rows can differ in the last bit; the same
+    tolerance as :func:`jaxeval.metrics.best_arms`)."""
+    from jaxeval._metrics import TIE_ATOL
+
+    return theta >= theta.max(axis=1, keepdims=True) - TIE_ATOL
 
 
 def calls_to_target(

@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import json
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -386,6 +387,7 @@ def _check_int(name, value, lo, hi=None):
 def _canonical_budgets(budgets, fractions, total):
     if budgets is not None and fractions is not None:
         raise ValueError("give either budgets or budget_fractions, not both")
+    budgets_given = budgets is not None
     if budgets is None:
         if fractions is None:
             fr = DEFAULT_BUDGET_FRACTIONS
@@ -409,7 +411,17 @@ def _canonical_budgets(budgets, fractions, total):
             f"budgets must lie in [1, K*n] = [1, {total}] LLM calls, got min {arr.min()} "
             f"and max {arr.max()}"
         )
-    return tuple(int(b) for b in np.unique(arr))
+    out = tuple(int(b) for b in np.unique(arr))
+    if len(out) < arr.size and (budgets_given or fractions is not None):
+        # (the default grid on a tiny problem merges its smallest points: expected)
+        what = "budgets" if budgets_given else "budget_fractions"
+        warnings.warn(
+            f"{what}: {arr.size} checkpoints requested, {len(out)} distinct budgets in LLM "
+            f"calls of K*n = {total} (repeats, or fractions rounding to the same call count, "
+            "are merged); the report has one checkpoint per distinct budget",
+            stacklevel=4,
+        )
+    return out
 
 
 def simulate_identification(
@@ -563,6 +575,21 @@ def simulate_identification(
     )
     notes: dict[str, Any] = {}
 
+    # settings that would otherwise be ignored without a word (and still be recorded)
+    if corruption != "none" and not needs_pred:
+        raise ValueError(
+            f"corruption={corruption!r}: corrupts predictions, which policy {policy!r} does "
+            "not use (pass use_predictions=True, or a prediction policy)"
+        )
+    if horizon is not None and policy != "sysrs":
+        raise ValueError(f"horizon: only SySRs plans for a horizon, not policy {policy!r}")
+    if isinstance(data, SyntheticSpec):
+        given = [k for k, v in (("factors", factors), ("n_train", n_train)) if v is not None]
+        if given:
+            raise ValueError(
+                f"{', '.join(given)}: only for real data (synthetic truth draws its own "
+                "matrix per replicate; predictions use its true item factors)"
+            )
     if learn_prior and not (isinstance(data, ScoreMatrix) and needs_pred):
         raise ValueError(
             "lam0='learned' needs real data (a ScoreMatrix) and a policy that uses predictions"

@@ -10,6 +10,7 @@ Example:
 """
 
 from jaxeval._metrics import (
+    TIE_ATOL,
     best_arms,
     coverage,
     identification_accuracy,
@@ -19,6 +20,7 @@ from jaxeval._metrics import (
 )
 
 __all__ = [
+    "TIE_ATOL",
     "best_arms",
     "coverage",
     "identification_accuracy",

@@ -83,6 +83,27 @@ def test_best_arms_and_identification_with_ties():
     assert ok_b.tolist() == [False, True, True, False]
 
 
+def test_equal_means_rounded_apart_in_float32_are_ties():
+    """Two permutations of one graded row have the same accuracy, but their float32
+    means can differ in the last bit: both are a true best (as in the reports)."""
+    import jaxeval
+    from jaxeval._report import true_best
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        row = rng.uniform(size=541).astype(np.float32)
+        theta = jnp.stack([jnp.mean(jnp.asarray(row)), jnp.mean(jnp.asarray(rng.permutation(row)))])
+        if theta[0] != theta[1]:
+            break
+    else:
+        pytest.skip("no pair rounded apart")
+    assert metrics.best_arms(theta).tolist() == [True, True]
+    assert float(metrics.identification_accuracy(jnp.array([0, 1]), theta[None, :])) == 1.0
+    assert true_best(np.asarray(theta)[None, :]).tolist() == [[True, True]]
+    assert metrics.best_arms(theta, atol=0.0).sum() == 1  # exact ties only, on request
+    assert jaxeval.metrics.TIE_ATOL == 1e-6
+
+
 def test_identification_accuracy_matches_numpy_reference():
     rng = np.random.default_rng(11)
     true = rng.binomial(20, 0.5, (400, 6)) / 20  # frequent ties

@@ -39,6 +39,8 @@ def _small_matrix(m=12, n=20, seed=0):
         (dict(eps=-0.1), "eps must lie in"),
         (dict(lam0=2.0), "lam0 must lie in"),
         (dict(lam0="auto"), r"lam0 must be a number in \[0, 1\] or 'learned'"),
+        (dict(corruption="biased"), "corruption='biased': corrupts predictions, which policy"),
+        (dict(horizon=5), "horizon: only SySRs plans for a horizon, not policy 'ucbe'"),
         (dict(lam0="learned"), "lam0='learned' needs real data .* a policy that uses predictions"),
         (dict(num_newton=-1), "num_newton must be"),
         (dict(horizon=0), "horizon must be >= 1"),
@@ -76,6 +78,35 @@ def test_kernel_settings_refused_before_the_factorization_fit(monkeypatch, kwarg
     monkeypatch.setattr(fa, "fit_factorization", no_fit)
     with pytest.raises((ValueError, TypeError), match=match):
         simulate_identification(_small_matrix(), "pulse", K=3, n_replicates=4, **kwargs)
+
+
+def test_real_data_settings_refused_with_synthetic_truth():
+    spec = SyntheticSpec(n_items=30)
+    for kw, word in ((dict(factors="x"), "factors"), (dict(n_train=5), "n_train")):
+        with pytest.raises(ValueError, match=f"{word}: only for real data"):
+            simulate_identification(spec, "pulse", K=3, n_replicates=4, **kw)
+
+
+def test_merged_checkpoints_warn():
+    spec = SyntheticSpec(n_items=40)
+    with pytest.warns(UserWarning, match="budget_fractions: 4 checkpoints requested, 2 distinct"):
+        rep = simulate_identification(spec, "ucbe", K=3, n_replicates=4,
+                                      budget_fractions=(0.001, 0.002, 0.004, 1.0))
+    assert rep.budgets.tolist() == [1, 120]
+    with pytest.warns(UserWarning, match="budgets: 3 checkpoints requested, 2 distinct"):
+        simulate_identification(spec, "ucbe", K=3, n_replicates=4, budgets=(10, 10, 60))
+
+
+def test_non_partitionable_threefry_is_refused():
+    import jax
+
+    old = jax.config.jax_threefry_partitionable
+    jax.config.update("jax_threefry_partitionable", False)
+    try:
+        with pytest.raises(ValueError, match="jax_threefry_partitionable is off"):
+            simulate_identification(SyntheticSpec(n_items=30), "ucbe", K=3, n_replicates=4)
+    finally:
+        jax.config.update("jax_threefry_partitionable", old)
 
 
 def test_learned_lam0_is_learn_lam0_on_the_training_models():
