@@ -612,7 +612,11 @@ def learn_lam0(
             f"data: learning lam0 with {folds} folds needs at least {2 * folds} models, "
             f"got {sm.n_models}"
         )
-    cs = list(n_observed)
+    try:
+        cs = list(n_observed)
+    except TypeError:
+        raise ValueError(f"n_observed: expected a sequence of positive ints, got {n_observed!r}") \
+            from None
     if not cs or any(isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1
                      for c in cs):
         raise ValueError(f"n_observed: expected positive ints, got {n_observed!r}")
@@ -622,8 +626,15 @@ def learn_lam0(
     group = rng.permutation(sm.n_models) % folds
     num = den = 0.0
     for f in range(folds):
-        fit = fit_factorization(sm.take(models=np.flatnonzero(group != f)), rank=rank, rho=rho,
-                                seed=int(seed) + f, num_steps=num_steps)
+        rest = sm.take(models=np.flatnonzero(group != f))
+        try:
+            fit = fit_factorization(rest, rank=rank, rho=rho, seed=int(seed) + f,
+                                    num_steps=num_steps)
+        except ValueError as e:
+            raise ValueError(
+                f"data: the factorization of fold {f + 1} of {folds} ({rest.n_models} of the "
+                f"{sm.n_models} models) cannot be fitted: {e}"
+            ) from None
         held = sm.take(models=np.flatnonzero(group == f))
         S, M = np.asarray(held.scores, np.float64), np.asarray(held.mask, bool)
         for c in cs:

@@ -137,6 +137,10 @@ ITEM_BLOCK = 2048
 ORDER_TABLE_MAX = 2**17
 
 
+#: Kinds of deliberately bad predictions for validity studies (``Config.corruption``).
+CORRUPTIONS = ("none", "biased", "random", "adversarial")
+
+
 # --------------------------------------------------------------- containers
 @dataclasses.dataclass(frozen=True)
 class Config:
@@ -246,7 +250,7 @@ class Config:
             )
         if self.truth not in ("real", "synthetic"):
             raise ValueError(f"truth: expected 'real' or 'synthetic', got {self.truth!r}")
-        if self.corruption not in ("none", "biased", "random", "adversarial"):
+        if self.corruption not in CORRUPTIONS:
             raise ValueError(f"corruption: unknown kind {self.corruption!r}")
         if tuple(sorted(self.budgets)) != tuple(self.budgets) or not self.budgets:
             raise ValueError(f"budgets must be a non-empty sorted tuple, got {self.budgets}")

@@ -118,9 +118,9 @@ class Progress:
     tracing and compilation) when the caller reports it, so neither the first
     line's ETA nor the later rates carry the compile time, and chunks that ran
     concurrently do not show as a burst. Without that report, the rate excludes
-    the first chunk once a later chunk has finished. The first line's rate counts
-    from the start (compilation included): a lone chunk may have run before the
-    dispatch returned.
+    the first chunk once a later chunk has finished. A task done in one chunk
+    prints its whole run's rate, compilation included (its work may have run before
+    the dispatch returned).
 
     Example:
       >>> import io
@@ -153,9 +153,10 @@ class Progress:
 
     def rate(self, now: float) -> float:
         """Units per second so far (see the class docstring for the clock used)."""
-        if self.n_chunks <= 1:
-            # one chunk: its work may have run before the dispatch returned (a
-            # synchronous backend), i.e. before compiled(); count from the start
+        if self.n_chunks <= 1 and self.done >= self.total:
+            # a task of one chunk: its work may have run before the dispatch returned
+            # (a synchronous backend), i.e. before compiled(); its one line gives the
+            # whole run's rate, compilation included
             return self.done / max(now - self.t0, 1e-9)
         if self.t_compiled is not None:
             return self.done / max(now - self.t_compiled, 1e-9)

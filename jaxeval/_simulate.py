@@ -350,10 +350,14 @@ def _check_real(name, value, lo, hi):
 
 def _config(policy, K, n, batch_size, budgets, budget_fractions, mode, cs_kinds, stop_kind,
             use_predictions, refit, num_newton, synchronized, horizon, truth, rank, corruption,
-            item_block) -> idn.Config:
-    """The kernel's static configuration; every argument checked, with its name."""
+            item_block, warn: bool = True) -> idn.Config:
+    """The kernel's static configuration; every argument checked, with its name
+    (``warn=False``: a first check whose warnings the second call gives)."""
     batch_size = _check_int("batch_size", batch_size, 1, n)
-    budget_tuple = _canonical_budgets(budgets, budget_fractions, K * n)
+    with warnings.catch_warnings():
+        if not warn:
+            warnings.simplefilter("ignore")
+        budget_tuple = _canonical_budgets(budgets, budget_fractions, K * n)
     return idn.Config(
         policy=policy,
         num_arms=K,
@@ -576,7 +580,7 @@ def simulate_identification(
     notes: dict[str, Any] = {}
 
     # settings that would otherwise be ignored without a word (and still be recorded)
-    if corruption != "none" and not needs_pred:
+    if corruption != "none" and corruption in idn.CORRUPTIONS and not needs_pred:
         raise ValueError(
             f"corruption={corruption!r}: corrupts predictions, which policy {policy!r} does "
             "not use (pass use_predictions=True, or a prediction policy)"
@@ -622,7 +626,7 @@ def simulate_identification(
         # every setting the kernel checks, checked before the (slow) factorization fit
         _config(policy, K, n, batch_size, budgets, budget_fractions, mode, cs_kinds,
                 stop_kind, use_predictions, refit, num_newton, synchronized, horizon, truth,
-                1, corruption, item_block)
+                1, corruption, item_block, warn=False)
         r = 1
         fit_rho = 1.0
         item_factors = ItemFactors(
@@ -644,7 +648,10 @@ def simulate_identification(
             if learn_prior:
                 from jaxeval._factorization_api import learn_lam0
 
-                lam0 = learn_lam0(train, rank=r, seed=seed, num_steps=fit_steps)
+                try:
+                    lam0 = learn_lam0(train, rank=r, seed=seed, num_steps=fit_steps)
+                except ValueError as e:
+                    raise ValueError(f"lam0='learned': {e}") from None
                 notes["lam0_source"] = "learned on the training models (learn_lam0)"
         pdata = idn.ProblemData(
             pool=np.asarray(pool.scores, np.float32),

@@ -87,7 +87,8 @@ def _check_header(header: list[str], src: str) -> None:
         )
 
 
-def _read_cells(path: Path, sep: str | None) -> tuple[list[str], list[list[Any]]]:
+def _read_cells(path: Path, sep: str | None, model_col: str = "model"
+                ) -> tuple[list[str], list[list[Any]]]:
     """Header and body rows of the file, every cell as text (CSV) or value (Parquet)."""
     pd = _pandas()
     src = str(path)
@@ -104,9 +105,11 @@ def _read_cells(path: Path, sep: str | None) -> tuple[list[str], list[list[Any]]
         if not isinstance(df.index, pd.RangeIndex) or df.index.name is not None:
             # a table saved from a DataFrame indexed by model (e.g. pivot(...).to_parquet())
             # keeps that index as metadata, not as a column: make it the first column.
-            # An unnamed integer index is the row numbers of a filtered or shuffled
-            # DataFrame, not data: it is dropped (it would otherwise become an item).
-            unnamed_rows = df.index.name is None and pd.api.types.is_integer_dtype(df.index)
+            # Beside a model column, an unnamed integer index is the row numbers of a
+            # filtered or shuffled DataFrame, not data: it is dropped (it would
+            # otherwise become an item). Without one, it may be the model ids: kept.
+            unnamed_rows = (df.index.name is None and pd.api.types.is_integer_dtype(df.index)
+                            and model_col in [str(c) for c in df.columns])
             df = df.reset_index(drop=unnamed_rows)
         header = [str(c) for c in df.columns]
         _check_header(header, src)
@@ -213,7 +216,7 @@ def load_table(
     src = name or str(path)
     if layout not in ("auto", "long", "wide"):
         raise ValueError(f"load_table: layout must be 'auto', 'long' or 'wide', got {layout!r}")
-    header, rows = _read_cells(path, sep)
+    header, rows = _read_cells(path, sep, model_col)
     if not rows:
         raise ValueError(f"{src}: the table has a header but no rows")
     if layout == "auto":

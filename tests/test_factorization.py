@@ -684,6 +684,7 @@ def test_learn_lam0_refuses_bad_input():
     S = np.ones((10, 30))
     for kw, word in ((dict(folds=1), "folds"), (dict(folds=6), "at least 12 models"),
                      (dict(n_observed=()), "n_observed"), (dict(n_observed=(0,)), "n_observed"),
-                     (dict(seed=-1), "seed"), (dict(n_observed=(29,)), "no held-out model")):
+                     (dict(seed=-1), "seed"), (dict(n_observed=(29,)), "no held-out model"),
+                     (dict(n_observed=5), "n_observed: expected a sequence")):
         with pytest.raises(ValueError, match=word):
             jaxeval.learn_lam0(S, rank=1, num_steps=5, **kw)

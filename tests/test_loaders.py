@@ -454,6 +454,10 @@ def test_table_index_columns_are_not_items(tmp_path):
     d[d.index < 2].to_parquet(tmp_path / "w.parquet")
     sm = jaxeval.load(tmp_path / "w.parquet")
     assert sm.items.tolist() == ["q1"] and sorted(sm.models.tolist()) == ["a", "b"]
+    # without a model column an unnamed integer index may be the model ids: kept
+    pd.DataFrame({"q1": [1, 0], "q2": [0, 1]}, index=[101, 205]).to_parquet(tmp_path / "i.parquet")
+    sm = jaxeval.load(tmp_path / "i.parquet")
+    assert sm.models.tolist() == ["101", "205"] and sm.items.tolist() == ["q1", "q2"]
     # a table indexed by model (pivot) keeps its index as the model column
     wide = pd.DataFrame({"model": ["a", "b"], "item": ["x", "y"], "score": [1, 0]}).pivot(
         index="model", columns="item", values="score").fillna(0)

@@ -273,6 +273,15 @@ def test_progress_rate_excludes_compilation_and_smooths_concurrent_chunks(monkey
     q.update(4)
     assert "  0.5/s  " in out2.getvalue() and "ETA 24.0s" in out2.getvalue()
     assert _runner._fmt_rate(1 / 52) == "52.0s each" and _runner._fmt_rate(0.0) == "0/s"
+    # a task of one chunk whose work ran before the dispatch returned (compiled() just
+    # before the update): its one line gives the whole run's rate, not a burst
+    clock3 = iter([0.0, 12.0, 12.0001])
+    monkeypatch.setattr(_runner.time, "perf_counter", lambda: next(clock3))
+    out3 = io.StringIO()
+    r = _runner.Progress(128, stream=out3)
+    r.compiled()
+    r.update(128)
+    assert "  11/s  " in out3.getvalue(), out3.getvalue()
 
 
 def test_importing_jaxeval_starts_no_backend():

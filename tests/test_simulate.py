@@ -40,6 +40,7 @@ def _small_matrix(m=12, n=20, seed=0):
         (dict(lam0=2.0), "lam0 must lie in"),
         (dict(lam0="auto"), r"lam0 must be a number in \[0, 1\] or 'learned'"),
         (dict(corruption="biased"), "corruption='biased': corrupts predictions, which policy"),
+        (dict(corruption="bogus"), "corruption: unknown kind 'bogus'"),
         (dict(horizon=5), "horizon: only SySRs plans for a horizon, not policy 'ucbe'"),
         (dict(lam0="learned"), "lam0='learned' needs real data .* a policy that uses predictions"),
         (dict(num_newton=-1), "num_newton must be"),
@@ -93,8 +94,9 @@ def test_merged_checkpoints_warn():
         rep = simulate_identification(spec, "ucbe", K=3, n_replicates=4,
                                       budget_fractions=(0.001, 0.002, 0.004, 1.0))
     assert rep.budgets.tolist() == [1, 120]
-    with pytest.warns(UserWarning, match="budgets: 3 checkpoints requested, 2 distinct"):
-        simulate_identification(spec, "ucbe", K=3, n_replicates=4, budgets=(10, 10, 60))
+    with pytest.warns(UserWarning, match="budgets: 3 checkpoints requested, 2 distinct") as rec:
+        simulate_identification(_small_matrix(), "ucbe", K=3, n_replicates=4, budgets=(10, 10, 60))
+    assert sum("checkpoints requested" in str(w.message) for w in rec) == 1  # said once
 
 
 def test_non_partitionable_threefry_is_refused():
@@ -116,6 +118,9 @@ def test_learned_lam0_is_learn_lam0_on_the_training_models():
     train, _, _ = _simulate.split_pool(sm.drop_duplicates(), None, 3, 1)
     assert rep.settings["lam0"] == jaxeval.learn_lam0(train, rank=2, seed=1, num_steps=20)
     assert "learn_lam0" in rep.settings["lam0_source"]
+    with pytest.raises(ValueError, match=r"lam0='learned': data: the factorization of fold"):
+        simulate_identification(_small_matrix(m=14, n=20), "pulse", K=3, n_replicates=4,
+                                rank=2, lam0="learned", fit_steps=20, n_train=6)
     with pytest.raises(ValueError, match="needs at least 4 training models, n_train=3"):
         simulate_identification(sm, "pulse", K=3, n_replicates=4, rank=2, lam0="learned",
                                 fit_steps=20, n_train=3)
