@@ -1157,13 +1157,16 @@ def _finish_status(state: LoopState, config: Config, rec: Record) -> jax.Array:
     return jnp.where(bad, STATUS_NONFINITE, status).astype(jnp.int32)
 
 
-def _setup(rep_key, data: ProblemData, config: Config, params: Params):
+def _setup(rep_key, data: ProblemData, config: Config, params: Params, instance=None):
     order_key = jax.random.fold_in(rep_key, _PURPOSE_ORDER)
     if config.truth == "real":
         n_inst = data.instances.shape[0]
-        inst = jax.random.randint(
-            jax.random.fold_in(rep_key, _PURPOSE_INSTANCE), (), 0, n_inst, jnp.int32
-        )
+        if instance is None:
+            inst = jax.random.randint(
+                jax.random.fold_in(rep_key, _PURPOSE_INSTANCE), (), 0, n_inst, jnp.int32
+            )
+        else:  # a design's assignment (e.g. replicate i plays instance i mod I)
+            inst = (jnp.asarray(instance, jnp.uint32) % jnp.uint32(n_inst)).astype(jnp.int32)
         rows = data.instances[inst]
     else:
         inst = jnp.int32(-1)
@@ -1183,7 +1186,7 @@ def _setup(rep_key, data: ProblemData, config: Config, params: Params):
 
 
 def run_identification(
-    rep_key: jax.Array, data: ProblemData, params: Params, config: Config
+    rep_key: jax.Array, data: ProblemData, params: Params, config: Config, instance=None
 ) -> IdentificationOutput:
     """Run one replicate of the identification loop (pure; jit/vmap it from outside).
 
@@ -1192,6 +1195,9 @@ def run_identification(
       data: the truth source's arrays.
       params: dynamic settings.
       config: static settings (a hashable :class:`Config`).
+      instance: optional integer scalar: play instance ``instance % I`` of
+        ``data.instances`` instead of one drawn from the key (real data; ignored for
+        synthetic truth). The item orders still come from the key.
 
     Returns:
       :class:`IdentificationOutput` with one :class:`Record` per checkpoint.
@@ -1209,11 +1215,11 @@ def run_identification(
             and len(config.budgets) > 1):
         # one fixed-budget run per checkpoint (same key: same instance and item order)
         outs = [run_identification(rep_key, data, params,
-                                   dataclasses.replace(config, budgets=(b,)))
+                                   dataclasses.replace(config, budgets=(b,)), instance)
                 for b in config.budgets]
         return outs[0]._replace(checkpoints=jax.tree.map(
             lambda *xs: jnp.concatenate(xs, axis=0), *(o.checkpoints for o in outs)))
-    order_key, truth, inst, theta = _setup(rep_key, data, config, params)
+    order_key, truth, inst, theta = _setup(rep_key, data, config, params, instance)
     state = _init_state(truth, data, config, params)
     budgets = jnp.asarray(config.budgets, jnp.int32)
     table = (

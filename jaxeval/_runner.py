@@ -228,6 +228,8 @@ class ReplicatePlan:
       lanes: replicates vmapped together per device step. Results are
         bit-identical for a fixed ``lanes`` whatever the chunk size, device count
         or start; larger values vectorise more (use hundreds on a GPU).
+      with_index: call ``replicate_fn(key, i, *operands)`` with the replicate's
+        index ``i`` (a uint32 scalar), e.g. to assign replicates to cells of a design.
     """
 
     def __init__(
@@ -238,6 +240,7 @@ class ReplicatePlan:
         devices: Sequence[Any] | None = None,
         operands: Sequence[Any] = (),
         lanes: int = DEFAULT_LANES,
+        with_index: bool = False,
     ) -> None:
         devs = tuple(jax.devices() if devices is None else devices)
         if not devs:
@@ -247,6 +250,7 @@ class ReplicatePlan:
         if not isinstance(lanes, (int, np.integer)) or lanes < 1:
             raise ValueError(f"lanes must be a positive integer, got {lanes!r}")
         self.replicate_fn = replicate_fn
+        self.with_index = bool(with_index)
         self.devices = devs
         self.n_devices = len(devs)
         self.lanes = int(lanes)
@@ -267,14 +271,20 @@ class ReplicatePlan:
         self.multiprocess = any(d.process_index != jax.process_index() for d in devs)
         self._fn = self._compiled()
         key_aval = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)
-        self.out_shapes = jax.eval_shape(
-            lambda k, *o: replicate_fn(k, *o), key_aval, *self._operand_avals
-        )
+        if self.with_index:
+            self.out_shapes = jax.eval_shape(
+                lambda k, *o: replicate_fn(k, jnp.uint32(0), *o), key_aval, *self._operand_avals
+            )
+        else:
+            self.out_shapes = jax.eval_shape(
+                lambda k, *o: replicate_fn(k, *o), key_aval, *self._operand_avals
+            )
 
     # ------------------------------------------------------------------ compile
     def _compiled(self) -> Callable:
         ids = tuple(d.id for d in self.devices)
-        cache_key = (self.replicate_fn, self.per_device, self.lanes, ids, self._operand_sig)
+        cache_key = (self.replicate_fn, self.per_device, self.lanes, ids, self._operand_sig,
+                     self.with_index)
         try:
             hit = _PLAN_CACHE.get(cache_key)
         except TypeError:  # unhashable replicate_fn
@@ -285,12 +295,15 @@ class ReplicatePlan:
         replicate_fn = self.replicate_fn
 
         lanes = self.lanes
+        with_index = self.with_index
 
         def local(key_data, idx, *ops):
             base = jax.random.wrap_key_data(key_data)
 
             def block(ib):
                 keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(ib)
+                if with_index:
+                    return jax.vmap(lambda k, i: replicate_fn(k, i, *ops))(keys, ib)
                 return jax.vmap(lambda k: replicate_fn(k, *ops))(keys)
 
             # Always a loop over blocks of `lanes` replicates: the vmapped program
@@ -410,6 +423,7 @@ def run_replicates(
     operands: Sequence[Any] = (),
     lanes: int = DEFAULT_LANES,
     progress: bool = True,
+    with_index: bool = False,
 ) -> Any:
     """Run ``n_replicates`` Monte Carlo replicates in chunks over all devices.
 
@@ -433,6 +447,9 @@ def run_replicates(
       operands: pytrees of arrays handed to every replicate, replicated on each device.
       lanes: replicates vmapped together per device step (see above).
       progress: print one line per chunk to stderr (replicates/s and ETA).
+      with_index: call ``replicate_fn(key, i, *operands)`` with the replicate's
+        index ``i`` too (a uint32 scalar; e.g. replicate ``i`` plays cell ``i % I``
+        of a design, so every cell is played equally often).
 
     Returns:
       The pytree of ``replicate_fn`` with numpy leaves and a leading axis of
@@ -456,6 +473,7 @@ def run_replicates(
     elif isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)):
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     plan = ReplicatePlan(
-        replicate_fn, int(chunk_size), devices=devices, operands=operands, lanes=lanes
+        replicate_fn, int(chunk_size), devices=devices, operands=operands, lanes=lanes,
+        with_index=with_index,
     )
     return plan.run(seed, int(start), int(n_replicates), progress=progress)

@@ -236,9 +236,18 @@ def _finite_json(x):
 
 # ----------------------------------------------------------------- kernel cache
 @functools.lru_cache(maxsize=64)
-def _replicate_fn(config: idn.Config, treedef):
-    """One function object per (config, operand structure): the runner's compile cache
-    hits for new seeds, α or exploration settings (they are operands)."""
+def _replicate_fn(config: idn.Config, treedef, balanced: bool = False):
+    """One function object per (config, operand structure, assignment): the runner's
+    compile cache hits for new seeds, α or exploration settings (they are operands).
+    ``balanced``: the runner passes the replicate index, and replicate ``i`` plays
+    instance ``i mod I``."""
+    if balanced:
+
+        def fn_i(key, index, *leaves):
+            data, params = jax.tree.unflatten(treedef, leaves)
+            return idn.run_identification(key, data, params, config, instance=index)
+
+        return fn_i
 
     def fn(key, *leaves):
         data, params = jax.tree.unflatten(treedef, leaves)
@@ -442,6 +451,7 @@ def simulate_identification(
     n_train: int | None = None,
     n_instances: int = 10,
     instances: ArrayLike | None = None,
+    instance_assignment: str = "random",
     cs_kinds: Sequence[str] = ("eb", "hoeffding"),
     stop_kind: str = "eb",
     mode: str = "budget",
@@ -495,6 +505,12 @@ def simulate_identification(
         model names (each must be a pool model, i.e. not one of the ``n_train``
         training models of this ``seed``'s split). Each row lists ``K`` distinct models.
         A report's own ``instances`` passed back with its seed reproduce it exactly.
+      instance_assignment: ``"random"`` (default): each replicate draws its instance
+        from its key, so instances are played unequally often (the tables of
+        BUILD_NOTES.md); ``"balanced"``: replicate ``i`` plays instance ``i mod I``,
+        every instance ``⌊R/I⌋`` or ``⌈R/I⌉`` times (SPEC 6.1's instances × replicates
+        design: less Monte Carlo noise between instances). Item orders come from the
+        replicate's key either way. Real data only.
       cs_kinds: interval kinds (``"eb"``, ``"hoeffding"``, ``"betting"``).
       stop_kind: kind used by PULSE's radius and the fixed-confidence stop.
       mode: ``"budget"`` (checkpoints) or ``"confidence"`` (stop when confident; the
@@ -587,8 +603,14 @@ def simulate_identification(
         )
     if horizon is not None and policy != "sysrs":
         raise ValueError(f"horizon: only SySRs plans for a horizon, not policy {policy!r}")
+    if instance_assignment not in ("random", "balanced"):
+        raise ValueError(
+            f"instance_assignment must be 'random' or 'balanced', got {instance_assignment!r}"
+        )
     if isinstance(data, SyntheticSpec):
         given = [k for k, v in (("factors", factors), ("n_train", n_train)) if v is not None]
+        if instance_assignment != "random":
+            given.append("instance_assignment")
         if given:
             raise ValueError(
                 f"{', '.join(given)}: only for real data (synthetic truth draws its own "
@@ -684,7 +706,8 @@ def simulate_identification(
     )
     params = jax.tree.map(np.asarray, params)
     leaves, treedef = jax.tree.flatten((pdata, params))
-    fn = _replicate_fn(config, treedef)
+    balanced = instance_assignment == "balanced"
+    fn = _replicate_fn(config, treedef, balanced)
     out = run_replicates(
         fn,
         key,
@@ -694,11 +717,13 @@ def simulate_identification(
         operands=leaves,
         lanes=lanes,
         progress=progress,
+        with_index=balanced,
     )
     settings = dict(
         policy=policy, data=data_name, K=K, n_items=n, budgets=list(budget_tuple),
         alpha=alpha, n_replicates=n_replicates, seed=seed, batch_size=batch_size,
         n_train=n_train if truth == "real" else None, n_instances=len(instances),
+        instance_assignment=instance_assignment,
         cs_kinds=list(cs_kinds), stop_kind=stop_kind, mode=mode, eps=eps, a=a, scale=scale,
         rank=r, rho=float(rho), lam0=lam0, shrink=shrink, num_newton=num_newton, refit=refit,
         use_predictions=bool(needs_pred), synchronized=config.sync, horizon=horizon,

@@ -148,6 +148,18 @@ def test_progress_lines(capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_replicate_index_passed_on_request():
+    """``with_index=True``: replicate i gets its global index (across chunks and
+    ``start``) beside its key, which stays ``fold_in(base, i)``."""
+    f = lambda key, i: (i, jax.random.uniform(key))  # noqa: E731
+    idx, u = run_replicates(f, 3, 10, chunk_size=4, start=5, lanes=2, progress=False,
+                            with_index=True)
+    assert idx.tolist() == list(range(5, 15))
+    ref = run_replicates(lambda key: jax.random.uniform(key), 3, 10, chunk_size=4, start=5,
+                         lanes=2, progress=False)
+    np.testing.assert_array_equal(u, ref)
+
+
 def test_chunk_ranges():
     assert chunk_ranges(0, 10, 4) == [(0, 4), (4, 8), (8, 10)]
     assert chunk_ranges(5, 6, 4) == [(5, 6)]

@@ -262,6 +262,30 @@ def test_same_instances_and_orders_for_every_policy():
     assert a.accuracy[-1] == b.accuracy[-1] == 1.0
 
 
+def test_balanced_assignment_plays_every_instance_equally_often():
+    """Replicate i plays instance i mod I, with the item orders of its own key: the
+    same replicate as a run given that one instance."""
+    sm = _small_matrix(m=16, n=20)
+    kw = dict(K=3, n_replicates=11, seed=4, budget_fractions=(0.2, 1.0), cs_kinds=("eb",))
+    bal = simulate_identification(sm, "ucbe", n_instances=4, instance_assignment="balanced",
+                                  chunk_size=8, lanes=4, **kw)
+    assert bal.instance.tolist() == [i % 4 for i in range(11)]
+    assert bal.settings["instance_assignment"] == "balanced"
+    rnd = simulate_identification(sm, "ucbe", n_instances=4, lanes=4, **kw)
+    np.testing.assert_array_equal(rnd.instances, bal.instances)
+    for j in range(4):
+        one = simulate_identification(sm, "ucbe", instances=bal.instances[j:j + 1], lanes=4, **kw)
+        mine = bal.instance == j
+        np.testing.assert_array_equal(one.theta[mine], bal.theta[mine])
+        np.testing.assert_array_equal(one.recommended[mine], bal.recommended[mine])
+        np.testing.assert_array_equal(one.correct[mine], bal.correct[mine])
+    with pytest.raises(ValueError, match="instance_assignment must be 'random' or 'balanced'"):
+        simulate_identification(sm, "ucbe", instance_assignment="cycle", **kw)
+    with pytest.raises(ValueError, match="instance_assignment: only for real data"):
+        simulate_identification(SyntheticSpec(n_items=20), "ucbe", instance_assignment="balanced",
+                                **kw)
+
+
 def test_real_data_pulse_smoke():
     sm = jaxeval.load("oll2_ifeval")
     rep = simulate_identification(
