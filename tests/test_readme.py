@@ -47,6 +47,8 @@ def test_quickstart_runs(tmp_path, monkeypatch):
     exec(compile(blocks[0], str(README), "exec"), ns)
     assert 0.0 < ns["rep"].calls_to(0.95, fraction=True) <= 1.0
     assert len(ns["rep2"].instances) == 2
+    assert np.bincount(ns["rep3"].instance, minlength=50).tolist() == [4] * 50
+    assert 0.5 < ns["lam0"] <= 1.0
     est, lo, hi = ns["est"], ns["lo"], ns["hi"]
     assert est.shape == lo.shape == hi.shape == (ns["split"].test.n_models,)
     assert np.all((lo <= est) & (est <= hi))
