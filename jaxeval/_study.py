@@ -334,6 +334,10 @@ class IdentificationStudy:
       cs_kinds: confidence sequences computed (``eb``, ``hoeffding``, ``betting``).
       corruption: deliberately bad predictions for validity studies (``none``,
         ``biased``, ``random``, ``adversarial``).
+      instance_assignment: ``random`` (replicate ``i``'s instance drawn from its key)
+        or ``balanced`` (replicate ``i`` plays instance ``i mod n_instances``, every
+        instance equally often; real data), as in
+        :func:`jaxeval.simulate_identification`.
     """
 
     name: str = "identification"
@@ -358,6 +362,7 @@ class IdentificationStudy:
     fit_steps: int = 500
     cs_kinds: tuple[str, ...] = ("eb", "hoeffding")
     corruption: str = "none"
+    instance_assignment: str = "random"
 
     kind = "identification"
     KEYS = (
@@ -378,6 +383,7 @@ class IdentificationStudy:
         "fit_steps",
         "cs_kinds",
         "corruption",
+        "instance_assignment",
     )
 
     @classmethod
@@ -437,6 +443,16 @@ class IdentificationStudy:
             kw["corruption"] = _str(
                 d["corruption"], "corruption", ("none", "biased", "random", "adversarial")
             )
+        if "instance_assignment" in d:
+            kw["instance_assignment"] = _str(
+                d["instance_assignment"], "instance_assignment", ("random", "balanced")
+            )
+            if kw["instance_assignment"] == "balanced" and "data" in kw and (
+                    kw["data"].synthetic is not None):
+                raise StudyConfigError(
+                    "instance_assignment", "'balanced' is for real data (synthetic truth "
+                    "draws a new matrix per replicate)"
+                )
         study = cls(**kw)
         if check:
             study.check()
@@ -467,6 +483,9 @@ class IdentificationStudy:
             "fit_steps": self.fit_steps,
             "cs_kinds": list(self.cs_kinds),
             "corruption": self.corruption,
+            # written only when set, so definitions saved before it existed stay equal
+            **({} if self.instance_assignment == "random"
+               else {"instance_assignment": self.instance_assignment}),
         }
 
     @property
@@ -1646,8 +1665,10 @@ def _identification_tasks(study: IdentificationStudy) -> list[Task]:
             from jaxeval._runner import Progress, ReplicatePlan
 
             config, data, params, _ = identification_problem(study, spec)
-            fn = _cached_kernel(idn.run_identification, config)
-            plan = ReplicatePlan(fn, study.chunk_size, operands=(data, params), lanes=study.lanes)
+            balanced = study.instance_assignment == "balanced" and config.truth == "real"
+            fn = _cached_kernel(idn.run_identification, config, balanced)
+            plan = ReplicatePlan(fn, study.chunk_size, operands=(data, params), lanes=study.lanes,
+                                 with_index=balanced)
             prog = _progress(Progress, ranges, progress, f"replicates [{spec.name}]")
             for lo, hi, res in plan.iter_ranges(study.seed, ranges, progress=prog):
                 yield lo, hi, flatten_tree(res)
@@ -1659,13 +1680,21 @@ def _identification_tasks(study: IdentificationStudy) -> list[Task]:
 _KERNELS: dict = {}
 
 
-def _cached_kernel(kernel: Callable, config: Any) -> Callable:
-    """One function object per (kernel, static config), so compiled programs are reused."""
-    key = (kernel, config)
+def _cached_kernel(kernel: Callable, config: Any, with_index: bool = False) -> Callable:
+    """One function object per (kernel, static config), so compiled programs are reused;
+    ``with_index``: ``fn(rep_key, index, data, params)``, the replicate index passed on
+    as the kernel's ``instance`` (a balanced design)."""
+    key = (kernel, config, with_index)
     if key not in _KERNELS:
+        if with_index:
 
-        def fn(rep_key, data, params):
-            return kernel(rep_key, data, params, config)
+            def fn(rep_key, index, data, params):
+                return kernel(rep_key, data, params, config, instance=index)
+
+        else:
+
+            def fn(rep_key, data, params):
+                return kernel(rep_key, data, params, config)
 
         _KERNELS[key] = fn
     return _KERNELS[key]

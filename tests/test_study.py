@@ -693,6 +693,33 @@ def test_real_data_prediction_study_equals_simulate_identification(tmp_path):
     np.testing.assert_allclose(width, rep.width, rtol=1e-6)
 
 
+def test_balanced_study_equals_simulate_identification(tmp_path):
+    """instance_assignment='balanced' in a study definition plays replicate i on
+    instance i mod I across chunks, as simulate_identification does, bit for bit; the
+    key is written back only when set, so older definitions keep their identity."""
+    import jaxeval
+
+    d = {"kind": "identification", "data": "oll2_ifeval", "policies": ["ucbe"],
+         "num_arms": 3, "budgets": [0.05, 0.2], "n_replicates": 13, "seed": 2,
+         "chunk_size": 8, "lanes": 4, "n_instances": 5, "instance_assignment": "balanced"}
+    study = study_from_dict(d)
+    assert study.to_dict()["instance_assignment"] == "balanced"
+    assert "instance_assignment" not in study_from_dict(
+        {k: v for k, v in d.items() if k != "instance_assignment"}).to_dict()
+    run_study(study, tmp_path / "s", progress=False)
+    _, res = load_results(tmp_path / "s")
+    rep = jaxeval.simulate_identification(
+        jaxeval.load("oll2_ifeval"), "ucbe", K=3, n_replicates=13, seed=2, lanes=4,
+        budget_fractions=(0.05, 0.2), n_instances=5, instance_assignment="balanced")
+    assert rep.instance.tolist() == [i % 5 for i in range(13)]
+    np.testing.assert_array_equal(res["ucbe"]["theta"], rep.theta)
+    np.testing.assert_array_equal(res["ucbe"]["checkpoints.recommended"], rep.recommended)
+    with pytest.raises(StudyConfigError, match="instance_assignment"):
+        study_from_dict(dict(d, instance_assignment="cycle"))
+    with pytest.raises(StudyConfigError, match="instance_assignment"):
+        study_from_dict(dict(d, data={"synthetic": {"n_items": 30}}))
+
+
 def test_result_fields_named_like_savez_arguments_are_kept(tmp_path):
     """Fields named 'file' / 'allow_pickle' reach the disk and come back; two leaves
     that flatten to one name are refused instead of one overwriting the other."""
