@@ -622,6 +622,15 @@ def learn_lam0(
         raise ValueError(f"n_observed: expected positive ints, got {n_observed!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed: expected an int >= 0, got {seed!r}")
+    for name, v in (("rank", rank), ("num_steps", num_steps)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name}: expected a positive int, got {v!r}")
+    try:
+        rho_ok = np.isfinite(float(rho)) and float(rho) >= 0 and not isinstance(rho, bool)
+    except (TypeError, ValueError):
+        rho_ok = False
+    if not rho_ok:
+        raise ValueError(f"rho: expected a finite value >= 0, got {rho!r}")
     rng = np.random.default_rng([int(seed), 0x1A40])
     group = rng.permutation(sm.n_models) % folds
     num = den = 0.0

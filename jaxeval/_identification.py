@@ -1166,7 +1166,11 @@ def _setup(rep_key, data: ProblemData, config: Config, params: Params, instance=
                 jax.random.fold_in(rep_key, _PURPOSE_INSTANCE), (), 0, n_inst, jnp.int32
             )
         else:  # a design's assignment (e.g. replicate i plays instance i mod I)
-            inst = (jnp.asarray(instance, jnp.uint32) % jnp.uint32(n_inst)).astype(jnp.int32)
+            instance = jnp.asarray(instance)
+            if jnp.issubdtype(instance.dtype, jnp.unsignedinteger):  # the runner's uint32 index
+                inst = (instance.astype(jnp.uint32) % jnp.uint32(n_inst)).astype(jnp.int32)
+            else:  # floor modulo: -1 -> I - 1
+                inst = jnp.mod(instance.astype(jnp.int32), n_inst).astype(jnp.int32)
         rows = data.instances[inst]
     else:
         inst = jnp.int32(-1)

@@ -386,6 +386,16 @@ class IdentificationStudy:
         "instance_assignment",
     )
 
+    def __post_init__(self) -> None:
+        # built from a dict or in code alike: a value that would silently run the
+        # random design (and make the saved definition unreadable) is refused here
+        _str(self.instance_assignment, "instance_assignment", ("random", "balanced"))
+        if self.instance_assignment == "balanced" and self.data.synthetic is not None:
+            raise StudyConfigError(
+                "instance_assignment", "'balanced' is for real data (synthetic truth draws "
+                "a new matrix per replicate)"
+            )
+
     @classmethod
     def from_dict(cls, d: Any, *, check: bool = True) -> IdentificationStudy:
         d = _check_keys(d, cls.KEYS, "")
@@ -444,15 +454,7 @@ class IdentificationStudy:
                 d["corruption"], "corruption", ("none", "biased", "random", "adversarial")
             )
         if "instance_assignment" in d:
-            kw["instance_assignment"] = _str(
-                d["instance_assignment"], "instance_assignment", ("random", "balanced")
-            )
-            if kw["instance_assignment"] == "balanced" and "data" in kw and (
-                    kw["data"].synthetic is not None):
-                raise StudyConfigError(
-                    "instance_assignment", "'balanced' is for real data (synthetic truth "
-                    "draws a new matrix per replicate)"
-                )
+            kw["instance_assignment"] = d["instance_assignment"]  # checked by __post_init__
         study = cls(**kw)
         if check:
             study.check()
@@ -1665,7 +1667,7 @@ def _identification_tasks(study: IdentificationStudy) -> list[Task]:
             from jaxeval._runner import Progress, ReplicatePlan
 
             config, data, params, _ = identification_problem(study, spec)
-            balanced = study.instance_assignment == "balanced" and config.truth == "real"
+            balanced = study.instance_assignment == "balanced"
             fn = _cached_kernel(idn.run_identification, config, balanced)
             plan = ReplicatePlan(fn, study.chunk_size, operands=(data, params), lanes=study.lanes,
                                  with_index=balanced)

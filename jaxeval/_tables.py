@@ -105,11 +105,15 @@ def _read_cells(path: Path, sep: str | None, model_col: str = "model"
         if not isinstance(df.index, pd.RangeIndex) or df.index.name is not None:
             # a table saved from a DataFrame indexed by model (e.g. pivot(...).to_parquet())
             # keeps that index as metadata, not as a column: make it the first column.
-            # Beside a model column, an unnamed integer index is the row numbers of a
-            # filtered or shuffled DataFrame, not data: it is dropped (it would
-            # otherwise become an item). Without one, it may be the model ids: kept.
+            # An unnamed integer index beside a column of names (the model column, or a
+            # first column of text) is the row numbers of a filtered or shuffled
+            # DataFrame, not data: dropped (it would otherwise become an item). With only
+            # numeric columns it may be the model ids: kept as the model column.
+            names_col = model_col in [str(c) for c in df.columns] or (
+                df.shape[1] > 0 and not pd.api.types.is_numeric_dtype(df.iloc[:, 0])
+                and not pd.api.types.is_bool_dtype(df.iloc[:, 0]))
             unnamed_rows = (df.index.name is None and pd.api.types.is_integer_dtype(df.index)
-                            and model_col in [str(c) for c in df.columns])
+                            and names_col)
             df = df.reset_index(drop=unnamed_rows)
         header = [str(c) for c in df.columns]
         _check_header(header, src)

@@ -685,6 +685,8 @@ def test_learn_lam0_refuses_bad_input():
     for kw, word in ((dict(folds=1), "folds"), (dict(folds=6), "at least 12 models"),
                      (dict(n_observed=()), "n_observed"), (dict(n_observed=(0,)), "n_observed"),
                      (dict(seed=-1), "seed"), (dict(n_observed=(29,)), "no held-out model"),
-                     (dict(n_observed=5), "n_observed: expected a sequence")):
+                     (dict(n_observed=5), "n_observed: expected a sequence"),
+                     (dict(num_steps=0), "^num_steps: expected a positive int"),
+                     (dict(rho=-1.0), "^rho: expected a finite value")):
         with pytest.raises(ValueError, match=word):
-            jaxeval.learn_lam0(S, rank=1, num_steps=5, **kw)
+            jaxeval.learn_lam0(S, **{"rank": 1, "num_steps": 5, **kw})

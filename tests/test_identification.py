@@ -288,3 +288,20 @@ def test_sysrs_is_planned_for_each_budget_unless_given_a_horizon():
                                   np.asarray(many.checkpoints.pulls)[-1])
     assert not np.array_equal(np.asarray(anytime.checkpoints.pulls)[0],
                               np.asarray(many.checkpoints.pulls)[0])
+
+
+def test_given_instance_is_taken_modulo_the_instance_count():
+    """run_identification(instance=...) plays instance ``instance mod I``: the runner's
+    uint32 replicate index and signed integers (floor modulo) alike."""
+    data = idn.ProblemData(
+        pool=np.random.default_rng(0).uniform(size=(4, 5)).astype(np.float32),
+        instances=np.array([[0, 1], [1, 2], [2, 3]], np.int32),
+        item_factors=ItemFactors(np.zeros((5, 1), np.float32), np.zeros(5, np.float32),
+                                 np.zeros(1, np.float32)),
+    )
+    cfg = idn.Config("ucbe", num_arms=2, num_items=5, budgets=(5,), truth="real")
+    run = jax.jit(idn.run_identification, static_argnums=3)
+    for given, want in ((jnp.uint32(7), 1), (jnp.uint32(2**32 - 1), 0), (-1, 2),
+                        (jnp.int32(-4), 2), (5, 2)):
+        out = run(jax.random.key(0), data, idn.Params.make(), cfg, given)
+        assert int(out.instance) == want, (given, int(out.instance))

@@ -458,6 +458,12 @@ def test_table_index_columns_are_not_items(tmp_path):
     pd.DataFrame({"q1": [1, 0], "q2": [0, 1]}, index=[101, 205]).to_parquet(tmp_path / "i.parquet")
     sm = jaxeval.load(tmp_path / "i.parquet")
     assert sm.models.tolist() == ["101", "205"] and sm.items.tolist() == ["q1", "q2"]
+    # a filtered frame whose model column has another name (the first column): the
+    # row numbers are dropped, the first column names the models
+    df = pd.DataFrame({"name": list("abcde"), "q1": [1, 0, 1, 0, 1], "q2": [0, 1, 1, 0, 0]})
+    df.iloc[[0, 1, 3]].to_parquet(tmp_path / "n.parquet")
+    sm = jaxeval.load(tmp_path / "n.parquet")
+    assert sm.models.tolist() == ["a", "b", "d"] and sm.items.tolist() == ["q1", "q2"]
     # a table indexed by model (pivot) keeps its index as the model column
     wide = pd.DataFrame({"model": ["a", "b"], "item": ["x", "y"], "score": [1, 0]}).pivot(
         index="model", columns="item", values="score").fillna(0)

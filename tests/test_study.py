@@ -718,6 +718,12 @@ def test_balanced_study_equals_simulate_identification(tmp_path):
         study_from_dict(dict(d, instance_assignment="cycle"))
     with pytest.raises(StudyConfigError, match="instance_assignment"):
         study_from_dict(dict(d, data={"synthetic": {"n_items": 30}}))
+    # built in code, too (it would otherwise run the random design and leave a
+    # definition that cannot be read back)
+    from jaxeval._study import IdentificationStudy
+
+    with pytest.raises(StudyConfigError, match="instance_assignment"):
+        IdentificationStudy(instance_assignment="Balanced")
 
 
 def test_result_fields_named_like_savez_arguments_are_kept(tmp_path):
