@@ -7,6 +7,7 @@ Scores live in ``[0, 1]``; a boolean ``mask`` says which cells were observed
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -119,7 +120,7 @@ class ScoreMatrix:
 
     def __post_init__(self) -> None:
         src = self.source
-        notes = dict(self.metadata)
+        notes = copy.deepcopy(dict(self.metadata))  # each matrix owns its notes' lists
         raw = np.asarray(self.scores)
         if raw.ndim != 2:
             raise ValueError(

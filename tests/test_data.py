@@ -160,3 +160,10 @@ def test_rename_duplicates_never_makes_an_existing_name():
 def test_non_numeric_target_names_the_field():
     with pytest.raises(ValueError, match=r"x.csv: field 'target' must hold numbers"):
         ScoreMatrix(np.eye(2), target=["a", "b"], source="x.csv")
+
+
+def test_derived_matrices_do_not_share_metadata_lists():
+    sm = ScoreMatrix(np.array([[np.nan, 1.0], [0.0, 1.0]]))  # a NaN note in conversions
+    sub = sm.take(models=[0])
+    sub.metadata["conversions"].append("edited")
+    assert "edited" not in sm.metadata["conversions"]
