@@ -363,10 +363,7 @@ def _config(policy, K, n, batch_size, budgets, budget_fractions, mode, cs_kinds,
     """The kernel's static configuration; every argument checked, with its name
     (``warn=False``: a first check whose warnings the second call gives)."""
     batch_size = _check_int("batch_size", batch_size, 1, n)
-    with warnings.catch_warnings():
-        if not warn:
-            warnings.simplefilter("ignore")
-        budget_tuple = _canonical_budgets(budgets, budget_fractions, K * n)
+    budget_tuple = _canonical_budgets(budgets, budget_fractions, K * n, warn)
     return idn.Config(
         policy=policy,
         num_arms=K,
@@ -397,7 +394,7 @@ def _check_int(name, value, lo, hi=None):
     return int(value)
 
 
-def _canonical_budgets(budgets, fractions, total):
+def _canonical_budgets(budgets, fractions, total, warn=True):
     if budgets is not None and fractions is not None:
         raise ValueError("give either budgets or budget_fractions, not both")
     budgets_given = budgets is not None
@@ -425,7 +422,7 @@ def _canonical_budgets(budgets, fractions, total):
             f"and max {arr.max()}"
         )
     out = tuple(int(b) for b in np.unique(arr))
-    if len(out) < arr.size and (budgets_given or fractions is not None):
+    if warn and len(out) < arr.size and (budgets_given or fractions is not None):
         # (the default grid on a tiny problem merges its smallest points: expected)
         what = "budgets" if budgets_given else "budget_fractions"
         warnings.warn(
