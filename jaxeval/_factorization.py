@@ -76,9 +76,10 @@ _LINE_SEARCH_STEPS = (1.0, 0.5, 0.25, 0.125, 0.0625, 2.0**-6, 0.0)
 #: :func:`_fallback_step`'s gradient step, which never raises it. With weakly
 #: regularised or higher-rank factors the full step is rejected more often and the
 #: factor can lag the MAP for a while (MuSR, offline rho 0.3, rank 16: largest
-#: objective gap 3.6 nats, predictions off by up to 0.78; the trial 0.5 cuts that to
-#: 0.23 nats / 0.23): an efficiency loss only, since the DR estimate and its interval are
-#: valid whatever the predictions (BUILD_NOTES "The online refit's trial steps").
+#: objective gap 2.9-3.6 nats, predictions off by up to 0.6-0.8; the trial 0.5 cuts that
+#: to 0.1-1.6 nats / 0.2-0.5, varying between runs): an efficiency loss only, since the
+#: DR estimate and its interval are valid whatever the predictions (BUILD_NOTES "The
+#: online refit's trial steps"; benchmarks/bench_online_refit.py).
 ONLINE_LINE_SEARCH_STEPS = (1.0, 0.0)
 
 #: Largest rank whose online Newton direction is an unrolled Cholesky solve
