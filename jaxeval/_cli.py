@@ -545,52 +545,65 @@ def _msvcrt_lock(msvcrt, fh) -> None:
 
 
 def _cmd_campaign(args: argparse.Namespace) -> int:
-    if args.action in ("new", "tell"):
-        answers = _read_json(args.answers, "answers") if args.action == "tell" else None
-        if args.action == "new":
-            path = _npz_path(args.file)
-        else:  # the file `load` will read (`c` may mean `c.npz`)
-            from jaxeval._campaign import saved_path
+    if args.action == "new":
+        # every argument is checked and the campaign built before the lock is taken, so a
+        # refused `new` leaves nothing behind (no campaign file, no lock file)
+        _new_npz("file", args.file, _NEW_CAMPAIGN_WHY)
+        camp = _new_campaign(args)
+        path = _npz_path(args.file)
+        with _file_lock(path):  # two `new`s racing for one name: the second is refused
+            path = _new_npz("file", args.file, _NEW_CAMPAIGN_WHY)
+            camp.save(path)
+        print(f"created {path}: {camp!r}; next: jaxeval campaign ask {path}")
+        return 0
+    if args.action == "tell":
+        answers = _read_json(args.answers, "answers")
+        from jaxeval._campaign import saved_path
 
-            path = saved_path(args.file)
-        if not path.parent.is_dir() or (args.action == "tell" and not path.is_file()):
+        path = saved_path(args.file)  # the file `load` will read (`c` may mean `c.npz`)
+        if not path.is_file():
             return _campaign_action(args, answers)  # nothing to protect; its own error
         with _file_lock(path):
             return _campaign_action(args, answers)
     return _campaign_action(args, None)
 
 
+_NEW_CAMPAIGN_WHY = " (a campaign's answers live there)"
+
+
+def _new_campaign(args: argparse.Namespace):
+    """The campaign ``campaign new`` describes (not yet saved)."""
+    from jaxeval._campaign import IdentificationCampaign
+
+    cands = list(args.candidates)
+    if args.candidates_file:
+        cands += _lines(args.candidates_file, "candidates-file")
+    history = None
+    if args.history:
+        history = _load_table_arg("--history", args.history, args.sep)
+        if args.exclude_candidates:
+            drop = set(cands)
+            keep = [i for i, m in enumerate(history.models.tolist()) if m not in drop]
+            if len(keep) == history.n_models:
+                raise ValueError("--exclude-candidates: none of the candidates is in "
+                                 f"{args.history}")
+            history = history.take(models=keep)
+    elif args.exclude_candidates:
+        raise ValueError("--exclude-candidates: needs --history")
+    elif args.sep is not None:
+        raise ValueError("--sep: only with --history (the separator of its table)")
+    items = _lines(args.items_file, "items-file") if args.items_file else None
+    camp = IdentificationCampaign(
+        cands, history, items=items, policy=args.policy, budget=args.budget,
+        batch_size=args.batch_size, alpha=args.alpha, seed=args.seed,
+        stop_when_confident=not args.no_stop,
+    )
+    return camp
+
+
 def _campaign_action(args: argparse.Namespace, answers) -> int:
     from jaxeval._campaign import IdentificationCampaign
 
-    if args.action == "new":
-        path = _new_npz("file", args.file, " (a campaign's answers live there)")
-        cands = list(args.candidates)
-        if args.candidates_file:
-            cands += _lines(args.candidates_file, "candidates-file")
-        history = None
-        if args.history:
-            history = _load_table_arg("--history", args.history, args.sep)
-            if args.exclude_candidates:
-                drop = set(cands)
-                keep = [i for i, m in enumerate(history.models.tolist()) if m not in drop]
-                if len(keep) == history.n_models:
-                    raise ValueError("--exclude-candidates: none of the candidates is in "
-                                     f"{args.history}")
-                history = history.take(models=keep)
-        elif args.exclude_candidates:
-            raise ValueError("--exclude-candidates: needs --history")
-        elif args.sep is not None:
-            raise ValueError("--sep: only with --history (the separator of its table)")
-        items = _lines(args.items_file, "items-file") if args.items_file else None
-        camp = IdentificationCampaign(
-            cands, history, items=items, policy=args.policy, budget=args.budget,
-            batch_size=args.batch_size, alpha=args.alpha, seed=args.seed,
-            stop_when_confident=not args.no_stop,
-        )
-        camp.save(path)
-        print(f"created {path}: {camp!r}; next: jaxeval campaign ask {path}")
-        return 0
     if args.action == "export":
         told = IdentificationCampaign.saved_scores(args.file)
         rows, cols = np.nonzero(told.mask)

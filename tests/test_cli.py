@@ -353,6 +353,24 @@ def test_campaign_new_exclude_candidates(tmp_path, capsys, monkeypatch):
     assert not Path("d.npz").exists()
 
 
+def test_refused_campaign_new_leaves_nothing_behind(tmp_path, capsys, monkeypatch):
+    """Every argument of ``campaign new`` is checked before the file lock is taken: a
+    refused ``new`` writes neither the campaign nor its lock file, and an existing
+    campaign is refused without being touched."""
+    monkeypatch.chdir(tmp_path)
+    Path("items.txt").write_text("\n".join(f"q{j}" for j in range(6)))
+    base = ["campaign", "new", "c.npz", "--items-file", "items.txt", "--candidates", "a",
+            "b", "--policy", "ucbe"]
+    assert main(base + ["--budget", "1000"]) == 2  # more than 2 candidates x 6 items
+    assert "budget" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["items.txt"]
+    assert main(base) == 0
+    before = Path("c.npz").read_bytes()
+    assert main(base) == 2
+    assert "exists" in capsys.readouterr().err
+    assert Path("c.npz").read_bytes() == before
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="the lock uses fcntl (POSIX)")
 def test_campaign_tell_waits_for_the_file_lock(tmp_path, capsys, monkeypatch):
     """Two harness processes answering the same request: the second waits for the first's
