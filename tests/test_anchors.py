@@ -351,6 +351,106 @@ def test_evaluate_protocol_seed_errors(small_sm):
         evaluate_protocol(small_sm, 5, ["random_mean"], seeds=[-1])
 
 
+def test_evaluate_protocol_argument_errors(small_sm):
+    """Arguments ``fit_anchors`` refuses are refused here too, before any fitting; in
+    particular more extra items than non-anchors (the draw used to run into the anchors
+    and report a zero-width interval that covered nothing)."""
+    from jaxeval.anchors import evaluate_protocol
+    from jaxeval.anchors._intervals import sample_non_anchors
+
+    ev = lambda **kw: evaluate_protocol(small_sm, **{"k": 5, "methods": ["random_mean"],
+                                                     "seeds": (1,), **kw})
+    with pytest.raises(ValueError, match=r"dr_items: expected an integer in 0\.\.35"):
+        ev(dr_items=36)
+    with pytest.raises(ValueError, match="dr_items"):
+        ev(dr_items=-3)
+    for a in (0.0, 1.5, "0.1"):
+        with pytest.raises(ValueError, match="alpha: expected a level"):
+            ev(alpha=a)
+    with pytest.raises(ValueError, match="k: expected an integer"):
+        ev(k=4.7)
+    with pytest.raises(ValueError, match="methods: expected at least one"):
+        ev(methods=())
+    with pytest.raises(TypeError, match="methods: expected a sequence"):
+        ev(methods="random_mean")
+    with pytest.raises(ValueError, match="at most once"):
+        ev(methods=["random_mean", "random_mean"])
+    with pytest.raises(ValueError, match=r"m: expected an integer in 0\.\.3"):
+        sample_non_anchors(jax.random.key(0), jnp.array([0, 1, 2]), 6, 4)
+    r = ev(dr_items=35, settings=FAST)  # every non-anchor: the exact mean, width 0
+    assert float(np.max(r.dr["width"])) < 1e-4 and float(r.dr["coverage"][0]) == 1.0
+
+
+def test_protocol_auto_interval_uses_the_candidate_auto_picked(small_sm, monkeypatch):
+    """A candidate whose cross-validation failed (NaN) is never ``auto``'s pick, and the
+    interval is calibrated on the residuals of the candidate actually picked (it took
+    ``argmin`` with the NaN first: coverage 0, width NaN)."""
+    from jaxeval.anchors import _protocol, evaluate_protocol
+
+    real = _protocol._cv_jit
+
+    def first_candidate_fails(*args):
+        out = np.asarray(real(*args)).copy()
+        out[:, 0] = np.nan
+        return out
+
+    monkeypatch.setattr(_protocol, "_cv_jit", first_candidate_fails)
+    r = evaluate_protocol(small_sm, 5, ["auto"], seeds=(1,), settings=FAST)
+    assert r.info["auto_choice"] == "cv"
+    cands = _protocol.auto_candidates(32, FAST)
+    assert r.info["auto_picks"][0] != cands[0]
+    assert np.isfinite(r.width).all() and float(r.coverage[0, 0]) > 0.5
+
+
+def test_load_refuses_inconsistent_contents(small_sm, tmp_path):
+    """A saved predictor whose parts do not fit together (hand-edited or corrupt) is
+    refused at ``load`` with the file named, instead of predicting nonsense (an
+    out-of-range anchor index was clamped by JAX; a negative radius gave lower > upper;
+    an unknown map kind recursed forever)."""
+    import json
+
+    pred = fit_anchors(small_sm, 5, method="random_ridge", seed=0, settings=FAST)
+    pred.save(tmp_path / "p.npz")
+    with np.load(tmp_path / "p.npz") as z:
+        good = {k: z[k] for k in z.files}
+
+    def edited(name, **change):
+        arrays = dict(good)
+        meta = json.loads(str(arrays["meta"]))
+        for k, v in change.items():
+            if k in meta:
+                meta[k] = v
+            else:
+                arrays[k] = v
+        arrays["meta"] = np.array(json.dumps(meta))
+        np.savez(tmp_path / name, **arrays)
+        return tmp_path / name
+
+    cases = {
+        "kind": dict(kind="nope"),
+        "anchor_index": dict(anchor_index=np.array([0, 1, 2, 3, 9999], np.int32)),
+        "distinct": dict(anchor_index=np.array([0, 1, 2, 3, 3], np.int32)),
+        "radius": dict(radius=-0.3),
+        "alpha": dict(alpha=1.5),
+    }
+    keys = json.loads(str(good["meta"]))["param_keys"]
+    w = keys.index("['lin'].w")  # the linear map's weights: for 9 anchors, k = 5
+    cases["anchors"] = {f"leaf_{w}": np.zeros(9, np.float32)}
+    for what, change in cases.items():
+        with pytest.raises(ValueError, match="not a readable saved AnchorPredictor"):
+            AnchorPredictor.load(edited(f"bad-{what}.npz", **change))
+    meta = json.loads(str(good["meta"]))
+    del meta["radius"]
+    np.savez(tmp_path / "noradius.npz", **{**good, "meta": np.array(json.dumps(meta))})
+    with pytest.raises(ValueError, match="radius"):
+        AnchorPredictor.load(tmp_path / "noradius.npz")
+    back = AnchorPredictor.load(edited("same.npz"))  # unedited: loads
+    x = small_sm.take(items=pred.anchor_items).scores[:3]
+    np.testing.assert_array_equal(back.predict(x)[0], pred.predict(x)[0])
+    with pytest.raises(ValueError, match="same names in another order"):
+        AnchorPredictor.load(tmp_path / "p.npz", items=small_sm.items[::-1])
+
+
 def test_evaluate_protocol_unbiased_estimate_without_auto(small_sm):
     """``dr_items`` with methods that include neither ``auto`` nor its candidates (it
     crashed on an empty index): the estimate is built on the best method's anchors."""

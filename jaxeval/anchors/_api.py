@@ -347,6 +347,21 @@ class AnchorPredictor:
 
                     F = ItemFactors(z["item_V"], z["item_c"], z["item_u_mean"])
                     item_model = {"F": F, "rho": z["item_rho"]}
+            params = _rebuild(meta["kind"], meta["param_keys"], leaves, int(anchor_index.size))
+            out = cls(
+                items=saved_items,
+                anchor_index=anchor_index,
+                method=meta["method"],
+                kind=meta["kind"],
+                params=params,
+                radius=float(meta["radius"]),
+                alpha=float(meta["alpha"]),
+                external_target=bool(meta["external_target"]),
+                validation_mae_pp=float(meta["validation_mae_pp"]),
+                info=meta["info"],
+                item_model=item_model,
+            )
+            out._check_loaded()
         except Exception as e:  # truncated, corrupt or foreign files: say which and why
             raise ValueError(
                 f"{p}: not a readable saved AnchorPredictor ({type(e).__name__}: {e})"
@@ -355,25 +370,39 @@ class AnchorPredictor:
             names = items.items if isinstance(items, ScoreMatrix) else np.asarray(items).astype(str)
             if names.shape != saved_items.shape or not np.array_equal(names, saved_items):
                 diff = np.setdiff1d(saved_items, names)[:3].tolist()
+                same = (names.shape == saved_items.shape
+                        and np.array_equal(np.sort(names), np.sort(saved_items)))
+                how = ("the same names in another order" if same else
+                       f"e.g. missing {diff}" if diff else
+                       f"e.g. not fitted on {np.setdiff1d(names, saved_items)[:3].tolist()}")
                 raise ValueError(
                     f"items: the predictor in {path} was fitted on {saved_items.size} items "
-                    f"that differ from the {names.size} given (e.g. missing {diff}); "
-                    "refit it for this benchmark"
+                    f"that differ from the {names.size} given ({how}); "
+                    "refit it for this benchmark, or pass its items in the saved order"
                 )
-        params = _rebuild(meta["kind"], meta["param_keys"], leaves, int(anchor_index.size))
-        return cls(
-            items=saved_items,
-            anchor_index=anchor_index,
-            method=meta["method"],
-            kind=meta["kind"],
-            params=params,
-            radius=float(meta["radius"]),
-            alpha=float(meta["alpha"]),
-            external_target=bool(meta["external_target"]),
-            validation_mae_pp=float(meta["validation_mae_pp"]),
-            info=meta["info"],
-            item_model=item_model,
-        )
+        return out
+
+    def _check_loaded(self) -> None:
+        """Refuse a loaded predictor whose parts do not fit together (a corrupt or
+        hand-edited file) instead of predicting from it."""
+        n = self.items.size
+        idx = np.asarray(self.anchor_index)
+        if (idx.ndim != 1 or idx.size < 1 or idx.min() < 0 or idx.max() >= n
+                or np.unique(idx).size != idx.size):
+            raise ValueError(f"anchor_index: expected distinct indices in 0..{n - 1}")
+        if not (self.radius >= 0):  # inf allowed, NaN refused
+            raise ValueError(f"radius: expected >= 0, got {self.radius}")
+        if not 0 < self.alpha < 1:
+            raise ValueError(f"alpha: expected a level in (0, 1), got {self.alpha}")
+        if self.item_model is not None:
+            F = self.item_model["F"]
+            V, c = np.asarray(F.V), np.asarray(F.c)
+            if V.ndim != 2 or V.shape[0] != n or c.shape != (n,):
+                raise ValueError(f"item factors: expected [{n}, r] and [{n}], got "
+                                 f"{V.shape} and {c.shape}")
+        est = np.asarray(_apply_jit(self._fitted(), jnp.full((1, idx.size), 0.5, jnp.float32)))
+        if est.shape != (1,):
+            raise ValueError(f"the map's parameters do not fit {idx.size} anchors")
 
     def __repr__(self) -> str:
         return (
@@ -420,7 +449,10 @@ def _templates():
 
 class _LazyTemplates(dict):
     def __missing__(self, key):
-        self.update(_templates())
+        t = _templates()
+        if key not in t:
+            raise KeyError(f"unknown map kind {key!r}; expected one of {sorted(t)}")
+        self.update(t)
         return dict.__getitem__(self, key)
 
 

@@ -35,6 +35,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 __all__ = [
     "conformal_quantile",
@@ -147,7 +148,20 @@ def betting_wor_interval(
 
 
 def sample_non_anchors(key: jax.Array, anchors: jax.Array, n: int, m: int) -> jax.Array:
-    """``m`` items drawn uniformly without replacement from the non-anchors (int32)."""
+    """``m`` items drawn uniformly without replacement from the non-anchors (int32).
+
+    ``n`` and ``m`` are static; ``m`` may be at most ``n - k`` (``k`` distinct anchors).
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> s = sample_non_anchors(jax.random.key(0), jnp.array([0, 1, 2]), 6, 3)
+      >>> sorted(s.tolist())
+      [3, 4, 5]
+    """
+    k = anchors.shape[0]
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 0 <= m <= n - k:
+        raise ValueError(f"m: expected an integer in 0..{n - k} (the {n} items less the {k} "
+                         f"anchors), got {m!r}")
     is_anchor = jnp.zeros((n,), bool).at[anchors].set(True)
     u = jnp.where(is_anchor, jnp.inf, jax.random.uniform(key, (n,)))
     return jnp.argsort(u)[:m].astype(jnp.int32)

@@ -254,13 +254,28 @@ def evaluate_protocol(
     """
     import time
 
+    if isinstance(methods, str):
+        raise TypeError(f"methods: expected a sequence of method names, got the string "
+                        f"{methods!r} (write ({methods!r},))")
+    methods = tuple(methods)
+    if not methods:
+        raise ValueError("methods: expected at least one method name, got none")
     bad = [m for m in methods if m != "auto" and m not in METHODS]
     if bad:
         raise ValueError(f"methods: unknown {bad}; expected names from {METHODS} or 'auto'")
+    if len(set(methods)) != len(methods):
+        raise ValueError(f"methods: each name at most once, got {list(methods)}")
     sm = sm.drop_duplicates() if dedup else sm
     sm.require_complete("evaluate_protocol")
-    if not 1 <= k < sm.n_items:
-        raise ValueError(f"k: expected 1..{sm.n_items - 1}, got {k}")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k < sm.n_items:
+        raise ValueError(f"k: expected an integer in 1..{sm.n_items - 1}, got {k!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.number)) or not (
+            0 < alpha < 1):
+        raise ValueError(f"alpha: expected a level in (0, 1), got {alpha!r}")
+    if (isinstance(dr_items, bool) or not isinstance(dr_items, (int, np.integer))
+            or not 0 <= dr_items <= sm.n_items - k):
+        raise ValueError(f"dr_items: expected an integer in 0..{sm.n_items - k} (the "
+                         f"{sm.n_items} items less the {k} anchors), got {dr_items!r}")
     external = sm.target is not None
     st = dataclasses.replace(settings or Settings(), external=external)
     seeds = tuple(seeds)
@@ -336,7 +351,7 @@ def evaluate_protocol(
         # auto chose by cross-validation: its radius comes from the cross-fitted
         # residuals of the chosen candidate (models never used by the fit that
         # predicted them), not from the validation models its choices were tuned on
-        c_pick = cv_mse.argmin(1)
+        c_pick = nan_last_argmin(cv_mse)  # the candidate auto picked
         rad[methods.index("auto")] = [
             float(conformal_quantile(jnp.asarray(cv_res[i, c].ravel()), alpha))
             for i, c in enumerate(c_pick)
