@@ -454,7 +454,8 @@ def _campaign_json(st) -> dict:
 
 def _lines(path: str, what: str) -> list[str]:
     try:
-        names = [ln.strip() for ln in Path(path).read_text(encoding="utf-8").splitlines()]
+        # utf-8-sig: a byte-order mark (Excel, Notepad) is not part of the first name
+        names = [ln.strip() for ln in Path(path).read_text(encoding="utf-8-sig").splitlines()]
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"{what}: cannot read {path} ({e})") from None
     return [n for n in names if n]
@@ -605,12 +606,19 @@ def _campaign_action(args: argparse.Namespace, answers) -> int:
     from jaxeval._campaign import IdentificationCampaign
 
     if args.action == "export":
+        import csv
+
         told = IdentificationCampaign.saved_scores(args.file)
         rows, cols = np.nonzero(told.mask)
-        print("model,item,score")
+        # RFC 4180 quoting (names may hold commas, quotes, tabs, any Unicode) and each
+        # score's shortest decimal that reads back to the same saved (float32) value:
+        # `jaxeval.load` and `pandas.read_csv` get back exactly the saved names and scores
+        out = csv.writer(sys.stdout, lineterminator="\n")
+        out.writerow(["model", "item", "score"])
         for i, j in zip(rows, cols):
-            print(f"{json.dumps(str(told.models[i]))},{json.dumps(str(told.items[j]))},"
-                  f"{told.scores[i, j]:g}")
+            out.writerow([str(told.models[i]), str(told.items[j]),
+                          np.format_float_positional(told.scores[i, j], unique=True,
+                                                     trim="-")])
         return 0
     strict = not getattr(args, "no_strict", False)
     camp = IdentificationCampaign.load(args.file, strict=strict,
@@ -691,10 +699,12 @@ def _by_name(scores, names: np.ndarray, what: str, allowed=None) -> np.ndarray:
     if extra:
         raise ValueError(f"{what}: {len(extra)} item(s) that were not asked for, e.g. "
                          f"{extra[:5]} (give exactly the requested items)")
-    try:
-        return np.asarray([scores[n] for n in names.tolist()], dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what}: scores must be numbers") from None
+    vals = [scores[n] for n in names.tolist()]
+    bad = [n for n, v in zip(names.tolist(), vals) if not isinstance(v, (int, float))]
+    if bad:  # (JSON true / false are 1 / 0, as in numpy)
+        raise ValueError(f"{what}: scores must be numbers; not for {len(bad)} item(s), e.g. "
+                         f"{bad[0]!r}: {scores[bad[0]]!r}")
+    return np.asarray(vals, dtype=np.float64)
 
 
 def _cmd_anchors(args: argparse.Namespace) -> int:
@@ -719,6 +729,8 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
     if args.extra is None and args.extra_seed is not None:
         raise ValueError("--extra-seed: only with --extra M (the seed of the M extra items)")
     extra_seed = 0 if args.extra_seed is None else args.extra_seed
+    if extra_seed < 0:
+        raise ValueError(f"--extra-seed: expected a non-negative integer, got {extra_seed}")
     pred = jaxeval.AnchorPredictor.load(args.file)
     if args.extra is not None and args.extra > pred.items.size - pred.k:
         raise ValueError(f"--extra: at most {pred.items.size - pred.k} items are not anchors "
@@ -742,7 +754,12 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
             raise ValueError(f"scores: expected {pred.k} numbers in anchor order or a "
                              "mapping {item: score}")
         x = x.astype(np.float64)
-    est, lo, hi = pred.predict(x)
+    try:
+        est, lo, hi = pred.predict(x)
+    except ValueError as e:  # name the command's argument, not predict()'s
+        msg = str(e)
+        raise ValueError(f"scores ({args.scores}):" + msg[len("anchor_scores:"):]
+                         if msg.startswith("anchor_scores:") else msg) from None
     res = {"estimate": float(est), "lower": float(lo), "upper": float(hi),
            "level": 1 - float(pred.alpha)}
     if args.extra:

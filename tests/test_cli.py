@@ -323,7 +323,7 @@ def test_campaign_new_ask_tell_status(tmp_path, capsys, monkeypatch):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "model,item,score" and len(lines) == 13
     model, item, score = lines[1].split(",")
-    assert float(score) == truth[rows[json.loads(model)], items.index(json.loads(item))]
+    assert float(score) == truth[rows[model], items.index(item)]
     assert main(["campaign", "status", "missing.npz"]) == 2
     assert "no saved campaign" in capsys.readouterr().err
 
@@ -351,6 +351,78 @@ def test_campaign_new_exclude_candidates(tmp_path, capsys, monkeypatch):
                  "y", "--policy", "ucbe", "--exclude-candidates"]) == 2
     assert "needs --history" in capsys.readouterr().err
     assert not Path("d.npz").exists()
+
+
+def test_campaign_export_reads_back_exactly(tmp_path, capsys, monkeypatch):
+    """``campaign export`` is CSV that reads back to the same names and scores (it wrote
+    JSON-escaped names and 6 significant digits), and name files saved with a byte-order
+    mark (Excel, Notepad) do not carry it into the first name."""
+    import csv
+    import io
+
+    import numpy as np
+
+    import jaxeval
+
+    monkeypatch.chdir(tmp_path)
+    items = ['x"y', "ünï", "a,b", "tab\tin", "plain"]
+    Path("items.txt").write_text("\n".join(items), encoding="utf-8-sig")
+    Path("cands.txt").write_text('modèle,α\n"quoted"\n', encoding="utf-8-sig")
+    assert main(["campaign", "new", "c.npz", "--items-file", "items.txt", "--candidates-file",
+                 "cands.txt", "--policy", "ucbe", "--batch-size", "2", "--no-stop"]) == 0
+    camp = jaxeval.IdentificationCampaign.load("c.npz")
+    assert camp.candidates.tolist() == ["modèle,α", '"quoted"']
+    capsys.readouterr()
+    given = {}
+    for step in range(3):
+        assert main(["campaign", "ask", "c.npz"]) == 0
+        req = json.loads(capsys.readouterr().out)
+        vals = [0.123456789 + 0.1 * step, 0.9999999]
+        Path("a.json").write_text(json.dumps(dict(zip(req["items"], vals))))
+        assert main(["campaign", "tell", "c.npz", "a.json", "--step", str(step)]) == 0
+        capsys.readouterr()
+        given.update({(req["model"], it): v for it, v in zip(req["items"], vals)})
+    capsys.readouterr()
+    assert main(["campaign", "export", "c.npz"]) == 0
+    out = capsys.readouterr().out
+    rows = list(csv.reader(io.StringIO(out)))
+    assert rows[0] == ["model", "item", "score"] and len(rows) == 1 + len(given) == 7
+    assert {(m, i): np.float32(v) for m, i, v in rows[1:]} == {
+        k: np.float32(v) for k, v in given.items()}  # the campaign keeps float32 scores
+    assert ",0.12345679\n" in out  # the shortest decimal of the saved float32
+    Path("answers.csv").write_text(out, encoding="utf-8")
+    back = jaxeval.load("answers.csv")
+    for (m, i), v in given.items():
+        r, c = back.models.tolist().index(m), back.items.tolist().index(i)
+        assert back.scores[r, c] == np.float32(v)
+
+
+def test_anchors_predict_refuses_text_scores_and_names_its_arguments(tmp_path, capsys,
+                                                                    monkeypatch):
+    """``anchors predict`` with a mapping refuses scores that are text (``"0.5"`` was
+    read as a number), and its errors name the command's arguments."""
+    import numpy as np
+
+    import jaxeval
+
+    monkeypatch.chdir(tmp_path)
+    data = _small_npz(tmp_path, m=80, n=12)
+    assert main(["anchors", "fit", data, "--k", "3", "--method",
+                 "random_ridge", "--out", "p.npz"]) == 0
+    pred = jaxeval.AnchorPredictor.load("p.npz")
+    names = pred.anchor_items.tolist()
+    Path("s.json").write_text(json.dumps({n: "0.5" for n in names}))
+    assert main(["anchors", "predict", "p.npz", "s.json"]) == 2
+    assert "scores must be numbers" in capsys.readouterr().err
+    Path("s.json").write_text(json.dumps({n: 1.5 for n in names}))
+    assert main(["anchors", "predict", "p.npz", "s.json"]) == 2
+    assert "scores (s.json):" in capsys.readouterr().err
+    Path("s.json").write_text(json.dumps({n: True for n in names}))  # JSON booleans are 1/0
+    assert main(["anchors", "predict", "p.npz", "s.json"]) == 0
+    assert json.loads(capsys.readouterr().out)["estimate"] == pytest.approx(
+        float(pred.predict(np.ones(3))[0]))
+    assert main(["anchors", "items", "p.npz", "--extra", "2", "--extra-seed", "-1"]) == 2
+    assert "--extra-seed: expected a non-negative" in capsys.readouterr().err
 
 
 def test_refused_campaign_new_leaves_nothing_behind(tmp_path, capsys, monkeypatch):
