@@ -263,6 +263,15 @@ _peek = jax.jit(_peek_impl, static_argnums=3)
 _confident_jit = jax.jit(idn.confident_record, static_argnums=1)
 
 
+def _fit_history(history: ScoreMatrix) -> ScoreMatrix:
+    """The history rows that hold at least one score (a row without any carries no
+    information about the items, and the factorization refuses it)."""
+    keep = np.flatnonzero(np.asarray(history.mask).any(axis=1))
+    if keep.size == 0:
+        raise ValueError("history: no model in it has any observed score")
+    return history if keep.size == history.n_models else history.take(models=keep)
+
+
 class IdentificationCampaign:
     """Find the best of ``K`` models with real LLM calls: ask, evaluate, tell.
 
@@ -294,7 +303,9 @@ class IdentificationCampaign:
       eps: ε of that rule (0: the leader's lower bound must clear every other upper).
       a, scale, rank, rho, lam0, shrink, num_newton, refit, cs_kinds, stop_kind,
         synchronized, fit_steps: as in :func:`~jaxeval.simulate_identification` (same
-        defaults).
+        defaults). ``lam0="learned"`` runs :func:`~jaxeval.learn_lam0` on ``history``
+        once, here; the campaign keeps (and saves) the learned number. History rows
+        without any observed score are left out of the fits.
       factors: a fitted :class:`~jaxeval.LowRankLogistic` to use instead of fitting
         one on ``history``.
 
@@ -330,7 +341,7 @@ class IdentificationCampaign:
         scale: float = 1.0,
         rank: int = 8,
         rho: float | None = None,
-        lam0: float = 1.0,
+        lam0: float | str = 1.0,
         shrink: float = 10.0,
         num_newton: int = 1,
         refit: bool = True,
@@ -381,10 +392,14 @@ class IdentificationCampaign:
             raise ValueError(f"items: expected at least 2 items, got {n}")
         alpha = _check_unit("alpha", alpha)
         budget = K * n if budget is None else _check_int("budget", budget, 1, K * n)
+        learn_prior = isinstance(lam0, str)
+        if learn_prior and lam0 != "learned":
+            raise ValueError(f"lam0: expected a number in [0, 1] or 'learned', got {lam0!r}")
         for name, v, lo, hi in (("a", a, 0.0, 1e6), ("scale", scale, 0.0, 1e6),
                                 ("shrink", shrink, 0.0, 1e6), ("lam0", lam0, 0.0, 1.0),
                                 ("eps", eps, 0.0, 1.0)):
-            _check_real(name, v, lo, hi)
+            if not (name == "lam0" and learn_prior):
+                _check_real(name, v, lo, hi)
         if rho is not None:
             _check_real("rho", rho, 0.0, 1e6)
         num_newton = _check_int("num_newton", num_newton, 0, 10_000)
@@ -415,10 +430,29 @@ class IdentificationCampaign:
                     )
                 from jaxeval._factorization_api import fit_factorization
 
-                factors = fit_factorization(history, rank=rank, rho=1.0, seed=seed,
-                                            num_steps=fit_steps)
+                hist = _fit_history(history)
+                try:
+                    factors = fit_factorization(hist, rank=rank, rho=1.0, seed=seed,
+                                                num_steps=fit_steps)
+                except ValueError as e:  # name the campaign's argument
+                    msg = str(e)
+                    raise ValueError("history:" + msg[len("data:"):] if msg.startswith("data:")
+                                     else msg) from None
             (V, c, u_mean), own_rho = item_factors_of(factors)
             fit_rho = fit_rho if own_rho is None else own_rho
+            if learn_prior:
+                if history is None:
+                    raise ValueError("lam0='learned' is learned on history; give history "
+                                     "(or a number)")
+                from jaxeval._factorization_api import learn_lam0
+
+                try:
+                    lam0 = learn_lam0(_fit_history(history), rank=int(np.shape(V)[1]),
+                                      seed=seed, num_steps=fit_steps)
+                except ValueError as e:
+                    raise ValueError(f"lam0='learned': {e}") from None
+        elif learn_prior:
+            raise ValueError(f"lam0='learned': policy {policy!r} does not use predictions")
         else:
             V = np.zeros((n, 1), np.float32)
             c = np.zeros((n,), np.float32)

@@ -164,6 +164,14 @@ def _parser() -> argparse.ArgumentParser:
                     help="seed of the item orders (and of the factorization fit on --history)")
     cn.add_argument("--no-stop", action="store_true",
                     help="keep asking after the leader is separated (until the budget)")
+    cn.add_argument("--rank", type=int, default=8,
+                    help="rank of the factorization fitted on --history (default 8; at most "
+                    "the number of history models and of items)")
+    cn.add_argument("--fit-steps", type=int, default=500,
+                    help="optimisation steps of that fit (default 500)")
+    cn.add_argument("--lam0", default="1.0",
+                    help="prior of the estimate's coefficient: a number in [0, 1] (default "
+                    "1) or 'learned' (learned on --history)")
     help_ = 'print the next request as JSON ({"done": true, ...} when there is none)'
     ca = csub.add_parser("ask", help=help_, description=help_)
     ca.add_argument("file", help="the campaign file")
@@ -594,11 +602,27 @@ def _new_campaign(args: argparse.Namespace):
     elif args.sep is not None:
         raise ValueError("--sep: only with --history (the separator of its table)")
     items = _lines(args.items_file, "items-file") if args.items_file else None
-    camp = IdentificationCampaign(
-        cands, history, items=items, policy=args.policy, budget=args.budget,
-        batch_size=args.batch_size, alpha=args.alpha, seed=args.seed,
-        stop_when_confident=not args.no_stop,
-    )
+    lam0 = args.lam0
+    if lam0 != "learned":
+        try:
+            lam0 = float(lam0)
+        except ValueError:
+            raise ValueError(f"--lam0: expected a number in [0, 1] or 'learned', got "
+                             f"{args.lam0!r}") from None
+    try:
+        camp = IdentificationCampaign(
+            cands, history, items=items, policy=args.policy, budget=args.budget,
+            batch_size=args.batch_size, alpha=args.alpha, seed=args.seed,
+            stop_when_confident=not args.no_stop, rank=args.rank, fit_steps=args.fit_steps,
+            lam0=lam0,
+        )
+    except ValueError as e:  # the library's argument names -> this command's flags
+        msg = str(e)
+        for arg in ("rank", "fit_steps", "lam0", "budget", "batch_size", "alpha", "history"):
+            if msg.startswith(arg + ":") or msg.startswith(arg + "="):
+                flag = "--" + arg.replace("_", "-")
+                raise ValueError(flag + msg[len(arg):]) from None
+        raise
     return camp
 
 

@@ -227,6 +227,35 @@ def test_bad_settings_are_named(problem):
         IdentificationCampaign(names, hist, factors=lr, seed=jax.random.key(0, impl="rbg"))
 
 
+def test_history_rows_without_scores_and_a_learned_prior(problem):
+    """History rows with no observed score are left out of the fits (the factorization
+    refused the whole history, naming ``data``); ``lam0="learned"`` is ``learn_lam0`` on
+    the history, learned once and kept as a number; the history's own errors say
+    ``history``."""
+    hist, cands, _ = problem
+    names = cands.models.tolist()
+    holes = np.asarray(hist.scores, np.float32).copy()
+    holes[[0, 5]] = np.nan  # two history models without any answer
+    gappy = jaxeval.ScoreMatrix(holes, models=hist.models, items=hist.items)
+    a = IdentificationCampaign(names, gappy, fit_steps=50, budget=40)
+    b = IdentificationCampaign(names, gappy.take(models=np.setdiff1d(
+        np.arange(hist.n_models), [0, 5])), fit_steps=50, budget=40)
+    for x, y in zip(a._factors, b._factors):
+        np.testing.assert_array_equal(x, y)
+    learned = IdentificationCampaign(names, hist, fit_steps=50, budget=40, lam0="learned")
+    want = jaxeval.learn_lam0(hist, rank=8, seed=0, num_steps=50)
+    assert learned.settings["lam0"] == pytest.approx(want) and 0 <= want <= 1
+    with pytest.raises(ValueError, match="lam0: expected a number in \\[0, 1\\] or 'learned'"):
+        IdentificationCampaign(names, hist, lam0="learn")
+    with pytest.raises(ValueError, match="lam0='learned': policy 'ucbe' does not use"):
+        IdentificationCampaign(names, hist, policy="ucbe", lam0="learned")
+    cols = holes.copy()
+    cols[:, 3] = np.nan  # an item nobody in the history answered
+    with pytest.raises(ValueError, match="^history: 1 item columns have no observed cell"):
+        IdentificationCampaign(names, jaxeval.ScoreMatrix(cols, models=hist.models,
+                                                          items=hist.items), fit_steps=50)
+
+
 def test_campaign_files_numeric_item_names_and_other_files(tmp_path):
     """Numeric item names answered by int keys; a saved file keeps the permissions
     a new file gets (not mkstemp's 0600); a missing folder is named before anything is

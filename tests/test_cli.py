@@ -425,6 +425,25 @@ def test_anchors_predict_refuses_text_scores_and_names_its_arguments(tmp_path, c
     assert "--extra-seed: expected a non-negative" in capsys.readouterr().err
 
 
+def test_campaign_new_with_a_small_history_takes_rank_and_fit_steps(tmp_path, capsys,
+                                                                   monkeypatch):
+    """A history of fewer models than the default rank: the refusal names ``--rank``,
+    which ``campaign new`` now has (with ``--fit-steps`` and ``--lam0``)."""
+    import jaxeval
+
+    monkeypatch.chdir(tmp_path)
+    jaxeval.load("oll2_ifeval").take(models=[0, 1, 2, 3, 4], items=list(range(60))).to_npz(
+        "h5.npz")
+    base = ["campaign", "new", "c.npz", "--history", "h5.npz", "--candidates", "x", "y"]
+    assert main(base) == 2
+    assert "--rank: rank 8 is larger than the data allows" in capsys.readouterr().err
+    assert main(base + ["--lam0", "big"]) == 2
+    assert "--lam0: expected a number" in capsys.readouterr().err
+    assert main(base + ["--rank", "1", "--fit-steps", "30", "--lam0", "0.5"]) == 0
+    camp = jaxeval.IdentificationCampaign.load("c.npz")
+    assert camp.settings["lam0"] == 0.5 and camp._factors[0].shape == (60, 1)
+
+
 def test_refused_campaign_new_leaves_nothing_behind(tmp_path, capsys, monkeypatch):
     """Every argument of ``campaign new`` is checked before the file lock is taken: a
     refused ``new`` writes neither the campaign nor its lock file, and an existing
