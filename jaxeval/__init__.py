@@ -9,9 +9,9 @@ Public API (everything else lives in private ``_module`` files):
 - factorization: :func:`fit_factorization` -> :class:`LowRankLogistic` (kernels in
   ``jaxeval._factorization``); :func:`learn_lam0`, the DR estimate's λ prior
 - studies at scale: :func:`run_replicates` (chunked, sharded), :func:`run_study` /
-  :func:`resume_study` / :func:`merge_studies` / :func:`load_results` for studies on
-  disk (:class:`IdentificationStudy`, :class:`AnchorStudy`, :class:`ReplicateStudy`);
-  the ``jaxeval`` command line
+  :func:`resume_study` / :func:`merge_studies` / :func:`load_results` /
+  :func:`study_status` for studies on disk (:class:`IdentificationStudy`,
+  :class:`AnchorStudy`, :class:`ReplicateStudy`); the ``jaxeval`` command line
 - identification: :func:`simulate_identification` -> :class:`IdentificationReport`
   (kernels in ``jaxeval._identification``; truth :class:`SyntheticSpec` or a ScoreMatrix)
 - a real identification campaign: :class:`IdentificationCampaign` (ask which model to
@@ -38,6 +38,7 @@ from jaxeval._study import (
     resume_study,
     run_study,
     study_from_dict,
+    study_status,
 )
 from jaxeval._synthetic import SyntheticTruth, synthetic_matrix, synthetic_score_matrix
 from jaxeval.anchors import AnchorPredictor, fit_anchors
@@ -71,5 +72,6 @@ __all__ = [
     "resume_study",
     "merge_studies",
     "load_results",
+    "study_status",
     "__version__",
 ]

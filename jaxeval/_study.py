@@ -1148,6 +1148,8 @@ def run_study(
       Two jobs of a cluster array, each computing half of the replicates, then joined:
 
       >>> import pathlib, tempfile
+      >>> from jaxeval import (load_results, merge_studies, run_study, study_from_dict,
+      ...                      study_status)
       >>> study = study_from_dict({"kind": "identification", "n_replicates": 64,
       ...     "num_arms": 4, "chunk_size": 32, "policies": ["uniform"],
       ...     "data": {"synthetic": {"n_items": 100}}})

@@ -6,7 +6,8 @@ Public surface:
 - kernels for composing your own protocols: :func:`fit_method`, :func:`apply_map`,
   :class:`Settings`, :class:`SplitData`, the selectors (:func:`kmeans_anchors`,
   :func:`random_anchors`, :func:`greedy_ridge_anchors`, :func:`refine_anchors`,
-  :func:`ais_scores`, :func:`cis_scores`), the SparseEval MLP (:func:`train_mlp`) and
+  :func:`ais_scores`, :func:`cis_scores`), the SparseEval MLP (:func:`train_mlp`,
+  :func:`mlp_apply`) and
   the low-rank difference estimator (:func:`lowrank_basis`,
   :func:`fit_lowrank_validated`) and the intervals (:func:`conformal_quantile`,
   :func:`dr_estimate`).
@@ -28,7 +29,7 @@ from jaxeval.anchors._methods import (
     auto_candidates,
     fit_method,
 )
-from jaxeval.anchors._mlp import AnchorMLP, train_mlp
+from jaxeval.anchors._mlp import AnchorMLP, mlp_apply, train_mlp
 from jaxeval.anchors._protocol import ProtocolResult, evaluate_protocol
 from jaxeval.anchors._ridge import fit_ridge, fit_ridge_validated, greedy_ridge_anchors
 from jaxeval.anchors._select import (
@@ -68,4 +69,5 @@ __all__ = [
     "refine_anchors",
     "sample_non_anchors",
     "train_mlp",
+    "mlp_apply",
 ]

@@ -251,6 +251,18 @@ def evaluate_protocol(
 
     Returns:
       A :class:`ProtocolResult`.
+
+    Example:
+      >>> import numpy as np
+      >>> from jaxeval import synthetic_score_matrix
+      >>> from jaxeval.anchors import evaluate_protocol
+      >>> sm = synthetic_score_matrix(seed=0, n_models=60, n_items=80)
+      >>> r = evaluate_protocol(sm, 10, ["random_mean", "random_ridge"], seeds=(42, 43),
+      ...                       dr_items=20)
+      >>> r.mae_pp.shape, r.anchors.shape  # [methods, seeds], [methods, seeds, k]
+      ((2, 2), (2, 2, 10))
+      >>> bool(np.all(r.dr["coverage"] >= 0)), r.dr["m"]
+      (True, 20)
     """
     import time
 

@@ -3,8 +3,11 @@
 The four matrices come from the public repository
 ``socialfoundations/benchmark-prediction`` (data of "How Benchmark Prediction
 from Fewer Data Misses the Mark", 2025), MIT licence; see ``LICENSE.md`` beside
-this file. Rows are the leaderboard's "official provider" models; about 5% of
-rows are exact duplicates (resubmissions) -- use ``ScoreMatrix.drop_duplicates``.
+this file. Rows are the leaderboard's "official provider" models; some rows are
+identical to another row -- resubmissions, and on MATH level 5 also distinct models
+that solve nothing (all-zero rows) -- use ``ScoreMatrix.drop_duplicates``: it drops
+4.1% of ARC-Challenge's rows, 4.7% of IFEval's and MuSR's, 16.1% of MATH level 5's
+(447 -> 375).
 
 Example:
   >>> from jaxeval import datasets
