@@ -290,6 +290,10 @@ def _setup_jax(args: argparse.Namespace, argv: list[str]) -> None:
             _fail("", f"--compilation-cache (default $JAXEVAL_COMPILATION_CACHE): cannot use "
                       f"{str(path)!r} as a folder ({e.strerror or e})")
         jax.config.update("jax_compilation_cache_dir", str(path))
+        if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
+            # JAX caches only compilations over 1 s by default; a campaign command's
+            # are shorter (warm `campaign ask`: 2.4 s -> 2.05 s with every one cached)
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     coord = getattr(args, "coordinator", None)
     if coord is None and _DIST_ENV not in os.environ and (
             getattr(args, "num_processes", None) is not None

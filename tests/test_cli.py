@@ -136,9 +136,11 @@ def test_compilation_cache_only_when_asked(tmp_path):
         "assert not jax.config.jax_compilation_cache_dir;"
         "from jaxeval._cli import main;"
         f"main(['--compilation-cache', {str(tmp_path / 'cc')!r}, 'datasets', '--json']);"
-        f"assert jax.config.jax_compilation_cache_dir == {str(tmp_path / 'cc')!r}"
+        f"assert jax.config.jax_compilation_cache_dir == {str(tmp_path / 'cc')!r};"
+        "assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.0"
     )
-    env = {k: v for k, v in os.environ.items() if k != "JAXEVAL_COMPILATION_CACHE"}
+    env = {k: v for k, v in os.environ.items() if k not in (
+        "JAXEVAL_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert res.returncode == 0, res.stderr[-2000:]
     assert (tmp_path / "cc").is_dir()
