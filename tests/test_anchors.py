@@ -219,6 +219,14 @@ def test_fit_predict_save_load_roundtrip(small_sm, tmp_path):
 def test_bad_input_errors(small_sm):
     with pytest.raises(ValueError, match="k: expected"):
         fit_anchors(small_sm, 40, method="random_ridge")
+    with pytest.raises(ValueError, match="alpha: expected a level"):
+        fit_anchors(small_sm, 5, method="random_ridge", alpha="0.1")
+    with pytest.raises(TypeError, match=r"settings: expected jaxeval.anchors.Settings\(...\)"):
+        fit_anchors(small_sm, 5, method="random_ridge", settings={"auto_folds": 5})
+    with pytest.raises(ValueError, match="settings.auto_folds: expected at least 3"):
+        fit_anchors(small_sm, 5, settings=dataclasses.replace(FAST, auto_folds=2))
+    with pytest.raises(ValueError, match=r"validation=None: 2 of train's 12 models were held"):
+        fit_anchors(small_sm.take(models=np.arange(12)), 3, method="random_ridge")
     with pytest.raises(ValueError, match="needs at least"):
         fit_anchors(small_sm.take(models=np.arange(6)), 3, method="random_ridge")
     pred = fit_anchors(small_sm, 6, method="kmeans_blend", seed=0, settings=FAST)

@@ -433,6 +433,19 @@ AUTO_CANDIDATES = (
 AUTO_VALIDATION_EXTRA = ("greedy_resmlp", "greedy_mlp")
 
 
+def checked_settings(settings, external: bool) -> Settings:
+    """``settings`` (default :class:`Settings`) with ``external`` set, checked where a
+    bad value would fail deep inside a fit with another argument's name."""
+    if settings is None:
+        settings = Settings()
+    if not isinstance(settings, Settings):
+        raise TypeError(f"settings: expected jaxeval.anchors.Settings(...), got "
+                        f"{type(settings).__name__}")
+    if settings.auto_folds < 3:
+        raise ValueError(f"settings.auto_folds: expected at least 3, got {settings.auto_folds}")
+    return dataclasses.replace(settings, external=bool(external))
+
+
 def auto_candidates(n_validation: int, st: Settings) -> tuple:
     """The candidates ``auto`` chooses among for ``n_validation`` validation models."""
     if n_validation < st.auto_cv_below:

@@ -53,6 +53,7 @@ from jaxeval.anchors._methods import (
     apply_map,
     auto_candidates,
     candidate_cv_residuals,
+    checked_settings,
     crossfit_selected_residuals,
     cv_folds,
     fit_method,
@@ -289,7 +290,7 @@ def evaluate_protocol(
         raise ValueError(f"dr_items: expected an integer in 0..{sm.n_items - k} (the "
                          f"{sm.n_items} items less the {k} anchors), got {dr_items!r}")
     external = sm.target is not None
-    st = dataclasses.replace(settings or Settings(), external=external)
+    st = checked_settings(settings, external)
     seeds = tuple(seeds)
     if not seeds:
         raise ValueError("seeds: expected at least one split seed, got none")
