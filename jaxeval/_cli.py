@@ -150,6 +150,11 @@ def _parser() -> argparse.ArgumentParser:
                     "jaxeval.load reads (needed by pulse_ucb, pulse and naive)")
     cn.add_argument("--sep", help="field separator of a --history table (default: ',', or "
                     "tab for .tsv)")
+    cn.add_argument("--history-metric", metavar="NAME",
+                    help="lm-evaluation-harness --history: the per-sample metric to read")
+    cn.add_argument("--history-filter", metavar="[TASK=]FILTER", action="append",
+                    help="lm-evaluation-harness --history: the filter to keep where a task "
+                    "logs several (e.g. strict-match); TASK=FILTER for one task, repeatable")
     cn.add_argument("--exclude-candidates", action="store_true",
                     help="drop the candidates' rows from --history first (e.g. to try a "
                     "campaign on bundled data, whose history holds every model)")
@@ -593,7 +598,8 @@ def _new_campaign(args: argparse.Namespace):
         cands += _lines(args.candidates_file, "candidates-file")
     history = None
     if args.history:
-        history = _load_table_arg("--history", args.history, args.sep)
+        history = _load_table_arg("--history", args.history, args.sep,
+                                  _lm_eval_options(args))
         if args.exclude_candidates:
             drop = set(cands)
             keep = [i for i, m in enumerate(history.models.tolist()) if m not in drop]
@@ -603,6 +609,8 @@ def _new_campaign(args: argparse.Namespace):
             history = history.take(models=keep)
     elif args.exclude_candidates:
         raise ValueError("--exclude-candidates: needs --history")
+    elif args.history_metric is not None or args.history_filter:
+        raise ValueError("--history-metric / --history-filter: need --history")
     elif args.sep is not None:
         raise ValueError("--sep: only with --history (the separator of its table)")
     items = _lines(args.items_file, "items-file") if args.items_file else None
@@ -697,10 +705,48 @@ def _campaign_action(args: argparse.Namespace, answers) -> int:
     return 0
 
 
-def _load_table_arg(what: str, value: str, sep: str | None):
-    """``jaxeval.load(value)``, with ``sep`` for a CSV/TSV table (refused for other data)."""
+def _lm_eval_options(args: argparse.Namespace) -> dict:
+    """``metric=`` / ``filter=`` of ``load_lm_eval`` from ``--history-metric`` and the
+    ``--history-filter`` values (one FILTER for every task, or TASK=FILTER pairs)."""
+    opts: dict = {}
+    if args.history_metric is not None:
+        opts["metric"] = args.history_metric
+    given = args.history_filter or []
+    pairs = [f for f in given if "=" in f]
+    if pairs and len(pairs) != len(given):
+        raise ValueError("--history-filter: either one FILTER for every task or TASK=FILTER "
+                         f"pairs, not both (got {given})")
+    if pairs:
+        per = dict(f.split("=", 1) for f in pairs)
+        if len(per) != len(pairs):
+            raise ValueError(f"--history-filter: a task given twice in {given}")
+        opts["filter"] = per
+    elif len(given) > 1:
+        raise ValueError(f"--history-filter: one FILTER for every task, got {given} (use "
+                         "TASK=FILTER for different filters per task)")
+    elif given:
+        opts["filter"] = given[0]
+    return opts
+
+
+def _load_table_arg(what: str, value: str, sep: str | None, lm_eval: dict | None = None):
+    """``jaxeval.load(value)``, with ``sep`` for a CSV/TSV table and the lm-evaluation-
+    harness options (each refused for other data)."""
     import jaxeval
 
+    if lm_eval:
+        p = Path(value)
+        if not (p.is_dir() or p.suffix.lower() in (".jsonl", ".json")):
+            raise ValueError(f"--history-metric / --history-filter: only for lm-evaluation-"
+                             f"harness output (a folder or .jsonl), not {value!r}")
+        try:
+            return jaxeval.load(value, **lm_eval)
+        except (ValueError, TypeError) as e:
+            msg = str(e)
+            for k, flag in (("filter:", "--history-filter:"), ("metric:", "--history-metric:")):
+                if msg.startswith(k):
+                    raise ValueError(flag + msg[len(k):]) from None
+            raise
     if sep is None:
         return jaxeval.load(value)
     if Path(value).suffix.lower() not in (".csv", ".tsv"):

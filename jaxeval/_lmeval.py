@@ -209,7 +209,7 @@ def _runs_in(folder: Path, task: Any, runs: str, dropped: list[str]) -> dict[str
 def load_lm_eval(
     path: str | os.PathLike,
     metric: str | None = None,
-    filter: str | None = None,
+    filter: str | dict[str, str] | None = None,
     task: str | list[str] | None = None,
     runs: str = "error",
     missing: str = "mask",
@@ -225,7 +225,9 @@ def load_lm_eval(
       metric: the per-sample field to read (default: first of
         :data:`DEFAULT_METRICS` present).
       filter: which ``filter`` value to keep when a task logs several per document
-        (e.g. ``"strict-match"`` or ``"flexible-extract"``).
+        (e.g. ``"strict-match"`` or ``"flexible-extract"``); one name for every task,
+        or a mapping ``{task: filter}`` for a folder whose tasks log different filters
+        (tasks not in it are read as without ``filter``).
       task: task name(s) to keep when a folder holds several (default: all).
       runs: ``"error"`` (default) refuses several runs of one task for one model;
         ``"latest"`` keeps the newest timestamp and records it.
@@ -314,10 +316,18 @@ def load_lm_eval(
     hash_of: dict[Any, tuple[str, Path]] = {}
     metrics_used: dict[str, str] = {}
     files: dict[str, list[str]] = {}
+    if isinstance(filter, dict):
+        unknown = sorted(set(filter) - set(tasks))
+        if unknown:
+            raise ValueError(f"filter: no task {unknown} here; the tasks are {tasks}")
+    elif filter is not None and not isinstance(filter, str):
+        raise TypeError(f"filter: expected a filter name or a {{task: filter}} mapping, got "
+                        f"{type(filter).__name__}")
     for m_name, per_task in layout.items():
         row: dict[Any, float] = {}
         for t, f in sorted(per_task.items()):
-            used, values, hashes = _read_run(f, metric, filter, flags)
+            f_t = filter.get(t) if isinstance(filter, dict) else filter
+            used, values, hashes = _read_run(f, metric, f_t, flags)
             if metrics_used.setdefault(t, used) != used:
                 raise ValueError(
                     f"{f}: default metric is '{used}' but other runs of task {t!r} use "

@@ -446,6 +446,38 @@ def test_campaign_new_with_a_small_history_takes_rank_and_fit_steps(tmp_path, ca
     assert camp.settings["lam0"] == 0.5 and camp._factors[0].shape == (60, 1)
 
 
+def test_campaign_new_history_from_lm_eval_with_filters(tmp_path, capsys, monkeypatch):
+    """An lm-evaluation-harness history whose task logs two filters: ``campaign new``
+    takes ``--history-filter`` (one for all tasks, or TASK=FILTER) and
+    ``--history-metric``; without them it says which flag to pass."""
+    monkeypatch.chdir(tmp_path)
+    runs = tmp_path / "runs"
+    for m in range(4):
+        d = runs / f"org__m{m}"
+        d.mkdir(parents=True)
+        lines = []
+        for i in range(6):
+            for filt, em in (("strict-match", float((i + m) % 2)), ("flexible-extract", 1.0)):
+                lines.append(json.dumps({"doc_id": i, "filter": filt, "metrics": ["exact_match"],
+                                         "exact_match": em}))
+        (d / "samples_gsm8k_2025-01-01T00-00-00.000001.jsonl").write_text("\n".join(lines))
+    base = ["campaign", "new", "c.npz", "--history", "runs", "--candidates", "x", "y",
+            "--policy", "ucbe"]
+    assert main(base) == 2
+    assert "filter" in capsys.readouterr().err
+    assert main(base + ["--history-filter", "a", "--history-filter", "b"]) == 2
+    assert "--history-filter: one FILTER for every task" in capsys.readouterr().err
+    assert main(base + ["--history-filter", "gsm9k=strict-match"]) == 2
+    assert "--history-filter: no task ['gsm9k'] here" in capsys.readouterr().err
+    assert main(base + ["--history-filter", "strict-match", "--history-metric", "exact_match"]
+                ) == 0
+    assert main(["campaign", "new", "d.npz", "--history", "runs", "--candidates", "x", "y",
+                 "--policy", "ucbe", "--history-filter", "gsm8k=flexible-extract"]) == 0
+    assert main(["campaign", "new", "e.npz", "--items-file", "c.npz", "--candidates", "x",
+                 "y", "--policy", "ucbe", "--history-filter", "strict-match"]) == 2
+    assert "need --history" in capsys.readouterr().err
+
+
 def test_refused_campaign_new_leaves_nothing_behind(tmp_path, capsys, monkeypatch):
     """Every argument of ``campaign new`` is checked before the file lock is taken: a
     refused ``new`` writes neither the campaign nor its lock file, and an existing

@@ -254,6 +254,32 @@ def test_lm_eval_filters_need_choosing(tmp_path):
     _raises([re.escape(str(p)), "no line has filter 'x'"], jaxeval.load, p, filter="x")
 
 
+def _gsm8k_two_filters(root, model, strict, flexible):
+    recs = []
+    for i in range(3):
+        for filt, em in (("strict-match", strict), ("flexible-extract", flexible)):
+            r = _sample(i, 0.0, filt=filt, exact_match=em, metrics=["exact_match"])
+            del r["acc"], r["acc_norm"]
+            recs.append(r)
+    return _run(root, model, "gsm8k", recs)
+
+
+def test_lm_eval_filter_per_task(tmp_path):
+    """A folder whose tasks log different filters (one with ``none`` only, one with two)
+    loads with ``filter={task: filter}``; one name for every task could not load it."""
+    _two_models(tmp_path)  # arc_easy, filter "none"
+    _gsm8k_two_filters(tmp_path, "org__model-a", 0.0, 1.0)
+    _gsm8k_two_filters(tmp_path, "org__model-b", 1.0, 1.0)
+    _raises(["field 'filter' takes several values"], jaxeval.load, tmp_path)
+    _raises(["no line has filter 'strict-match'"], jaxeval.load, tmp_path, filter="strict-match")
+    sm = jaxeval.load(tmp_path, filter={"gsm8k": "strict-match"})
+    assert sm.items.tolist()[-3:] == ["gsm8k/0", "gsm8k/1", "gsm8k/2"]
+    assert sm.take(items=["gsm8k/0"]).scores.ravel().tolist() == [0.0, 1.0]
+    assert sm.metadata["filter"] == {"gsm8k": "strict-match"}
+    _raises([r"filter: no task \['mmlu'\] here"], jaxeval.load, tmp_path,
+            filter={"mmlu": "strict-match"})
+
+
 def test_lm_eval_bool_metric_is_converted_and_noted(tmp_path):
     recs = [_sample(i, True if i else False) for i in range(3)]
     sm = jaxeval.load(_run(tmp_path, "m", "t", recs))
