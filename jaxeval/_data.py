@@ -502,7 +502,15 @@ class ScoreMatrix:
 
 @dataclasses.dataclass(frozen=True)
 class Split:
-    """Train / validation / test score matrices from one seeded split."""
+    """Train / validation / test score matrices from one seeded split
+    (:meth:`ScoreMatrix.protocol_split`: the SPEC 6.2 protocol's split).
+
+    Example:
+      >>> import jaxeval
+      >>> sp = jaxeval.load("oll2_musr").drop_duplicates().protocol_split(seed=42)
+      >>> sp.test.n_models, sp.validation.n_models, sp.train.n_models  # h = 0.2 * 427
+      (85, 85, 257)
+    """
 
     train: ScoreMatrix
     validation: ScoreMatrix

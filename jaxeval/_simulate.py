@@ -103,6 +103,16 @@ class IdentificationReport:
       instances: int64 ``[I, K]`` the candidate rows of each instance (models of the pool).
       pool_models: names of the pool's models (empty for synthetic truth).
       settings: every setting needed to reproduce the run (seed, versions, chunking).
+
+    Example:
+      >>> import jaxeval
+      >>> rep = jaxeval.simulate_identification(
+      ...     jaxeval.SyntheticSpec(n_items=40), "ucbe", K=3, n_replicates=8,
+      ...     budget_fractions=(0.1, 0.5, 1.0))
+      >>> rep.budgets.tolist(), rep.correct.shape, rep.width.shape  # C = 3, R = 8, Q = 2
+      ([12, 60, 120], (8, 3), (2, 3))
+      >>> rep.calls_to(0.95, fraction=True) <= 1.0  # share of K n for 95% accuracy
+      True
     """
 
     budgets: np.ndarray
