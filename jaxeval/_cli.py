@@ -343,7 +343,7 @@ def _report(folder: Path, *, plots: bool = True, quiet: bool = False) -> dict | 
     import jax
 
     from jaxeval._report import format_summary, plot_study, summarize, write_summary
-    from jaxeval._study import load_results, study_status
+    from jaxeval._study import data_unchanged, load_results, study_status
 
     if jax.process_index() != 0:
         return None
@@ -355,6 +355,7 @@ def _report(folder: Path, *, plots: bool = True, quiet: bool = False) -> dict | 
         )
         return None
     study, results = load_results(folder)
+    data_unchanged(folder, study)
     summary = summarize(study, results)
     write_summary(summary, folder)
     if not quiet:
@@ -907,18 +908,20 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "summary":
             from jaxeval._report import format_summary, summarize, write_summary
-            from jaxeval._study import load_results
+            from jaxeval._study import data_unchanged, load_results
 
             study, results = load_results(args.dir)
+            data_unchanged(args.dir, study)
             s = summarize(study, results)
             write_summary(s, args.dir)
             print(json.dumps(s, indent=1) if args.json else format_summary(s))
             return 0
         if args.command == "plot":
             from jaxeval._report import plot_study, summarize
-            from jaxeval._study import load_results
+            from jaxeval._study import data_unchanged, load_results
 
             study, results = load_results(args.dir)
+            data_unchanged(args.dir, study)
             paths = plot_study(summarize(study, results), args.out or Path(args.dir) / "plots")
             print("\n".join(str(p) for p in paths))
             return 0

@@ -245,9 +245,10 @@ class ReplicatePlan:
         devs = tuple(jax.devices() if devices is None else devices)
         if not devs:
             raise ValueError("devices: expected at least one device, got none")
-        if not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+        if (isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer))
+                or chunk_size < 1):
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-        if not isinstance(lanes, (int, np.integer)) or lanes < 1:
+        if isinstance(lanes, bool) or not isinstance(lanes, (int, np.integer)) or lanes < 1:
             raise ValueError(f"lanes must be a positive integer, got {lanes!r}")
         self.replicate_fn = replicate_fn
         self.with_index = bool(with_index)
@@ -464,9 +465,10 @@ def run_replicates(
       >>> bool((run_replicates(f, 0, 6, start=4, progress=False) == out[4:]).all())
       True
     """
-    if not isinstance(n_replicates, (int, np.integer)) or n_replicates < 1:
+    if (isinstance(n_replicates, bool) or not isinstance(n_replicates, (int, np.integer))
+            or n_replicates < 1):
         raise ValueError(f"n_replicates must be a positive integer, got {n_replicates!r}")
-    if not isinstance(start, (int, np.integer)) or start < 0:
+    if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or start < 0:
         raise ValueError(f"start must be a non-negative integer, got {start!r}")
     if chunk_size is None:
         chunk_size = int(n_replicates)

@@ -780,6 +780,15 @@ def results_key(study: Study) -> dict:
     return d
 
 
+def _merge_key(cfg: dict) -> dict:
+    """:func:`results_key` of a stored config, with a data file's path left out (its
+    checksum is compared instead)."""
+    key = results_key(study_from_dict(cfg, check=False))
+    if isinstance(key.get("data"), dict) and "npz" in key["data"]:
+        key["data"] = {"npz": "<compared by checksum>"}
+    return key
+
+
 def _hash_json(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
@@ -842,9 +851,60 @@ def _read_manifest(out: Path) -> dict | None:
         m = json.loads(p.read_text())
     except json.JSONDecodeError as e:
         raise StudyFolderError(f"{p}: manifest is not valid JSON ({e})") from None
-    if m.get("format") != FORMAT:
-        raise StudyFolderError(f"{p}: not a {FORMAT} manifest (format={m.get('format')!r})")
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        got = m.get("format") if isinstance(m, dict) else type(m).__name__
+        raise StudyFolderError(f"{p}: not a {FORMAT} manifest (format={got!r})")
+    _check_manifest(p, m)
     return m
+
+
+def _check_manifest(p: Path, m: dict) -> None:
+    """Refuse a manifest that was edited or truncated by hand: the keys every reader
+    uses, each chunk entry's fields, and the config against the hash it was created
+    with (an edited seed would otherwise mix two studies' replicates in one folder)."""
+    for key, typ in (("config", dict), ("chunks", dict), ("study_hash", str),
+                     ("range", list)):
+        if not isinstance(m.get(key), typ):
+            raise StudyFolderError(f"{p}: manifest entry {key!r} is missing or not a "
+                                   f"{typ.__name__}; the folder's manifest was damaged")
+    if _hash_json(m["config"]) != m["study_hash"]:
+        raise StudyFolderError(
+            f"{p}: the manifest's config does not match the study it was created for "
+            "(study_hash); it was edited by hand. Run the intended study in a new folder")
+    for name, c in m["chunks"].items():
+        ok = (isinstance(c, dict) and isinstance(c.get("task"), str)
+              and isinstance(c.get("sha256"), str)
+              and all(isinstance(c.get(k), int) and not isinstance(c.get(k), bool)
+                      for k in ("lo", "hi"))
+              and 0 <= c["lo"] < c["hi"])
+        if not ok:
+            raise StudyFolderError(f"{p}: chunk entry {name!r} is malformed ({c!r}); the "
+                                   "folder's manifest was damaged")
+
+
+def data_unchanged(out: str | os.PathLike, study: Study) -> None:
+    """Refuse to report on a study folder whose data file is gone or changed since the
+    study ran (a summary recomputes the budgets and item counts from the data).
+
+    Raises:
+      StudyFolderError: naming the data file and what happened to it.
+    """
+    out = Path(out)
+    m = _read_manifest(out)
+    if m is None or study.data is None or study.data.synthetic is not None:
+        return
+    where = study.data.npz or study.data.dataset
+    try:
+        fp = _fingerprint(study)
+    except OSError as e:
+        raise StudyFolderError(
+            f"{out}: its data {where!r} cannot be read ({e.strerror or e}); the report needs "
+            "it for the budgets (load_results reads the folder without it)") from None
+    if m.get("data_sha256") is not None and fp != m["data_sha256"]:
+        raise StudyFolderError(
+            f"{out}: its data {where!r} changed since the study ran (checksum "
+            f"{str(m['data_sha256'])[:12]}... then, {str(fp)[:12]}... now); a report would "
+            "mix the old results with the new data's budgets")
 
 
 def _can_start_in(out: Path, cfg: dict) -> bool:
@@ -1167,6 +1227,12 @@ def run_study(
     """
     out = Path(out)
     n = study.n_units
+    if replicate_range is not None and (
+            isinstance(replicate_range, (str, bytes)) or len(replicate_range) != 2
+            or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                       for v in replicate_range)):
+        raise ValueError(f"replicate_range: expected two integers (lo, hi), got "
+                         f"{replicate_range!r}")
     rng = (0, n) if replicate_range is None else tuple(int(v) for v in replicate_range)
     if not (0 <= rng[0] < rng[1] <= n):
         raise ValueError(
@@ -1349,6 +1415,10 @@ def load_results(
                 )
             with np.load(out / name, allow_pickle=False) as z:
                 for k in z.files:
+                    if z[k].shape[:1] != (hi - lo,):
+                        raise StudyFolderError(
+                            f"{out}: chunk {name} holds {z[k].shape[:1]} rows of {k!r} for "
+                            f"units {lo}:{hi}; the manifest does not describe this file")
                     parts.setdefault(k, []).append(z[k])
             pos = hi
         if not allow_partial and pos != study.n_units:
@@ -1399,15 +1469,22 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
             )
         mans.append(m)
     ref = mans[0]
+    ka = _merge_key(ref["config"])
     for d, m in zip(dirs[1:], mans[1:]):
-        if m["results_hash"] != ref["results_hash"]:
-            ka = results_key(study_from_dict(ref["config"], check=False))
-            kb = results_key(study_from_dict(m["config"], check=False))
+        # recomputed from each config (a stored hash could be stale); the data file is
+        # compared by checksum, not path (array jobs copy it to node-local scratch)
+        kb = _merge_key(m["config"])
+        if ka != kb:
             raise StudyFolderError(
                 f"{d} holds a different study than {dirs[0]}: {_describe_diff(ka, kb)}"
             )
         if m.get("data_sha256") != ref.get("data_sha256"):
             raise StudyFolderError(f"{d} was computed on different data than {dirs[0]}")
+    vers = {str(d): m.get("versions") for d, m in zip(dirs, mans)}
+    if len({json.dumps(v, sort_keys=True) for v in vers.values()}) > 1:
+        warnings.warn(f"merge_studies: the folders were computed with different versions "
+                      f"{vers}; their numbers may differ in the last bits (recorded in the "
+                      "merged manifest's 'merged_versions')", stacklevel=2)
     ref_study = study_from_dict(ref["config"], check=False)
     for task in {c["task"] for m in mans for c in m["chunks"].values()}:
         setups = {_chunk_setup(c) for m in mans for c in m["chunks"].values()
@@ -1456,6 +1533,7 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
             "versions": _versions(),
             "chunks": {name: c for name, (_, c) in merged.items()},
             "merged_from": [str(d) for d in dirs],
+            "merged_versions": vers,
             "task_names": ref.get("task_names") or [t.name for t in study.tasks()],
         }
         names = manifest["task_names"]
@@ -1573,6 +1651,11 @@ def _real_problem(study: IdentificationStudy, needs_pred: bool):
     return data, rho, info
 
 
+#: The most LLM calls (K * n) an identification study may have: the kernels count calls
+#: in int32, with room for a batch past the budget.
+_MAX_CALLS = 2**31 - 1 - 2**20
+
+
 def study_budgets(study: IdentificationStudy) -> tuple[dict, tuple[int, ...]]:
     """``(info, budgets in LLM calls)`` of an identification study, without any fitting."""
     if study.data.synthetic is not None:
@@ -1591,6 +1674,10 @@ def study_budgets(study: IdentificationStudy) -> tuple[dict, tuple[int, ...]]:
             "instances": study.n_instances,
         }
     kn = study.num_arms * n
+    if kn > _MAX_CALLS:
+        where = "data.synthetic.n_items" if study.data.synthetic is not None else "num_arms"
+        raise StudyConfigError(where, f"K*n = {study.num_arms}*{n} = {kn} LLM calls do not "
+                               f"fit the kernels' int32 call counters (at most {_MAX_CALLS})")
     budgets = tuple(sorted({max(1, int(round(f * kn))) for f in study.budgets}))
     if len(budgets) != len(study.budgets):
         raise StudyConfigError(

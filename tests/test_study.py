@@ -748,3 +748,123 @@ def test_run_replicates_refuses_a_fractional_chunk_size():
     for bad in (2.7, 0.5, True):
         with pytest.raises(ValueError, match=f"chunk_size must be a positive integer, got {bad!r}"):
             run_replicates(f, 0, 5, chunk_size=bad, progress=False)
+
+
+def _edit_manifest(folder, fn):
+    p = Path(folder) / "manifest.json"
+    m = json.loads(p.read_text())
+    fn(m)
+    p.write_text(json.dumps(m))
+
+
+def test_an_edited_or_damaged_manifest_is_refused(tmp_path):
+    """A manifest whose config was edited (a seed changed by hand would let ``resume``
+    mix two studies' replicates in one folder), whose chunk rows disagree with its
+    files, or that lacks the entries every reader uses is refused with the file named,
+    instead of read (or failing with a KeyError)."""
+    s = study_from_dict(toy_config(n_replicates=40, chunk_size=8))
+    run_study(s, tmp_path / "a", progress=False)
+    import shutil
+
+    for name, edit, match in [
+        ("seed", lambda m: m["config"].update(seed=1), "edited by hand"),
+        ("chunks", lambda m: m.pop("chunks"), "'chunks' is missing"),
+        ("sha", lambda m: next(iter(m["chunks"].values())).pop("sha256"), "malformed"),
+    ]:
+        shutil.copytree(tmp_path / "a", tmp_path / name)
+        _edit_manifest(tmp_path / name, edit)
+        for fn in (study_status, load_results, lambda d: resume_study(d, progress=False)):
+            with pytest.raises(StudyFolderError, match=match) as err:
+                fn(tmp_path / name)
+            assert str(tmp_path / name) in str(err.value)
+    # one chunk entry dropped and its neighbour stretched over the gap: 32 rows for 40
+    shutil.copytree(tmp_path / "a", tmp_path / "rows")
+
+    def stretch(m):
+        first, second = sorted(m["chunks"], key=lambda k: m["chunks"][k]["lo"])[:2]
+        m["chunks"][first]["hi"] = m["chunks"].pop(second)["hi"]
+
+    _edit_manifest(tmp_path / "rows", stretch)
+    with pytest.raises(StudyFolderError, match=r"holds \(8,\) rows of '\w+' for units 0:16"):
+        load_results(tmp_path / "rows")
+    assert load_results(tmp_path / "a")[1]["replicates"]["mean"].shape == (40,)
+
+
+def test_merge_compares_configs_and_data_checksums_not_paths(tmp_path):
+    """Range jobs over byte-identical data at two paths (node-local copies) merge; a
+    different study is refused from the configs themselves, whatever hash was stored;
+    different versions merge with a warning and are recorded."""
+    cfg = {"kind": "identification", "num_arms": 3, "n_replicates": 8, "budgets": [0.5, 1.0],
+           "cs_kinds": ["hoeffding"], "policies": ["ucbe"], "chunk_size": 4}
+    rng = np.random.default_rng(0)
+    scores = (rng.random((12, 20)) < 0.5).astype(np.float32)
+    for sub in ("x", "y"):
+        (tmp_path / sub).mkdir()
+        np.savez(tmp_path / sub / "s.npz", scores=scores)
+    sx = study_from_dict({**cfg, "data": {"npz": str(tmp_path / "x" / "s.npz")}})
+    sy = study_from_dict({**cfg, "data": {"npz": str(tmp_path / "y" / "s.npz")}})
+    run_study(sx, tmp_path / "rx", replicate_range=(0, 4), progress=False)
+    run_study(sy, tmp_path / "ry", replicate_range=(4, 8), progress=False)
+    one = run_study(sx, tmp_path / "one", progress=False)
+    merged = merge_studies([tmp_path / "rx", tmp_path / "ry"], tmp_path / "m")
+    a, b = load_results(merged)[1]["ucbe"], load_results(one)[1]["ucbe"]
+    assert_same(a, b)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    # another seed with the stored results_hash copied over: still refused
+    sz = study_from_dict({**cfg, "seed": 5, "data": {"npz": str(tmp_path / "y" / "s.npz")}})
+    run_study(sz, tmp_path / "rz", replicate_range=(4, 8), progress=False)
+    stored = json.loads((tmp_path / "rx" / "manifest.json").read_text())["results_hash"]
+    _edit_manifest(tmp_path / "rz", lambda m: m.update(results_hash=stored))
+    with pytest.raises(StudyFolderError, match="different study"):
+        merge_studies([tmp_path / "rx", tmp_path / "rz"], tmp_path / "bad")
+    _edit_manifest(tmp_path / "ry", lambda m: m["versions"].update(jax="0.0.1-other"))
+    with pytest.warns(UserWarning, match="different versions"):
+        m2 = merge_studies([tmp_path / "rx", tmp_path / "ry"], tmp_path / "m2")
+    vers = json.loads((m2 / "manifest.json").read_text())["merged_versions"]
+    assert vers[str(tmp_path / "ry")]["jax"] == "0.0.1-other"
+
+
+def test_summary_refuses_changed_or_missing_data(tmp_path, capsys):
+    """``summary`` / ``plot`` recompute the budgets from the data: with the data file
+    changed since the run they refused nothing and reported the new file's budgets next
+    to the old results; now they refuse, naming the file, while ``load_results`` and
+    ``status`` still read the folder."""
+    from jaxeval._cli import main
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "s.npz"
+    np.savez(path, scores=(rng.random((12, 30)) < 0.5).astype(np.float32))
+    s = study_from_dict({"kind": "identification", "data": {"npz": str(path)}, "num_arms": 3,
+                         "n_replicates": 8, "budgets": [0.1, 0.5, 1.0],
+                         "cs_kinds": ["hoeffding"], "policies": ["ucbe"]})
+    out = run_study(s, tmp_path / "r", progress=False)
+    assert main(["summary", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["problem"]["items"] == 30
+    np.savez(path, scores=(rng.random((12, 60)) < 0.5).astype(np.float32))
+    for cmd in (["summary", str(out)], ["plot", str(out)]):
+        assert main(cmd) == 2
+        assert "changed since the study ran" in capsys.readouterr().err
+    path.unlink()
+    assert main(["summary", str(out)]) == 2
+    assert "cannot be read" in capsys.readouterr().err
+    assert load_results(out)[1]["ucbe"]["theta"].shape[0] == 8
+    assert study_status(out)["complete"]
+
+
+def test_study_refuses_call_counts_past_int32_and_fractional_ranges(tmp_path):
+    """K*n past the kernels' int32 counters is refused before the folder is made (it
+    failed with an OverflowError after creating it); replicate ranges, replicate
+    counts and lanes must be integers (2.9 was truncated, True read as 1)."""
+    big = study_from_dict({"kind": "identification", "num_arms": 3, "n_replicates": 4,
+                           "data": {"synthetic": {"n_items": 800_000_000}}})
+    with pytest.raises(StudyConfigError, match="data.synthetic.n_items.*int32"):
+        run_study(big, tmp_path / "big", progress=False)
+    assert not (tmp_path / "big").exists()
+    s = study_from_dict(toy_config(n_replicates=16, chunk_size=8))
+    with pytest.raises(ValueError, match="replicate_range: expected two integers"):
+        run_study(s, tmp_path / "r", replicate_range=(2.9, 7.99), progress=False)
+    with pytest.raises(ValueError, match="n_replicates"):
+        run_replicates(lambda k: {"x": jax.random.uniform(k)}, 0, True)
+    with pytest.raises(ValueError, match="lanes"):
+        run_replicates(lambda k: {"x": jax.random.uniform(k)}, 0, 4, lanes=True)
