@@ -446,11 +446,16 @@ class IdentificationCampaign:
                                      "(or a number)")
                 from jaxeval._factorization_api import learn_lam0
 
+                # learn_lam0 takes an int seed: a key gives one drawn from it
+                lseed = (int(seed) if isinstance(seed, (int, np.integer)) else int(
+                    jax.random.randint(jax.random.fold_in(key, 0x1A30), (), 0, 2**31 - 1)))
                 try:
                     lam0 = learn_lam0(_fit_history(history), rank=int(np.shape(V)[1]),
-                                      seed=seed, num_steps=fit_steps)
+                                      seed=lseed, num_steps=fit_steps)
                 except ValueError as e:
-                    raise ValueError(f"lam0='learned': {e}") from None
+                    msg = str(e)
+                    msg = "history:" + msg[len("data:"):] if msg.startswith("data:") else msg
+                    raise ValueError(f"lam0='learned': {msg}") from None
         elif learn_prior:
             raise ValueError(f"lam0='learned': policy {policy!r} does not use predictions")
         else:

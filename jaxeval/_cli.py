@@ -632,9 +632,10 @@ def _new_campaign(args: argparse.Namespace):
     except ValueError as e:  # the library's argument names -> this command's flags
         msg = str(e)
         for arg in ("rank", "fit_steps", "lam0", "budget", "batch_size", "alpha", "history"):
-            if msg.startswith(arg + ":") or msg.startswith(arg + "="):
+            if msg.startswith((arg + ":", arg + "=", arg + " must ")):
                 flag = "--" + arg.replace("_", "-")
-                raise ValueError(flag + msg[len(arg):]) from None
+                rest = msg[len(arg):]
+                raise ValueError(flag + (":" + rest if rest.startswith(" ") else rest)) from None
         raise
     return camp
 
@@ -649,7 +650,9 @@ def _campaign_action(args: argparse.Namespace, answers) -> int:
         rows, cols = np.nonzero(told.mask)
         # RFC 4180 quoting (names may hold commas, quotes, tabs, any Unicode) and each
         # score's shortest decimal that reads back to the same saved (float32) value:
-        # `jaxeval.load` and `pandas.read_csv` get back exactly the saved names and scores
+        # `jaxeval.load` gets back the saved names and scores (names without leading or
+        # trailing spaces, which its table reader strips; pandas needs dtype=str,
+        # keep_default_na=False to keep names such as "01" or "NA")
         out = csv.writer(sys.stdout, lineterminator="\n")
         out.writerow(["model", "item", "score"])
         for i, j in zip(rows, cols):
@@ -736,6 +739,9 @@ def _load_table_arg(what: str, value: str, sep: str | None, lm_eval: dict | None
     import jaxeval
 
     if lm_eval:
+        if sep is not None:
+            raise ValueError("--sep: only for a .csv / .tsv table, not with --history-filter / "
+                             "--history-metric (lm-evaluation-harness output)")
         p = Path(value)
         if not (p.is_dir() or p.suffix.lower() in (".jsonl", ".json")):
             raise ValueError(f"--history-metric / --history-filter: only for lm-evaluation-"

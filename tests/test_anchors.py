@@ -225,8 +225,14 @@ def test_bad_input_errors(small_sm):
         fit_anchors(small_sm, 5, method="random_ridge", settings={"auto_folds": 5})
     with pytest.raises(ValueError, match="settings.auto_folds: expected at least 3"):
         fit_anchors(small_sm, 5, settings=dataclasses.replace(FAST, auto_folds=2))
-    with pytest.raises(ValueError, match=r"validation=None: 2 of train's 12 models were held"):
+    with pytest.raises(ValueError, match=r"validation=None held out 2 of train's 12 models"):
         fit_anchors(small_sm.take(models=np.arange(12)), 3, method="random_ridge")
+    with pytest.raises(ValueError, match=r"got 5 \(validation=None held out 1 of train's 6 "
+                                         r"models, 20%, leaving 5\)"):
+        fit_anchors(small_sm.take(models=np.arange(6)), 3, method="random_ridge")
+    # auto_folds matters to "auto" only; a 0-d array alpha is a number
+    fit_anchors(small_sm, 5, method="random_mean", alpha=np.array(0.2),
+                settings=dataclasses.replace(FAST, auto_folds=2))
     with pytest.raises(ValueError, match="needs at least"):
         fit_anchors(small_sm.take(models=np.arange(6)), 3, method="random_ridge")
     pred = fit_anchors(small_sm, 6, method="kmeans_blend", seed=0, settings=FAST)
@@ -385,6 +391,10 @@ def test_evaluate_protocol_argument_errors(small_sm):
         ev(methods=["random_mean", "random_mean"])
     with pytest.raises(ValueError, match=r"m: expected an integer in 0\.\.3"):
         sample_non_anchors(jax.random.key(0), jnp.array([0, 1, 2]), 6, 4)
+    # NumPy / JAX scalars are numbers like any other
+    r0 = ev(k=np.int64(5), alpha=np.array(0.1), dr_items=np.int32(3), settings=FAST)
+    r1 = ev(k=5, alpha=jnp.float32(0.1), dr_items=3, settings=FAST)
+    np.testing.assert_array_equal(r0.mae_pp, r1.mae_pp)
     r = ev(dr_items=35, settings=FAST)  # every non-anchor: the exact mean, width 0
     assert float(np.max(r.dr["width"])) < 1e-4 and float(r.dr["coverage"][0]) == 1.0
 

@@ -245,6 +245,12 @@ def test_history_rows_without_scores_and_a_learned_prior(problem):
     learned = IdentificationCampaign(names, hist, fit_steps=50, budget=40, lam0="learned")
     want = jaxeval.learn_lam0(hist, rank=8, seed=0, num_steps=50)
     assert learned.settings["lam0"] == pytest.approx(want) and 0 <= want <= 1
+    keyed = IdentificationCampaign(names, hist, fit_steps=50, budget=40, lam0="learned",
+                                   seed=jax.random.key(3))  # a key seed learns too
+    assert 0 <= keyed.settings["lam0"] <= 1
+    with pytest.raises(ValueError, match="lam0='learned': history: learning"):
+        IdentificationCampaign(names, hist.take(models=[0, 1, 2]), rank=1, fit_steps=20,
+                               lam0="learned")
     with pytest.raises(ValueError, match="lam0: expected a number in \\[0, 1\\] or 'learned'"):
         IdentificationCampaign(names, hist, lam0="learn")
     with pytest.raises(ValueError, match="lam0='learned': policy 'ucbe' does not use"):

@@ -441,6 +441,10 @@ def test_campaign_new_with_a_small_history_takes_rank_and_fit_steps(tmp_path, ca
     assert "--rank: rank 8 is larger than the data allows" in capsys.readouterr().err
     assert main(base + ["--lam0", "big"]) == 2
     assert "--lam0: expected a number" in capsys.readouterr().err
+    for flag, bad in (("--fit-steps", "0"), ("--rank", "0"), ("--lam0", "2"),
+                      ("--budget", "0"), ("--batch-size", "0"), ("--alpha", "0")):
+        assert main(base + [flag, bad]) == 2
+        assert f"error: {flag}:" in capsys.readouterr().err
     assert main(base + ["--rank", "1", "--fit-steps", "30", "--lam0", "0.5"]) == 0
     camp = jaxeval.IdentificationCampaign.load("c.npz")
     assert camp.settings["lam0"] == 0.5 and camp._factors[0].shape == (60, 1)
@@ -467,6 +471,8 @@ def test_campaign_new_history_from_lm_eval_with_filters(tmp_path, capsys, monkey
     assert "filter" in capsys.readouterr().err
     assert main(base + ["--history-filter", "a", "--history-filter", "b"]) == 2
     assert "--history-filter: one FILTER for every task" in capsys.readouterr().err
+    assert main(base + ["--history-filter", "strict-match", "--sep", ";"]) == 2
+    assert "--sep: only for a .csv / .tsv table" in capsys.readouterr().err
     assert main(base + ["--history-filter", "gsm9k=strict-match"]) == 2
     assert "--history-filter: no task ['gsm9k'] here" in capsys.readouterr().err
     assert main(base + ["--history-filter", "strict-match", "--history-metric", "exact_match"]

@@ -28,6 +28,7 @@ from jaxeval.anchors._methods import (
     apply_map,
     auto_candidates,
     candidate_cv_residuals,
+    check_level,
     checked_settings,
     crossfit_selected_residuals,
     cv_folds,
@@ -565,12 +566,10 @@ def fit_anchors(
         raise ValueError(
             f"k: expected an integer in 1..{n - 1} (fewer than the {n} items), got {k!r}"
         )
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.number)) or not (
-            0 < alpha < 1):
-        raise ValueError(f"alpha: expected a level in (0, 1), got {alpha!r}")
+    alpha = check_level(alpha)
     train.require_complete("fit_anchors")
     key = _key(seed)
-    st = checked_settings(settings, train.target is not None)
+    st = checked_settings(settings, train.target is not None, auto=method == "auto")
     # the int seed of the NumPy splits (validation hold-out, halves, CV folds); a key
     # gives one drawn from it, so different keys split differently too
     split_seed = (int(seed) if isinstance(seed, (int, np.integer)) else
@@ -610,9 +609,9 @@ def fit_anchors(
     need = _min_models(method)
     for what, sm in (("train", train), ("validation", validation)):
         if sm.n_models < need:
-            how = (f" (validation=None: {sm.n_models} of train's "
-                   f"{train.n_models + validation.n_models} models were held out, 20%)"
-                   if held_out else "")
+            how = (f" (validation=None held out {validation.n_models} of train's "
+                   f"{train.n_models + validation.n_models} models, 20%, leaving "
+                   f"{train.n_models})" if held_out else "")
             raise ValueError(
                 f"{what}: method {method!r} needs at least {need} models, got "
                 f"{sm.n_models}{how}"

@@ -28,6 +28,7 @@ from typing import NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxeval.anchors._irt import IRTConfig, fit_item_factors, pirt_estimate
 from jaxeval.anchors._lowrank import fit_lowrank_validated, lowrank_basis
@@ -433,17 +434,37 @@ AUTO_CANDIDATES = (
 AUTO_VALIDATION_EXTRA = ("greedy_resmlp", "greedy_mlp")
 
 
-def checked_settings(settings, external: bool) -> Settings:
+def checked_settings(settings, external: bool, auto: bool = True) -> Settings:
     """``settings`` (default :class:`Settings`) with ``external`` set, checked where a
-    bad value would fail deep inside a fit with another argument's name."""
+    bad value would fail deep inside a fit with another argument's name (``auto``:
+    whether ``"auto"``, the only user of ``auto_*``, will run)."""
     if settings is None:
         settings = Settings()
     if not isinstance(settings, Settings):
         raise TypeError(f"settings: expected jaxeval.anchors.Settings(...), got "
                         f"{type(settings).__name__}")
-    if settings.auto_folds < 3:
+    if auto and settings.auto_folds < 3:
         raise ValueError(f"settings.auto_folds: expected at least 3, got {settings.auto_folds}")
     return dataclasses.replace(settings, external=bool(external))
+
+
+def check_level(alpha) -> float:
+    """``alpha`` as a float in (0, 1): a Python, NumPy or 0-d array real number."""
+    a = np.asarray(alpha) if not isinstance(alpha, (str, bytes)) else None
+    if (a is None or a.ndim != 0 or a.dtype == bool
+            or not np.issubdtype(a.dtype, np.number) or np.iscomplexobj(a)
+            or not 0 < float(a) < 1):
+        raise ValueError(f"alpha: expected a level in (0, 1), got {alpha!r}")
+    return float(a)
+
+
+def check_count(x, what: str, lo: int, hi: int) -> int:
+    """``x`` as an int in ``[lo, hi]``: a Python, NumPy or 0-d array integer."""
+    a = np.asarray(x) if not isinstance(x, (str, bytes)) else None
+    if (a is None or a.ndim != 0 or a.dtype == bool or not np.issubdtype(a.dtype, np.integer)
+            or not lo <= int(a) <= hi):
+        raise ValueError(f"{what}: expected an integer in {lo}..{hi}, got {x!r}")
+    return int(a)
 
 
 def auto_candidates(n_validation: int, st: Settings) -> tuple:

@@ -53,6 +53,8 @@ from jaxeval.anchors._methods import (
     apply_map,
     auto_candidates,
     candidate_cv_residuals,
+    check_count,
+    check_level,
     checked_settings,
     crossfit_selected_residuals,
     cv_folds,
@@ -280,17 +282,11 @@ def evaluate_protocol(
         raise ValueError(f"methods: each name at most once, got {list(methods)}")
     sm = sm.drop_duplicates() if dedup else sm
     sm.require_complete("evaluate_protocol")
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k < sm.n_items:
-        raise ValueError(f"k: expected an integer in 1..{sm.n_items - 1}, got {k!r}")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.number)) or not (
-            0 < alpha < 1):
-        raise ValueError(f"alpha: expected a level in (0, 1), got {alpha!r}")
-    if (isinstance(dr_items, bool) or not isinstance(dr_items, (int, np.integer))
-            or not 0 <= dr_items <= sm.n_items - k):
-        raise ValueError(f"dr_items: expected an integer in 0..{sm.n_items - k} (the "
-                         f"{sm.n_items} items less the {k} anchors), got {dr_items!r}")
+    k = check_count(k, "k", 1, sm.n_items - 1)
+    alpha = check_level(alpha)
+    dr_items = check_count(dr_items, "dr_items", 0, sm.n_items - k)  # the non-anchors
     external = sm.target is not None
-    st = checked_settings(settings, external)
+    st = checked_settings(settings, external, auto="auto" in methods)
     seeds = tuple(seeds)
     if not seeds:
         raise ValueError("seeds: expected at least one split seed, got none")
