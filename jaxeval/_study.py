@@ -1294,8 +1294,14 @@ def _run_locked(study: Study, out: Path, rng: tuple[int, int], progress: bool) -
                                         "setup": SETUP}
             _atomic_write_json(out / MANIFEST_FILE, manifest)
     if _is_writer():
-        manifest["complete"] = all(
+        # as study_status: "range_complete" = this folder's range is done, "complete" =
+        # every unit of the study is here (a range job's folder is complete only after a
+        # merge; "complete" once meant the range, which misled pollers of array jobs)
+        manifest["range_complete"] = all(
             not _todo_ranges(t, _covered(manifest, t.name), rng) for t in tasks
+        )
+        manifest["complete"] = all(
+            not _gaps(_covered(manifest, t.name), 0, study.n_units) for t in tasks
         )
         manifest["task_names"] = [t.name for t in tasks]
         _atomic_write_json(out / MANIFEST_FILE, manifest)

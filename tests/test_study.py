@@ -868,3 +868,21 @@ def test_study_refuses_call_counts_past_int32_and_fractional_ranges(tmp_path):
         run_replicates(lambda k: {"x": jax.random.uniform(k)}, 0, True)
     with pytest.raises(ValueError, match="lanes"):
         run_replicates(lambda k: {"x": jax.random.uniform(k)}, 0, 4, lanes=True)
+
+
+def test_a_range_jobs_manifest_says_its_range_is_done_not_the_study(tmp_path):
+    """``manifest.json`` of a range job: ``range_complete`` true, ``complete`` false
+    (it said ``complete: true``, which a poller of array jobs read as the study done),
+    the same two answers as ``study_status``; a merge of all ranges is complete."""
+    s = study_from_dict(toy_config(n_replicates=16, chunk_size=8))
+    a = run_study(s, tmp_path / "a", replicate_range=(0, 8), progress=False)
+    b = run_study(s, tmp_path / "b", replicate_range=(8, 16), progress=False)
+    man = json.loads((a / "manifest.json").read_text())
+    assert man["range_complete"] is True and man["complete"] is False
+    st = study_status(a)
+    assert (st["range_complete"], st["complete"]) == (True, False)
+    merged = merge_studies([a, b], tmp_path / "m")
+    assert json.loads((merged / "manifest.json").read_text())["complete"] is True
+    whole = run_study(s, tmp_path / "w", progress=False)
+    man = json.loads((whole / "manifest.json").read_text())
+    assert man["range_complete"] is True and man["complete"] is True
