@@ -272,6 +272,12 @@ def _fit_history(history: ScoreMatrix) -> ScoreMatrix:
     return history if keep.size == history.n_models else history.take(models=keep)
 
 
+def _history_msg(e: Exception) -> str:
+    """A fit's error, naming the campaign's ``history`` where the fit says ``data``."""
+    msg = str(e)
+    return "history:" + msg[len("data:"):] if msg.startswith("data:") else msg
+
+
 class IdentificationCampaign:
     """Find the best of ``K`` models with real LLM calls: ask, evaluate, tell.
 
@@ -422,6 +428,9 @@ class IdentificationCampaign:
 
         fit_rho = 1.0
         if needs_pred:
+            # the rows the fits use (computed once for the factorization and the prior)
+            hist = (_fit_history(history) if history is not None
+                    and (factors is None or learn_prior) else None)
             if factors is None:
                 if history is None:
                     raise ValueError(
@@ -430,14 +439,11 @@ class IdentificationCampaign:
                     )
                 from jaxeval._factorization_api import fit_factorization
 
-                hist = _fit_history(history)
                 try:
                     factors = fit_factorization(hist, rank=rank, rho=1.0, seed=seed,
                                                 num_steps=fit_steps)
-                except ValueError as e:  # name the campaign's argument
-                    msg = str(e)
-                    raise ValueError("history:" + msg[len("data:"):] if msg.startswith("data:")
-                                     else msg) from None
+                except ValueError as e:
+                    raise ValueError(_history_msg(e)) from None
             (V, c, u_mean), own_rho = item_factors_of(factors)
             fit_rho = fit_rho if own_rho is None else own_rho
             if learn_prior:
@@ -450,12 +456,10 @@ class IdentificationCampaign:
                 lseed = (int(seed) if isinstance(seed, (int, np.integer)) else int(
                     jax.random.randint(jax.random.fold_in(key, 0x1A30), (), 0, 2**31 - 1)))
                 try:
-                    lam0 = learn_lam0(_fit_history(history), rank=int(np.shape(V)[1]),
-                                      seed=lseed, num_steps=fit_steps)
+                    lam0 = learn_lam0(hist, rank=int(np.shape(V)[1]), seed=lseed,
+                                      num_steps=fit_steps)
                 except ValueError as e:
-                    msg = str(e)
-                    msg = "history:" + msg[len("data:"):] if msg.startswith("data:") else msg
-                    raise ValueError(f"lam0='learned': {msg}") from None
+                    raise ValueError(f"lam0='learned': {_history_msg(e)}") from None
         elif learn_prior:
             raise ValueError(f"lam0='learned': policy {policy!r} does not use predictions")
         else:

@@ -339,11 +339,21 @@ def _parse_range(text: str | None) -> tuple[int, int] | None:
     return lo, hi
 
 
+def _results_for_report(folder):
+    """``load_results(folder)``, refused when the study's data file changed or is gone
+    (a report recomputes the budgets from it)."""
+    from jaxeval._study import data_unchanged, load_results
+
+    study, results = load_results(folder)
+    data_unchanged(folder, study)
+    return study, results
+
+
 def _report(folder: Path, *, plots: bool = True, quiet: bool = False) -> dict | None:
     import jax
 
     from jaxeval._report import format_summary, plot_study, summarize, write_summary
-    from jaxeval._study import data_unchanged, load_results, study_status
+    from jaxeval._study import study_status
 
     if jax.process_index() != 0:
         return None
@@ -354,8 +364,7 @@ def _report(folder: Path, *, plots: bool = True, quiet: bool = False) -> dict | 
             file=sys.stderr,
         )
         return None
-    study, results = load_results(folder)
-    data_unchanged(folder, study)
+    study, results = _results_for_report(folder)
     summary = summarize(study, results)
     write_summary(summary, folder)
     if not quiet:
@@ -630,12 +639,11 @@ def _new_campaign(args: argparse.Namespace):
             lam0=lam0,
         )
     except ValueError as e:  # the library's argument names -> this command's flags
-        msg = str(e)
-        for arg in ("rank", "fit_steps", "lam0", "budget", "batch_size", "alpha", "history"):
-            if msg.startswith((arg + ":", arg + "=", arg + " must ")):
-                flag = "--" + arg.replace("_", "-")
-                rest = msg[len(arg):]
-                raise ValueError(flag + (":" + rest if rest.startswith(" ") else rest)) from None
+        flags = {a: "--" + a.replace("_", "-") for a in
+                 ("rank", "fit_steps", "lam0", "budget", "batch_size", "alpha", "history")}
+        msg = _renamed(str(e), flags, forms=(":", "=", " must "))
+        if msg != str(e):
+            raise ValueError(msg) from None
         raise
     return camp
 
@@ -699,9 +707,7 @@ def _campaign_action(args: argparse.Namespace, answers) -> int:
     try:
         camp.tell(req, answers)
     except (TypeError, ValueError) as e:  # name the CLI's argument, not tell()'s
-        msg = str(e)
-        raise ValueError("answers:" + msg[len("scores:"):] if msg.startswith("scores:")
-                         else msg) from None
+        raise ValueError(_renamed(str(e), {"scores": "answers"})) from None
     camp.save(camp.path)
     st = camp.status()
     print(f"{st.calls} of {st.budget} calls; leader {st.recommended}"
@@ -749,16 +755,27 @@ def _load_table_arg(what: str, value: str, sep: str | None, lm_eval: dict | None
         try:
             return jaxeval.load(value, **lm_eval)
         except (ValueError, TypeError) as e:
-            msg = str(e)
-            for k, flag in (("filter:", "--history-filter:"), ("metric:", "--history-metric:")):
-                if msg.startswith(k):
-                    raise ValueError(flag + msg[len(k):]) from None
+            msg = _renamed(str(e), {"filter": "--history-filter", "metric": "--history-metric"})
+            if msg != str(e):
+                raise ValueError(msg) from None
             raise
     if sep is None:
         return jaxeval.load(value)
     if Path(value).suffix.lower() not in (".csv", ".tsv"):
         raise ValueError(f"--sep: only for a .csv / .tsv table, not {what} {value!r}")
     return jaxeval.load(value, sep=sep)
+
+
+def _renamed(msg: str, names: dict[str, str], forms: tuple[str, ...] = (":",)) -> str:
+    """``msg`` with the library argument it starts with (``name`` followed by one of
+    ``forms``) replaced by the command's name for it (``name: x`` -> ``new: x``,
+    ``name must x`` -> ``new: must x``); unchanged when it starts with none."""
+    for old, new in names.items():
+        for form in forms:
+            if msg.startswith(old + form):
+                rest = msg[len(old):]
+                return new + (":" + rest if rest.startswith(" ") else rest)
+    return msg
 
 
 def _read_json(path: str, what: str):
@@ -838,9 +855,8 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
     try:
         est, lo, hi = pred.predict(x)
     except ValueError as e:  # name the command's argument, not predict()'s
-        msg = str(e)
-        raise ValueError(f"scores ({args.scores}):" + msg[len("anchor_scores:"):]
-                         if msg.startswith("anchor_scores:") else msg) from None
+        raise ValueError(_renamed(str(e), {"anchor_scores": f"scores ({args.scores})"})
+                         ) from None
     res = {"estimate": float(est), "lower": float(lo), "upper": float(hi),
            "level": 1 - float(pred.alpha)}
     if args.extra:
@@ -914,20 +930,16 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "summary":
             from jaxeval._report import format_summary, summarize, write_summary
-            from jaxeval._study import data_unchanged, load_results
 
-            study, results = load_results(args.dir)
-            data_unchanged(args.dir, study)
+            study, results = _results_for_report(args.dir)
             s = summarize(study, results)
             write_summary(s, args.dir)
             print(json.dumps(s, indent=1) if args.json else format_summary(s))
             return 0
         if args.command == "plot":
             from jaxeval._report import plot_study, summarize
-            from jaxeval._study import data_unchanged, load_results
 
-            study, results = load_results(args.dir)
-            data_unchanged(args.dir, study)
+            study, results = _results_for_report(args.dir)
             paths = plot_study(summarize(study, results), args.out or Path(args.dir) / "plots")
             print("\n".join(str(p) for p in paths))
             return 0
