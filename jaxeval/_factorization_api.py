@@ -33,6 +33,13 @@ _empirical_prior = jax.jit(fz.empirical_prior)
 DEFAULT_RHOS = (0.3, 1.0, 3.0, 10.0, 30.0)
 
 
+def _json_value(v: Any) -> Any:
+    """An ``info`` value as JSON keeps it: numpy scalars as Python numbers, else ``str``."""
+    if isinstance(v, np.generic) and np.ndim(v) == 0:
+        v = v.item()
+    return v if isinstance(v, (int, float, str, bool, type(None))) else str(v)
+
+
 def _as_matrix(data: Any, what: str) -> ScoreMatrix:
     if isinstance(data, ScoreMatrix):
         return data
@@ -111,6 +118,8 @@ class LowRankLogistic:
 
     # ------------------------------------------------------------------ online
     def _canon(self, scores: Any, mask: Any) -> tuple[np.ndarray, np.ndarray]:
+        if isinstance(scores, ScoreMatrix):
+            return self._align(scores, mask)
         s = np.asarray(scores, dtype=np.float64)
         if s.ndim == 1:
             s = s[None, :]
@@ -127,6 +136,16 @@ class LowRankLogistic:
                 m = m[None, :]
             if m.shape != s.shape:
                 raise ValueError(f"mask: expected shape {s.shape}, got {np.shape(mask)}")
+            if m.dtype != bool:
+                try:
+                    ok = np.isin(m, (0, 1)).all()
+                except TypeError:
+                    ok = False
+                if not ok:
+                    raise ValueError(
+                        f"mask: expected booleans (True = observed), got {m.dtype} values "
+                        f"such as {np.unique(m.ravel())[:3].tolist()}"
+                    )
             m = m.astype(bool)
         obs = s[m]
         if obs.size and not (np.isfinite(obs).all() and obs.min() >= 0 and obs.max() <= 1):
@@ -135,6 +154,26 @@ class LowRankLogistic:
                 f"{np.nanmin(obs)!r}..{np.nanmax(obs)!r}"
             )
         return np.where(m, s, 0.0).astype(np.float32), m
+
+    def _align(self, sm: ScoreMatrix, mask: Any) -> tuple[np.ndarray, np.ndarray]:
+        """A ScoreMatrix's rows on the fitted items, matched by name (absent = unobserved)."""
+        if mask is not None:
+            raise ValueError(
+                "mask: not used with a ScoreMatrix (its own mask says what is observed)"
+            )
+        pos = {name: j for j, name in enumerate(self.items.tolist())}
+        extra = [name for name in sm.items.tolist() if name not in pos]
+        if extra:
+            raise ValueError(
+                f"scores: {len(extra)} of the ScoreMatrix's items were not in the fit, e.g. "
+                f"{extra[:5]} (the fit knows {self.n_items} items)"
+            )
+        cols = np.array([pos[name] for name in sm.items.tolist()], dtype=np.int64)
+        s = np.zeros((sm.n_models, self.n_items), np.float32)
+        m = np.zeros((sm.n_models, self.n_items), bool)
+        s[:, cols] = np.where(sm.mask, sm.scores, 0.0)
+        m[:, cols] = sm.mask
+        return s, m
 
     def update(
         self,
@@ -148,9 +187,11 @@ class LowRankLogistic:
         """MAP factors of new models from their observed items (item side frozen).
 
         Args:
-          scores: ``[K, n]`` (or ``[n]``) scores; NaN marks unobserved when ``mask``
-            is None.
-          mask: optional bool ``[K, n]``, True where observed.
+          scores: ``[K, n]`` (or ``[n]``) scores, columns in the order of ``items``
+            (NaN marks unobserved when ``mask`` is None); or a :class:`ScoreMatrix`,
+            whose columns are matched to ``items`` by name (fitted items it lacks are
+            unobserved; items the fit does not know are refused).
+          mask: optional bool ``[K, n]``, True where observed (not with a ScoreMatrix).
           u_init: optional ``[K, r]`` warm start (default ``u_mean``).
           rho: prior strength (default ``online_rho``; larger pulls harder towards
             ``u_mean``).
@@ -204,8 +245,10 @@ class LowRankLogistic:
         """Predicted scores on every item for new models, from their observed items.
 
         Args:
-          scores: ``[K, n]`` (or ``[n]``) observed scores (NaN = unobserved when
-            ``mask`` is None); ``None`` predicts one model with nothing observed.
+          scores: ``[K, n]`` (or ``[n]``) observed scores, columns in the order of
+            ``items`` (NaN = unobserved when ``mask`` is None), or a
+            :class:`ScoreMatrix` matched by item name as in :meth:`update`; ``None``
+            predicts one model with nothing observed.
           mask: optional bool ``[K, n]``.
           return_std: also return the delta-method standard deviation of each
             predicted probability (Laplace approximation on ``u``).
@@ -284,8 +327,7 @@ class LowRankLogistic:
 
             path = Path(path)
         meta = {"format": "jaxeval-lowrank/1", "final_loss": self.final_loss,
-                "info": {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v))
-                         for k, v in self.info.items()}}
+                "info": {k: _json_value(v) for k, v in self.info.items()}}
         np.savez(
             path,
             meta=np.asarray(json.dumps(meta)),

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxeval._data import ScoreMatrix, rename_duplicates
+from jaxeval._data import ScoreMatrix, names_as_str, rename_duplicates
 
 __all__ = ["load", "load_npz"]
 
@@ -102,7 +102,7 @@ def load_npz(
     if duplicate_names == "error":
         for what, names in (("models", models), ("items", items)):
             if names is not None and np.ndim(names) == 1:
-                uniq, counts = np.unique(np.asarray(names).astype(str), return_counts=True)
+                uniq, counts = np.unique(names_as_str(names, what, src), return_counts=True)
                 if np.any(counts > 1):
                     raise ValueError(
                         f"{src}: field '{what}' has duplicate names, e.g. "
@@ -111,9 +111,9 @@ def load_npz(
                     )
     if duplicate_names == "rename":
         if models is not None:
-            models = rename_duplicates(models, "models", notes)
+            models = rename_duplicates(models, "models", notes, src)
         if items is not None:
-            items = rename_duplicates(items, "items", notes)
+            items = rename_duplicates(items, "items", notes, src)
     return ScoreMatrix(
         scores=scores,
         mask=data.get("mask"),

@@ -72,10 +72,13 @@ def _task_of(path: Path) -> tuple[str, str]:
 def _read_samples(path: Path) -> list[tuple[int, dict]]:
     out = []
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: cannot read the file ({type(e).__name__}: {e})") from e
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    # JSON Lines ends records at "\n" only: str.splitlines() would also split at
+    # U+2028 / U+2029 / U+0085, which the harness writes unescaped inside strings
+    # (ensure_ascii=False)
+    for lineno, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:

@@ -71,9 +71,13 @@ def kendall_tau_b(x: jax.Array, y: jax.Array, where: jax.Array | None = None) ->
     ``tau_b = (P - Q) / sqrt((n0 - n1) (n0 - n2))`` where ``P``/``Q`` count the
     concordant/discordant pairs, ``n0 = n (n - 1) / 2`` and ``n1``/``n2`` count the
     pairs tied in ``x``/``y``. This is exactly ``scipy.stats.kendalltau(x, y)``
-    (variant ``'b'``): NaN when either input is constant, has fewer than two
-    elements or contains a NaN. Pair counts are accumulated in int32, exact for
-    ``n`` up to 46,000; memory is O(n^2) per call (fine for a few thousand).
+    (variant ``'b'``) on the values as JAX holds them: NaN when either input is
+    constant, has fewer than two elements or contains a NaN. Without
+    ``jax_enable_x64`` inputs are compared in float32, so values closer than float32
+    resolves (e.g. ``0.1`` and ``0.1 + 1e-9``, or integers above 2**24 one apart)
+    count as ties; enable x64 to compare float64 inputs exactly. Pair counts are
+    accumulated in int32, exact for ``n`` up to 46,000; memory is O(n^2) per call (fine
+    for a few thousand).
 
     Args:
       x: ``[..., n]`` scores (e.g. predicted accuracies).
@@ -91,8 +95,10 @@ def kendall_tau_b(x: jax.Array, y: jax.Array, where: jax.Array | None = None) ->
       >>> round(float(kendall_tau_b(jnp.array([1., 2., 2., 3.]), jnp.array([1., 3., 2., 4.]))), 4)
       0.9129
     """
-    x = jnp.asarray(x, dtype=jnp.float32)
-    y = jnp.asarray(y, dtype=jnp.float32)
+    x = jnp.asarray(x)
+    y = jnp.asarray(y)
+    dt = jnp.promote_types(jnp.promote_types(x.dtype, y.dtype), jnp.float32)
+    x, y = x.astype(dt), y.astype(dt)
     w = jnp.ones(x.shape, bool) if where is None else jnp.broadcast_to(where, x.shape)
     bad = jnp.any((jnp.isnan(x) | jnp.isnan(y)) & w, axis=-1)
     x = jnp.where(jnp.isnan(x), 0.0, x)

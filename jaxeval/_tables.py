@@ -170,6 +170,17 @@ def _to_float(cell: Any, src: str, where: str, notes: dict) -> float:
         raise ValueError(f"{src}: {where} is not a number: {text!r}") from None
 
 
+def _is_score(cell: Any) -> bool:
+    """True when a cell reads as a number in [0, 1] (a score, not a model name)."""
+    if isinstance(cell, (bool, np.bool_)):
+        return True
+    try:
+        v = float(cell) if isinstance(cell, (int, float, np.number)) else float(str(cell).strip())
+    except ValueError:
+        return False
+    return 0.0 <= v <= 1.0
+
+
 def _check_range(value: float, src: str, where: str, field: str) -> None:
     if np.isinf(value) or not 0.0 <= value <= 1.0:
         raise ValueError(
@@ -306,6 +317,16 @@ def _long(header, rows, src, model_col, item_col, score_col, target_col, notes, 
 
 def _wide(header, rows, src, model_col, target_col, notes, flags):
     im = header.index(model_col) if model_col in header else 0
+    if model_col not in header and rows and all(_is_score(row[0]) for row in rows):
+        # no model column: the first column is taken for the names, but every value in
+        # it is a score, so it is an item (pd.DataFrame(S).to_csv(index=False)) and
+        # taking it would silently drop that item
+        raise ValueError(
+            f"{src}: no '{model_col}' column, and the first column {header[0]!r}, which "
+            "would name the models, holds only scores in [0, 1] (an item?); add a column "
+            f"'{model_col}' of model names, or pass model_col={header[0]!r} if that column "
+            "does name the models"
+        )
     it = None if target_col is None else _col(header, target_col, src, "target")
     skip = {im, it}
     if im != 0 and not str(header[0]).strip():

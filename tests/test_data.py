@@ -167,3 +167,24 @@ def test_derived_matrices_do_not_share_metadata_lists():
     sub = sm.take(models=[0])
     sub.metadata["conversions"].append("edited")
     assert "edited" not in sm.metadata["conversions"]
+
+
+def test_complex_scores_and_targets_are_refused():
+    with pytest.raises(TypeError, match="'scores' must be real numbers, got dtype complex128"):
+        ScoreMatrix(np.array([[0.5 + 0.9j, 1.0]]))
+    with pytest.raises(ValueError, match="'target' must hold numbers.*complex"):
+        ScoreMatrix(np.eye(2), target=np.array([0.5 + 1j, 0.2]))
+
+
+def test_drop_duplicates_can_compare_the_external_target():
+    sm = ScoreMatrix(np.array([[1, 0], [1, 0], [0, 1], [1, 0]]),
+                     target=np.array([0.8, 0.3, 0.5, 0.8]))
+    assert sm.drop_duplicates().models.tolist() == ["model_0", "model_2"]
+    kept = sm.drop_duplicates(include_target=True)
+    assert kept.models.tolist() == ["model_0", "model_1", "model_2"]
+    assert kept.metadata["dropped_duplicates"] == ["model_3"]
+    # without a target the option changes nothing
+    plain = ScoreMatrix(sm.scores)
+    assert plain.drop_duplicates(include_target=True).n_models == 2
+    with pytest.raises(TypeError, match="include_target"):
+        sm.drop_duplicates(include_target="yes")

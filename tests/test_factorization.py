@@ -690,3 +690,45 @@ def test_learn_lam0_refuses_bad_input():
                      (dict(rho=-1.0), "^rho: expected a finite value")):
         with pytest.raises(ValueError, match=word):
             jaxeval.learn_lam0(S, **{"rank": 1, "num_steps": 5, **kw})
+
+
+def test_wrapper_takes_a_score_matrix_matched_by_item_name(wrapped, tmp_path):
+    import jaxeval
+
+    model, S_new, _ = wrapped
+    K, n = S_new.shape
+    few = np.random.default_rng(1).uniform(size=(K, n)) < 0.3
+    ref = model.predict(S_new, few)
+    items = model.items
+    perm = np.random.default_rng(2).permutation(n)
+    sm = jaxeval.ScoreMatrix(np.where(few, S_new, np.nan)[:, perm], items=items[perm])
+    # columns in another order are matched by name, not by position
+    np.testing.assert_allclose(model.predict(sm), ref, rtol=1e-6)
+    np.testing.assert_allclose(model.update(sm)[0], model.update(S_new, few)[0], rtol=1e-6)
+    np.testing.assert_allclose(model.predict_accuracy(sm), model.predict_accuracy(S_new, few),
+                               rtol=1e-6)
+    # fitted items the matrix lacks are unobserved; items the fit does not know are refused
+    part = sm.take(items=items[:10])
+    np.testing.assert_allclose(
+        model.predict(part), model.predict(S_new, few & (np.arange(n) < 10)), rtol=1e-6)
+    other = jaxeval.ScoreMatrix(np.ones((1, 2)), items=["not-fitted", items[0]])
+    with pytest.raises(ValueError, match=r"scores: 1 of the ScoreMatrix's items.*not-fitted"):
+        model.predict(other)
+    with pytest.raises(ValueError, match="mask: not used with a ScoreMatrix"):
+        model.predict(sm, few)
+    # a mask must be boolean (0/1 accepted): 0.5 is not silently True
+    with pytest.raises(ValueError, match="mask: expected booleans"):
+        model.predict(S_new, np.where(few, 0.5, 0.0))
+    np.testing.assert_allclose(model.predict(S_new, few.astype(int)), ref, rtol=1e-6)
+
+
+def test_to_npz_keeps_numeric_info_numeric(tmp_path):
+    import jaxeval
+
+    S = (np.random.default_rng(0).uniform(size=(30, 12)) < 0.5).astype(float)
+    lr = jaxeval.fit_factorization(S, rank=2, rho=1.0, num_steps=20, seed=np.int64(3),
+                                   learning_rate=np.float32(0.1))
+    back = jaxeval.LowRankLogistic.from_npz(lr.to_npz(tmp_path / "f"))
+    assert back.info["seed"] == 3 and isinstance(back.info["seed"], int)
+    assert isinstance(back.info["learning_rate"], float)
+    assert back.info["learning_rate"] == pytest.approx(0.1)

@@ -510,3 +510,49 @@ def test_load_refuses_options_for_a_score_matrix():
     assert jaxeval.load(sm) is sm
     with pytest.raises(TypeError, match=r"options \['layout'\] are for files"):
         jaxeval.load(sm, layout="long")
+
+
+def test_lm_eval_unicode_line_separators_and_bom_are_read(tmp_path):
+    """The harness writes samples with ensure_ascii=False: U+2028 / U+2029 / U+0085 inside
+    a string are not line ends in JSON Lines; a BOM at the start is not corrupt JSON."""
+    recs = [_sample(0, 1.0, doc={"question": "a\u2028b\u2029c\x85d"}), _sample(1, 0.0)]
+    p = tmp_path / "m" / f"samples_arc_easy_{TS}.jsonl"
+    p.parent.mkdir()
+    p.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs),
+                 encoding="utf-8")
+    assert "\u2028" in p.read_text(encoding="utf-8")
+    sm = jaxeval.load(p)
+    assert sm.scores.tolist() == [[1.0, 0.0]] and sm.items.tolist() == ["0", "1"]
+    q = tmp_path / "bom" / f"samples_arc_easy_{TS}.jsonl"
+    q.parent.mkdir()
+    q.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in recs).encode())
+    assert jaxeval.load(q).scores.tolist() == [[1.0, 0.0]]
+    # a real corrupt line still names its (correct) line number
+    bad = tmp_path / "bad" / f"samples_arc_easy_{TS}.jsonl"
+    bad.parent.mkdir()
+    bad.write_text(json.dumps(recs[0], ensure_ascii=False) + "\n{oops\n", encoding="utf-8")
+    _raises([str(bad), "line 2", "corrupt JSON"], jaxeval.load, bad)
+
+
+def test_npz_byte_string_names_are_utf8(tmp_path):
+    p = tmp_path / "bytes.npz"
+    np.savez(p, scores=np.eye(2, dtype=np.uint8),
+             models=np.array(["modèle-a".encode(), b"model-b"]), items=np.array([b"q1", b"q2"]))
+    sm = jaxeval.load(p)
+    assert sm.models.tolist() == ["modèle-a", "model-b"] and sm.items.tolist() == ["q1", "q2"]
+    q = tmp_path / "latin1.npz"
+    np.savez(q, scores=np.eye(2, dtype=np.uint8), models=np.array([b"\xe9t\xe9", b"b"]))
+    _raises([str(q), "'models'", "not UTF-8"], jaxeval.load, q)
+
+
+def test_wide_table_whose_first_column_holds_scores_is_refused(tmp_path):
+    """pd.DataFrame(S, columns=items).to_csv(index=False) has no model column: taking its
+    first item for the model names would drop that item silently."""
+    p = _write(tmp_path / "graded.csv", "q1,q2,q3\n0.25,1,0\n0.75,0,1\n0.5,0.5,0.5\n")
+    _raises([str(p), "no 'model' column", "'q1'", "model_col='q1'"], jaxeval.load, p)
+    # the caller who does mean it says so
+    sm = jaxeval.load(p, model_col="q1")
+    assert sm.models.tolist() == ["0.25", "0.75", "0.5"] and sm.items.tolist() == ["q2", "q3"]
+    # a first column of names (or of ids outside [0, 1]) is still taken as before
+    ids = jaxeval.load(_write(tmp_path / "ids.csv", "id,q1\n7,1\n8,0\n"))
+    assert ids.models.tolist() == ["7", "8"] and ids.items.tolist() == ["q1"]

@@ -158,3 +158,18 @@ def test_new_atol_or_data_does_not_recompile():
     assert float(f(jnp.array([2]), true, 0.02)) == 1.0
     assert float(f(jnp.array([0]), true * 0.5, 0.3)) == 1.0
     assert f._cache_size() == size
+
+
+def test_kendall_tau_b_compares_in_float32_unless_x64():
+    """Documented: values closer than float32 resolves are ties by default; with x64 the
+    float64 inputs are compared exactly (scipy's answer)."""
+    x = np.array([0.1, 0.1 + 1e-9, 0.3, 0.7])
+    y = np.array([1.0, 2.0, 3.0, 4.0])
+    exact = stats.kendalltau(x, y).statistic
+    assert exact == 1.0
+    assert float(metrics.kendall_tau_b(x, y)) == pytest.approx(
+        stats.kendalltau(x.astype(np.float32), y).statistic, abs=1e-6)
+    with jax.enable_x64(True):
+        assert float(metrics.kendall_tau_b(x, y)) == pytest.approx(exact, abs=1e-12)
+        big = np.array([1e8, 1e8 + 1, 2e8])
+        assert float(metrics.kendall_tau_b(big, np.arange(3.0))) == pytest.approx(1.0)
