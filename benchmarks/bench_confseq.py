@@ -103,7 +103,7 @@ def simulate(
     Returns a dict with, per kind, ``miss`` (interval ever excluded theta), ``miss_stop``
     (excluded theta at the stopping time), ``width`` at each checkpoint (number of terms),
     ``final_width`` (after the last term, before finalize), ``final_exact_width`` and
-    ``final_exact_err`` (width after :func:`finalize`, and its distance to theta), and
+    ``final_exact_err`` (width after :func:`finalize`, and its centre's distance to theta), and
     ``est_err`` ``[3, checkpoints]``: signed errors of the naive pooled estimate, the mean of
     the DR terms and the difference estimate at each checkpoint.
     """
@@ -176,7 +176,7 @@ def simulate(
     fin = [q.finalize(st, theta, True) for q, st in zip(seqs, states, strict=True)]
     fin_b = [q.bounds(st) for q, st in zip(seqs, fin, strict=True)]
     fin_width = jnp.stack([up - lw for lw, up in fin_b])
-    fin_err = jnp.stack([jnp.abs(lw - theta) for lw, _ in fin_b])
+    fin_err = jnp.stack([jnp.abs(0.5 * (lw + up) - theta) for lw, up in fin_b])  # centre
     return {
         "miss": miss,
         "miss_stop": miss_stop,

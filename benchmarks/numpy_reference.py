@@ -14,7 +14,8 @@ with the ``"ucbe"`` and ``"pulse"`` policies of :mod:`jaxeval._policies`):
   SPEC 2.4 at ``alpha / K`` per arm centred on the arm's ranking estimate; then the
   arm's factor is refitted by safeguarded Newton steps (the same Armijo trial steps as
   :func:`jaxeval._factorization.refit_row`) and its difference estimate is
-  recomputed. Index = estimate + ``scale`` x half-width of the interval.
+  recomputed. Index = estimate + ``scale`` x half-width of the interval (``pulse``), or
+  estimate + ``sqrt(a / N)`` (``pulse_ucb``, with ``a`` given).
 
 Both take explicit per-arm item orders (``orders[i]`` = the order arm ``i`` sees the
 items in), so, given the orders jaxeval's sampler generates
@@ -255,8 +256,12 @@ def pulse(
     shrink: float = 10.0,
     num_newton: int = 1,
     batch_size: int = 1,
+    a: float | None = None,
 ) -> RefResult:
     """PULSE on one instance: DR terms, EB interval, online Newton refits; a Python loop.
+
+    With ``a`` given the index is ``pulse_ucb``'s, ``estimate + sqrt(a / N)`` (the
+    interval is still computed and recorded, as the kernel does), else ``pulse``'s.
 
     Args:
       scores: ``[K, n]`` true scores of the candidates.
@@ -269,6 +274,7 @@ def pulse(
       lam0, shrink: λ prior and its pseudo-count.
       num_newton: Newton steps per refit.
       batch_size: items per pull.
+      a: ``pulse_ucb``'s exploration constant (None: the ``pulse`` index).
 
     Returns:
       :class:`RefResult`.
@@ -279,7 +285,7 @@ def pulse(
       >>> S = (rng.random((3, 40)) < [[0.2], [0.5], [0.9]]).astype(float)
       >>> o = np.stack([rng.permutation(40) for _ in range(3)])
       >>> r = pulse(S, o, (20, 120), V, c, np.zeros(2))
-      >>> r.pulls.sum(-1).tolist(), float(r.upper[-1, 2] - r.lower[-1, 2])
+      >>> r.pulls.sum(-1).tolist(), round(float(r.upper[-1, 2] - r.lower[-1, 2]), 4)
       ([20, 120], 0.0)
     """
     scores, orders, budgets = _check(scores, orders, budgets)
@@ -303,16 +309,21 @@ def pulse(
         rec[j], est_rec[j], pulls_rec[j], calls_rec[j] = np.argmax(est), est, count, calls
         for i in range(K):
             done = count[i] >= n
-            lo_rec[j, i] = sum_s[i] / n if done else cs[i].lower
-            hi_rec[j, i] = sum_s[i] / n if done else cs[i].upper
+            # a fully evaluated arm: its mean up to the kernel's rounding margin
+            margin = _NUM_TOL + 4.0 * n**0.5 * 2.0**-24
+            lo_rec[j, i] = max(sum_s[i] / n - margin, 0.0) if done else cs[i].lower
+            hi_rec[j, i] = min(sum_s[i] / n + margin, 1.0) if done else cs[i].upper
 
     calls, cp = 0, 0
     while cp < C:
         full = count >= n
         if full.all():
             break
-        hw = np.array([min(0.5 * (e.upper - e.lower), 1.0) for e in cs])
-        idx = np.where(count > 0, est + scale * hw, np.inf)
+        if a is None:  # pulse: the interval's half-width
+            hw = np.array([min(0.5 * (e.upper - e.lower), 1.0) for e in cs])
+            idx = np.where(count > 0, est + scale * hw, np.inf)
+        else:  # pulse_ucb
+            idx = np.where(count > 0, est + np.sqrt(a / np.maximum(count, 1)), np.inf)
         idx[full] = -np.inf
         arm = int(np.argmax(idx))
         take = min(batch_size, budgets[-1] - calls, n - count[arm])

@@ -51,7 +51,7 @@ from jaxeval._data import ScoreMatrix
 from jaxeval._factorization import ItemFactors
 from jaxeval._io import open_npz
 from jaxeval._runner import default_impl_key
-from jaxeval._simulate import _check_int, _check_real, _check_unit, _config, item_factors_of
+from jaxeval._simulate import _check_alpha, _check_int, _check_real, _config, item_factors_of
 
 __all__ = ["CampaignRequest", "CampaignStatus", "IdentificationCampaign"]
 
@@ -152,8 +152,10 @@ class CampaignStatus:
     Attributes:
       models: ``[K]`` candidate names.
       estimate: ``[K]`` accuracy estimates (the policy's ranking estimate: the doubly
-        robust difference estimate for prediction policies, the mean of the scored
-        items otherwise; exact once a model is fully evaluated).
+        robust difference estimate for ``pulse`` / ``pulse_ucb``, the naive pooled
+        estimate (observed scores plus predictions; biased when the predictions are)
+        for ``naive``, the mean of the scored items otherwise; exact once a model is
+        fully evaluated). The intervals are valid whatever the policy.
       lower, upper: ``[K]`` bounds of the ``stop_kind`` interval, jointly valid for all
         ``K`` models at level ``1 - alpha`` at every step.
       bounds: ``{kind: (lower [K], upper [K])}`` for every computed interval kind.
@@ -396,7 +398,7 @@ class IdentificationCampaign:
         K, n = int(cands.size), int(item_names.size)
         if n < 2:
             raise ValueError(f"items: expected at least 2 items, got {n}")
-        alpha = _check_unit("alpha", alpha)
+        alpha = _check_alpha(alpha)
         budget = K * n if budget is None else _check_int("budget", budget, 1, K * n)
         learn_prior = isinstance(lam0, str)
         if learn_prior and lam0 != "learned":
@@ -489,7 +491,7 @@ class IdentificationCampaign:
         for what, names in (("candidates", self.candidates), ("items", self.items)):
             if names.size < 2 or np.unique(names).size != names.size:
                 raise ValueError(f"{what}: expected at least 2 distinct names")
-        _check_unit("alpha", s["alpha"])
+        _check_alpha(s["alpha"])
         _check_int("budget", s["budget"], 1, K * n)
         for name, lo, hi in (("a", 0.0, 1e6), ("scale", 0.0, 1e6), ("shrink", 0.0, 1e6),
                              ("lam0", 0.0, 1.0), ("eps", 0.0, 1.0), ("rho", 0.0, 1e6)):

@@ -54,7 +54,8 @@ Kinds:
   proxy ``w_k^2 / 4`` (Hoeffding's lemma), so ``prod exp(l_k (Y_k - theta) - l_k^2 w_k^2 / 8)``
   is a supermartingale; ``l_k = sqrt(8 log(2/alpha) / (k log(1 + k))) / w_k`` and
   ``LCB_t = [sum l Y - log(2/alpha) - sum l^2 w^2 / 8] / sum l`` (UCB mirrored). The centre is
-  unused: this is what a careful user of the plain (``lam = 0``) estimate would report.
+  unused. The identification loop feeds it the plain (``lam = 0``) terms and ranges whatever
+  the policy's ``lam``: this is what a careful user of the plain mean would report (SPEC 2.4).
 - ``"betting"`` — the tight reference: for each of ``G`` cells ``[e_g, e_{g+1}]`` of a grid on
   [0, 1], a lower-side capital process ``prod (1 + l_k (Y_k - e_{g+1}))`` and an upper-side
   one ``prod (1 + l'_k (e_g - Y_k))``, with predictable aGRAPA bets
@@ -152,10 +153,17 @@ def _clip_running(lower, upper, new_lower, new_upper, lo, hi):
     return jnp.clip(lower, 0.0, 1.0), jnp.clip(upper, 0.0, 1.0)
 
 
-def finalize(state: Any, exact_value: ArrayLike, done: ArrayLike) -> Any:
-    """Set the interval to ``[exact, exact]`` where ``done`` (the arm is fully evaluated).
+def finalize(
+    state: Any, exact_value: ArrayLike, done: ArrayLike, margin: ArrayLike = NUM_TOL
+) -> Any:
+    """Set the interval to ``[exact - margin, exact + margin]`` where ``done`` (the arm is
+    fully evaluated), clipped to [0, 1].
 
     Works for every kind's state (it only touches the ``lower`` and ``upper`` fields).
+    ``exact`` is a float32 running sum divided by ``n``; the true mean, computed by
+    another reduction, can differ from it by rounding (about ``sqrt(n)`` ulps for graded
+    scores; none for 0/1 scores, whose sums are exact), so the exact interval gets the
+    rounding margin every other bound gets (:data:`NUM_TOL`, or what the caller passes).
 
     Example:
       >>> import jax.numpy as jnp
@@ -166,9 +174,12 @@ def finalize(state: Any, exact_value: ArrayLike, done: ArrayLike) -> Any:
     """
     done = jnp.asarray(done, bool)
     exact = _f(exact_value)
+    margin = _f(margin)
+    lo = jnp.clip(exact - margin, 0.0, 1.0)
+    hi = jnp.clip(exact + margin, 0.0, 1.0)
     return state._replace(
-        lower=jnp.where(done, exact, state.lower).astype(state.lower.dtype),
-        upper=jnp.where(done, exact, state.upper).astype(state.upper.dtype),
+        lower=jnp.where(done, lo, state.lower).astype(state.lower.dtype),
+        upper=jnp.where(done, hi, state.upper).astype(state.upper.dtype),
     )
 
 
@@ -411,7 +422,7 @@ class ConfSeq(eqx.Module):
       init: ``init(shape) -> state`` with interval [0, 1].
       update: ``update(state, y, lo, hi, center, alpha, active=None) -> state``.
       bounds: ``bounds(state) -> (lower, upper)``.
-      finalize: ``finalize(state, exact_value, done) -> state``.
+      finalize: ``finalize(state, exact_value, done, margin=NUM_TOL) -> state``.
     """
 
     name: str = eqx.field(static=True)

@@ -298,7 +298,7 @@ def plugin_lambda(
       >>> st = lambda_stats_init()
       >>> for s, p in [(1.0, 0.9), (0.0, 0.2), (1.0, 0.7)]:
       ...     st = lambda_stats_update(st, s, p)
-      >>> round(float(plugin_lambda(st, lam0=0.5, shrink=3.0)), 4)  # slope 1.58 clipped to 1
+      >>> round(float(plugin_lambda(st, lam0=0.5, shrink=3.0)), 4)  # slope 1.5385 clipped to 1
       0.75
     """
     k = _f(stats.count if n_obs is None else n_obs)

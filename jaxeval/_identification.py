@@ -20,7 +20,7 @@ kind, at α/K per arm); the arm's factor ``u`` is refitted on its observed items
 (:func:`jaxeval._factorization.refit_row`, O(n r) for that row only) and its
 ranking estimate (the difference estimate) is recomputed. Policies without predictions
 run the same loop with λ = 0 (the plain without-replacement mean). A fully evaluated
-arm is exact (width 0).
+arm's interval is its exact mean up to a float32 rounding margin (width ~2e-5).
 
 Modes. ``mode="budget"``: a ``lax.scan`` over a static number of steps; each checkpoint
 records the state after the last whole batch that fits within its budget (with
@@ -598,14 +598,18 @@ def _prior_mean_blocked(truth, data, config: Config, params: Params):
 
 # --------------------------------------------------------------------- kernel
 def _bounds(cs, sum_s, count, config: Config):
-    """Lower/upper ``[Q, K]`` of every kind, exact for fully evaluated arms."""
+    """Lower/upper ``[Q, K]`` of every kind, exact (up to rounding) for fully evaluated arms."""
     n = config.num_items
     exact = sum_s / n
     done = count >= n
+    # the float32 running sum and the true mean (another reduction) differ by rounding,
+    # typically ~sqrt(n) ulps for graded scores (0 for 0/1 scores): a margin of 4 sqrt(n)
+    # ulps of 1 on top of the margin every bound gets
+    margin = _confseq.NUM_TOL + 4.0 * float(n) ** 0.5 * 2.0**-24
     lows, ups = [], []
     for kind, st in zip(config.cs_kinds, cs):
         mod = _confseq.get(kind)
-        lo, hi = mod.bounds(mod.finalize(st, exact, done))
+        lo, hi = mod.bounds(mod.finalize(st, exact, done, margin))
         lows.append(lo)
         ups.append(hi)
     return jnp.stack(lows), jnp.stack(ups)
@@ -878,16 +882,26 @@ def _martingale(state: LoopState, arm, batch: _Batch, config: Config, params: Pa
         so_k, spu_k, jnp.maximum(nu_k, 0), batch.max_pu, batch.min_pu, lam, n
     )
     center_k = jnp.clip(center, lo, hi)
+    # the "hoeffding" kind is SPEC 2.4's lam = 0 reference (what a user of the plain mean
+    # would report): its own terms (sum_O S + |U| S_j) / n and range [so/n, (so+|U|)/n],
+    # whatever lam the policy's DR terms use (identical to them when lam = 0)
+    y0 = _estimators.dr_term(so_k, spu_k, jnp.maximum(nu_k, 1), s_b, p_b, 0.0, n)
+    lo0, hi0 = _estimators.dr_range(
+        so_k, spu_k, jnp.maximum(nu_k, 0), batch.max_pu, batch.min_pu, 0.0, n
+    )
     alpha_arm = params.alpha / K
 
     cs_arm = tuple(_take(st, arm) for st in state.cs)
 
     def item_body(carry, xs):
         cs_c, ls = carry
-        y_k, lo_k, hi_k, m_k, s_k, p_k, v_k = xs
+        y_k, lo_k, hi_k, m_k, s_k, p_k, v_k, y0_k, lo0_k, hi0_k = xs
         new_cs = []
         for kind, st in zip(config.cs_kinds, cs_c):
-            upd = _confseq.get(kind).update(st, y_k, lo_k, hi_k, m_k, alpha_arm)
+            if kind == "hoeffding":  # the centre is unused by this kind
+                upd = _confseq.get(kind).update(st, y0_k, lo0_k, hi0_k, m_k, alpha_arm)
+            else:
+                upd = _confseq.get(kind).update(st, y_k, lo_k, hi_k, m_k, alpha_arm)
             new_cs.append(jax.tree.map(lambda a_, b_: jnp.where(v_k, a_, b_), upd, st))
         ls = _estimators.lambda_stats_update(ls, s_k, p_k, v_k)
         return (tuple(new_cs), ls), None
@@ -895,7 +909,7 @@ def _martingale(state: LoopState, arm, batch: _Batch, config: Config, params: Pa
     (cs_arm, ls_arm), _ = jax.lax.scan(
         item_body,
         (cs_arm, _take(state.lam_stats, arm)),
-        (y, lo, hi, center_k, s_b, p_b, batch.valid),
+        (y, lo, hi, center_k, s_b, p_b, batch.valid, y0, lo0, hi0),
     )
     return cs_arm, ls_arm
 

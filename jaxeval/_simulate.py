@@ -350,6 +350,21 @@ def _check_unit(name, value, lo=0.0, hi=1.0):
     return v
 
 
+#: Smallest accepted ``alpha``: the kernels hold ``alpha / K`` in float32, and below about
+#: 1e-38 ``log(2 K / alpha)`` is no longer finite (the Hoeffding bounds turn NaN).
+MIN_ALPHA = 1e-20
+
+
+def _check_alpha(value, name="alpha"):
+    v = _check_unit(name, value)
+    if v < MIN_ALPHA:
+        raise ValueError(
+            f"{name} must be at least {MIN_ALPHA:g} (the kernels hold alpha / K in float32), "
+            f"got {value!r}"
+        )
+    return v
+
+
 def _as_number(name, value) -> float:
     """A real scalar (Python, NumPy or 0-d JAX); bools, strings and arrays are refused."""
     if isinstance(value, (bool, str, bytes, np.bool_)) or np.ndim(value) != 0:
@@ -574,7 +589,7 @@ def simulate_identification(
     if policy not in _policies.POLICIES:
         raise ValueError(f"policy must be one of {_policies.POLICIES}, got {policy!r}")
     K = _check_int("K", K, 2)
-    alpha = _check_unit("alpha", alpha)
+    alpha = _check_alpha(alpha)
     n_replicates = _check_int("n_replicates", n_replicates, 1)
     lanes = _check_int("lanes", lanes, 1, 2**20)
     _check_int("seed", seed, 0)

@@ -431,6 +431,11 @@ class IdentificationStudy:
                 kw[k] = _int(d[k], k, lo, hi)
         if "alpha" in d:
             kw["alpha"] = _float(d["alpha"], "alpha", 0.0, 1.0, open_lo=True, open_hi=True)
+            if kw["alpha"] < 1e-20:  # _simulate.MIN_ALPHA: alpha / K is held in float32
+                raise StudyConfigError(
+                    "alpha", f"must be at least 1e-20 (alpha / K is held in float32), "
+                    f"got {d['alpha']!r}"
+                )
         if "budgets" in d:
             b = tuple(
                 _float(v, f"budgets[{i}]", 0.0, 1.0, open_lo=True)
@@ -561,6 +566,11 @@ class AnchorStudy:
                 kw[k] = _int(d[k], k, lo, 2**31)
         if "alpha" in d:
             kw["alpha"] = _float(d["alpha"], "alpha", 0.0, 1.0, open_lo=True, open_hi=True)
+            if kw["alpha"] < 1e-20:  # _simulate.MIN_ALPHA: alpha / K is held in float32
+                raise StudyConfigError(
+                    "alpha", f"must be at least 1e-20 (alpha / K is held in float32), "
+                    f"got {d['alpha']!r}"
+                )
         study = cls(**kw)
         if check:
             study.check()

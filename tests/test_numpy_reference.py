@@ -76,15 +76,17 @@ def test_ucbe_same_decisions(problem, batch_size=3):
         np.testing.assert_allclose(res.estimate, ck.estimate[r], atol=1e-6)
 
 
-def test_pulse_same_decisions(problem, batch_size=3):
+@pytest.mark.parametrize("policy", ["pulse", "pulse_ucb"])
+def test_pulse_same_decisions(problem, policy, batch_size=3):
     S, (V, c, u_mean), data = problem
-    params = idn.Params.make(alpha=0.1, scale=0.7, rho=1.0, lam0=0.8, shrink=5.0)
-    keys, out = _run_jax("pulse", data, params, batch_size)
+    a = 0.5 if policy == "pulse_ucb" else None  # None: the reference's pulse index
+    params = idn.Params.make(alpha=0.1, scale=0.7, rho=1.0, lam0=0.8, shrink=5.0, a=a or 1.0)
+    keys, out = _run_jax(policy, data, params, batch_size)
     ck = out.checkpoints
     differing = 0
     for r in range(N_REPS):
         res = ref.pulse(S, _orders(keys[r]), BUDGETS, V, c, u_mean, alpha=0.1, scale=0.7,
-                        rho=1.0, lam0=0.8, shrink=5.0, batch_size=batch_size)
+                        rho=1.0, lam0=0.8, shrink=5.0, batch_size=batch_size, a=a)
         # float32 (jaxeval) and float64 (NumPy) indices can break a near-tie between two
         # arms differently, which swaps the order of two consecutive pulls: the record at a
         # checkpoint between them differs while the trajectories agree again right after.

@@ -886,3 +886,11 @@ def test_a_range_jobs_manifest_says_its_range_is_done_not_the_study(tmp_path):
     whole = run_study(s, tmp_path / "w", progress=False)
     man = json.loads((whole / "manifest.json").read_text())
     assert man["range_complete"] is True and man["complete"] is True
+
+
+def test_alpha_too_small_for_float32_is_refused_in_a_definition():
+    d = {"kind": "identification", "data": {"synthetic": {"n_items": 30, "rank": 2}},
+         "num_arms": 3, "n_replicates": 8, "budgets": [0.5], "policies": ["ucbe"]}
+    assert study_from_dict(dict(d, alpha=1e-20)).alpha == 1e-20
+    with pytest.raises(StudyConfigError, match="alpha: must be at least 1e-20"):
+        study_from_dict(dict(d, alpha=1e-39))
