@@ -7,11 +7,13 @@ UCB-E step (``banditeval.bandits.upper_confidence_bound_exploration``) recompute
 ``argmax(mu + sqrt(a / N))`` with unpulled arms at ``+inf`` (ties: first arm), and draws a
 batch of ``batch_size`` (default 32) uniform unseen items of that arm with
 ``torch.randperm``; its ``BanditEval.__call__`` loops that step. We drive the very same
-step function (its own code) and fill the observations from the true matrix; so that
-every policy is scored at exactly the same budgets, a batch that crosses a checkpoint is
-observed in two pieces (the uniform batch's prefix, then the rest): the algorithm is
-unchanged. Recommendation at a checkpoint: argmax of its ``mus`` with unpulled arms at
-0.5 (jaxeval's convention for an arm with no data; it only matters below ``K * b`` calls).
+step function (its own code) and fill the observations from the true matrix. Checkpoints
+follow jaxeval's rule, so both sides are scored after the same calls: a checkpoint
+records the state after the last whole batch within its budget, and only the final
+budget cuts a batch (its prefix is observed). Calls to 95% / 90% are read on the calls
+actually spent (their mean over replicates), as jaxeval's ``calls_to`` does.
+Recommendation at a checkpoint: argmax of its ``mus`` with unpulled arms at 0.5
+(jaxeval's convention for an arm with no data; it only matters below ``K * b`` calls).
 
 Matched configurations: banditeval's default ``batch_size = 32`` (its first ``K * 32``
 calls are a round robin, since unpulled arms come first) against jaxeval's UCB-E with
@@ -110,16 +112,19 @@ def banditeval_ucbe(S, budgets, *, a=1.0, batch_size=32, seed=0, lrf=False):
         if batch is None:
             break
         rows, cols = batch
-        start = 0
-        while start < cols.shape[0]:
-            stop = min(cols.shape[0], start + budgets[c] - calls) if c < C else cols.shape[0]
-            r_, c_ = rows[start:stop], cols[start:stop]
-            obs[r_, c_] = truth[r_, c_]
-            calls += stop - start
-            start = stop
-            while c < C and budgets[c] == calls:
-                record(c)
-                c += 1
+        # jaxeval's checkpoint rule: a checkpoint the whole batch would cross records the
+        # state before the batch; only the final budget cuts a batch
+        while c < C - 1 and calls + cols.shape[0] > budgets[c]:
+            record(c)
+            c += 1
+        if c == C - 1:
+            take = min(cols.shape[0], budgets[c] - calls)
+            rows, cols = rows[:take], cols[:take]
+        obs[rows, cols] = truth[rows, cols]
+        calls += cols.shape[0]
+        while c < C and calls >= budgets[c]:
+            record(c)
+            c += 1
     for j in range(c, C):
         record(j)
     return rec, mus_rec, calls_rec
@@ -136,15 +141,17 @@ def _peers(sm, pool_s, rep, kw, fracs, args, b):
     out = {}
     n_lrf = args.lrf_reps or args.reps
     correct = np.zeros((n_lrf, len(budgets)), bool)
+    spent = np.zeros((n_lrf, len(budgets)))
     t0 = time.perf_counter()
     for r in range(n_lrf):
         S = pool_s[rep.instances[rep.instance[r]]]
-        rec, _, _ = banditeval_ucbe(S, budgets, batch_size=b, seed=r, lrf=True)
+        rec, _, spent[r] = banditeval_ucbe(S, budgets, batch_size=b, seed=r, lrf=True)
         theta = S.mean(1)
         correct[r] = theta[rec] >= theta.max() - 1e-9
     acc = correct.mean(0)
+    xs = spent.mean(0) / (S.shape[0] * S.shape[1])  # calls spent, as a share of K * n
     out["banditeval_lrf"] = dict(acc=acc.tolist(), reps=n_lrf, seconds=time.perf_counter() - t0,
-                                 to95=calls_to(acc, fracs, 0.95), to90=calls_to(acc, fracs, 0.90))
+                                 to95=calls_to(acc, xs, 0.95), to90=calls_to(acc, xs, 0.90))
     pkw = {k: v for k, v in kw.items() if k != "a"}
     for pol in ("pulse_ucb", "pulse"):
         r_ = jaxeval.simulate_identification(sm, pol, **pkw)
@@ -165,7 +172,8 @@ def two_proportion_p(k1, n1, k2, n2) -> float:
 
 
 def calls_to(acc, fracs, target):
-    """First budget fraction where the accuracy reaches ``target``, linear interpolation."""
+    """First budget fraction where the accuracy reaches ``target``, linear interpolation
+    (``fracs``: the calls spent at each checkpoint as a share of ``K * n``)."""
     acc = np.asarray(acc, float)
     hit = np.nonzero(acc >= target - 1e-12)[0]
     if hit.size == 0:
@@ -229,13 +237,16 @@ def main(argv=None):
                     t_jax = time.perf_counter() - t0
                     budgets = rep.budgets.tolist()
                     correct_b = np.zeros((args.reps, len(budgets)), bool)
+                    spent_b = np.zeros((args.reps, len(budgets)))
                     t0 = time.perf_counter()
                     for r in range(args.reps):
                         S = pool_s[rep.instances[rep.instance[r]]]
-                        rec, _, _ = banditeval_ucbe(S, budgets, a=a, batch_size=b, seed=r)
+                        rec, _, spent_b[r] = banditeval_ucbe(S, budgets, a=a, batch_size=b,
+                                                             seed=r)
                         theta = S.mean(1)
                         correct_b[r] = theta[rec] >= theta.max() - 1e-9
                     t_be = time.perf_counter() - t0
+                    xs_b = spent_b.mean(0) / (K * S.shape[1])  # calls spent / (K * n)
                     acc_j = rep.correct.mean(0)
                     acc_b = correct_b.mean(0)
                     kj, kb = rep.correct.sum(0), correct_b.sum(0)
@@ -249,8 +260,8 @@ def main(argv=None):
                     res = dict(
                         budget_fractions=list(fracs), acc_jaxeval=acc_j.tolist(),
                         acc_banditeval=acc_b.tolist(), p_values=pvals,
-                        to95=(rep.calls_to(0.95, fraction=True), calls_to(acc_b, fracs, 0.95)),
-                        to90=(rep.calls_to(0.90, fraction=True), calls_to(acc_b, fracs, 0.90)),
+                        to95=(rep.calls_to(0.95, fraction=True), calls_to(acc_b, xs_b, 0.95)),
+                        to90=(rep.calls_to(0.90, fraction=True), calls_to(acc_b, xs_b, 0.90)),
                         us_per_call=(us_j, us_b), speed_ratio=us_b / us_j, median_gap=gap,
                         min_p=min(pvals), n_reject_05=int(sum(p < 0.05 for p in pvals)),
                     )

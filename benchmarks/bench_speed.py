@@ -19,7 +19,10 @@ Figures: replicates per second, simulated LLM calls per second, and the ratio of
 jaxeval's throughput to each peer's, all measured in one run of this script. Every
 implementation is timed once per round, ``--rounds`` rounds interleaved (so a burst of
 load on a shared machine hits all of them alike); a figure is the median over rounds and
-a ratio the median of the rounds' own ratios. PULSE uses
+a ratio the median of the rounds' own ratios. jaxeval's UCB-E kernel also updates an
+empirical-Bernstein interval per item (it always computes one), which neither the NumPy
+UCB-E nor banditeval does: its UCB-E ratios include that extra work. PULSE (both
+indices, ``pulse`` and ``pulse_ucb``) computes the same interval on both sides. PULSE uses
 a factorization fitted on the training models (rank ``--rank``), the kernels' defaults
 otherwise (one Newton step per refit, λ prior 1 with pseudo-count 10, EB interval).
 
@@ -154,6 +157,11 @@ def main(argv=None):
         jax_impl("jaxeval PULSE (b=1, regen.)", "pulse", 1, order_table=False)
     loop_impl("NumPy PULSE (b=1)", args.np_reps, lambda r: ref.pulse(
         pool_s[instances[r % len(instances)]], orders_for(r), budgets, V, c, u_mean, rho=rho))
+    # pulse_ucb, the PULSE of the issue-7 accuracy tables (a = 1, its tuned value)
+    jax_impl("jaxeval pulse_ucb (b=1)", "pulse_ucb", 1)
+    loop_impl("NumPy pulse_ucb (b=1)", args.np_reps, lambda r: ref.pulse(
+        pool_s[instances[r % len(instances)]], orders_for(r), budgets, V, c, u_mean, rho=rho,
+        a=1.0))
     for b in (1, 32):
         jax_impl(f"jaxeval UCB-E (b={b})", "ucbe", b)
         if args.regenerated:
@@ -197,6 +205,7 @@ def main(argv=None):
 
     ratios = {
         "PULSE jaxeval / NumPy": ratio("jaxeval PULSE (b=1)", "NumPy PULSE (b=1)"),
+        "pulse_ucb jaxeval / NumPy": ratio("jaxeval pulse_ucb (b=1)", "NumPy pulse_ucb (b=1)"),
         "UCB-E jaxeval / NumPy (b=1)": ratio("jaxeval UCB-E (b=1)", "NumPy UCB-E (b=1)"),
     }
     if have_be:

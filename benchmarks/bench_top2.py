@@ -43,9 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # the same datasets and offline factorization as the tuning tables
 from bench_tuning import DATASETS, _factors, load  # noqa: E402
 
-#: UCB-E's ``a`` tuned on the tuning seed (BUILD_NOTES, 50 instances, K = 10);
-#: ``pulse_ucb``'s tuned ``a`` was 1 on all four.
-TUNED_UCBE_A = {"arc": 3.0, "math5": 0.3, "ifeval": 10.0, "musr": 1.0}
+#: UCB-E's and ``pulse_ucb``'s ``a`` tuned on the tuning seed (BUILD_NOTES, 50 instances,
+#: K = 10; TailoredBench: "TailoredBench GSM8K, SPEC 6.1's fifth set").
+TUNED_UCBE_A = {"arc": 3.0, "math5": 0.3, "ifeval": 10.0, "musr": 1.0, "tailored": 3.0}
+TUNED_PULSE_A = {"arc": 1.0, "math5": 1.0, "ifeval": 1.0, "musr": 1.0, "tailored": 3.0}
 
 
 def _fmt(calls, total):
@@ -82,20 +83,21 @@ def main(argv=None):
         f = _factors(sm, args.seed, args.rank)
         kw = dict(seed=args.seed, n_replicates=args.reps, rank=args.rank, cs_kinds=("eb",))
         full = {}
-        for pol, a in (("ucbe", TUNED_UCBE_A[ds]), ("pulse_ucb", 1.0)):
+        for pol, a in (("ucbe", TUNED_UCBE_A[ds]), ("pulse_ucb", TUNED_PULSE_A[ds])):
             rep = jaxeval.simulate_identification(
                 sm, pol, K=K, budget_fractions=fracs, n_instances=args.instances, a=a,
                 factors=f if pol == "pulse_ucb" else None, **kw)
             full[pol] = (rep.calls_to(0.95), a)
-        theta = rep.theta  # [R, K] of the last run; the instances are shared
-        inst = rep.instances
-        # the true top two of each instance (pool rows), from the instance's truth
-        means = {}
-        for r, i in enumerate(rep.instance):
-            means.setdefault(int(i), theta[r])
-        # (only the instances some replicate played: all of them at the default sizes)
-        top2 = np.stack([inst[i][np.argsort(means[i])[-2:][::-1]] for i in sorted(means)])
-        gaps = np.sort([np.sort(means[i])[-1] - np.sort(means[i])[-2] for i in means])
+        inst = rep.instances  # [I, K] pool rows, shared by every policy
+        # the true top two of every instance (pool rows; the row means of the complete
+        # matrix), in instance order, so replicate r plays the top two of the instance it
+        # played above (a replicate's instance index comes from its key and I)
+        row_mean = dict(zip(np.asarray(sm.models).tolist(), np.asarray(sm.scores).mean(1)))
+        means = {i: np.array([row_mean[m] for m in rep.pool_models[inst[i]]])
+                 for i in range(len(inst))}
+        top2 = np.stack([inst[i][np.argsort(means[i])[-2:][::-1]] for i in range(len(inst))])
+        played = sorted(set(rep.instance.tolist()))
+        gaps = np.sort([np.sort(means[i])[-1] - np.sort(means[i])[-2] for i in played])
         budgets = sorted({min(int(round(fr * total)), 2 * n) for fr in fracs} | {2 * n})
         top = {}
         for pol in ("ucbe", "pulse_ucb"):
@@ -114,6 +116,8 @@ def main(argv=None):
                            gaps_items=(gaps * n).tolist(), wall_s=wall)
         rows.append((ds, n, gaps, full, top))
         print(f"{ds}: full {full}, top-2 oracle {top} ({wall:.0f}s)", flush=True)
+        with open(args.out, "w") as fh:  # after every dataset: a crash loses no finished one
+            json.dump(dict(args=vars(args), results=results), fh, indent=1)
     print()
     print(f"Calls to 95% as a share of K*n (K = {K}); oracle = the same policy on the true "
           "top two only, best a of the grid")
