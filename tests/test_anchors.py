@@ -480,6 +480,9 @@ def test_evaluate_protocol_unbiased_estimate_without_auto(small_sm):
     assert 0.0 <= float(np.mean(r.dr["coverage"])) <= 1.0
 
 
+# the seeds' bit-for-bit invariance of the whole protocol on real data (~45 s); the per-method
+# kernels' vmap invariance stays in the default tier
+@pytest.mark.slow
 def test_a_seed_gets_the_same_result_alone_or_with_other_seeds(shared_data):
     """The protocol loops over seeds (``lax.map``), so one seed's anchors and predictions
     do not depend on which other seeds run with it. Vmapped seeds (the kernel before,
@@ -667,6 +670,8 @@ def test_cv_residuals_give_mse():
     np.testing.assert_allclose(np.asarray(mse), (res**2).mean((1, 2)), rtol=1e-5)
 
 
+# ~65 s; test_auto_by_cross_validation_ignores_test_rows keeps auto's CV path in the default tier
+@pytest.mark.slow
 def test_fit_anchors_auto_cv_choice_and_cross_fitted_interval(small_sm):
     """Few validation models: auto picks by CV, and its radius is a conformal quantile
     of the chosen candidate's cross-fitted residuals (not of validation residuals)."""
@@ -693,6 +698,8 @@ def test_fit_anchors_auto_cv_choice_and_cross_fitted_interval(small_sm):
                                                                      0.1)), rtol=1e-5)
 
 
+# ~2 min of MLP trainings; the validation choice without halves runs in the protocol tests
+@pytest.mark.slow
 def test_fit_anchors_auto_validation_choice_and_halves_interval(small_sm):
     """With many validation models auto picks on validation (residual MLP and reference
     MLP included); with ``auto_halves`` its radius is the conformal quantile of the
@@ -723,6 +730,7 @@ def test_fit_anchors_auto_validation_choice_and_halves_interval(small_sm):
         float(conformal_quantile(jnp.asarray(vres - val.true_score()), 0.1)))
 
 
+@pytest.mark.slow  # ~40 s of refits
 def test_crossfit_selected_residuals_never_score_their_own_half():
     """Row 0 = the candidate chosen on half A, refitted with A as its validation set,
     scored on half B (and the reverse); B's targets move its residuals one for one and
@@ -791,6 +799,8 @@ def test_resmlp_starts_at_shrunk_ridge_and_never_loses_on_validation():
                                jnp.clip(base, 1e-4, 1 - 1e-4), rtol=1e-5, atol=1e-6)
 
 
+# ~30 s of training; test_resmlp_starts_at_shrunk_ridge_and_never_loses_on_validation stays
+@pytest.mark.slow
 def test_resmlp_learns_an_interaction_ridge_cannot():
     """Target = an AND of two items (plus noise-free mean): the MLP correction must
     beat the linear map clearly on held-out rows, on the same anchors."""
@@ -809,6 +819,7 @@ def test_resmlp_learns_an_interaction_ridge_cannot():
     assert mse(rm) < 0.25 * mse(sh), (mse(rm), mse(sh))
 
 
+@pytest.mark.slow  # ~50 s of MLP training
 def test_greedy_mlp_is_the_reference_mlp_on_the_greedy_anchors(small_sm, tmp_path):
     """``greedy_mlp`` = the SparseEval MLP (same trainer, same key) on greedy_ridge's anchors."""
     s, y, _ = _planted(seed=5, m=160, n=40)
