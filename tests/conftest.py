@@ -2,8 +2,16 @@
 
 import os
 
+# The suite is mostly XLA compilation of small programs: LLVM's optimisation level 0
+# compiles them ~28% faster overall (8.0 vs 11.1 min on 2 cores, the same tests passing).
+# XLA's HLO passes are unchanged; only LLVM's machine-code optimisation is skipped, so
+# results may differ from the default build in the last bits of a float at most.
+# JAXEVAL_TEST_XLA_OPT=1 keeps XLA's default (what users and the benchmarks run).
+_opt = ""
+if os.environ.get("JAXEVAL_TEST_XLA_OPT") != "1":
+    _opt = " --xla_backend_optimization_level=0"
 os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8" + _opt
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
