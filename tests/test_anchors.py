@@ -283,6 +283,12 @@ def test_validation_must_be_held_out_and_match_the_target(small_sm):
     extra = pred.extra_items(3, seed=0)
     with pytest.raises(ValueError, match=r"alpha: expected a level in \(0, 1\), got 2.0"):
         pred.predict_unbiased(x, extra, [1, 0, 1], alpha=2.0)
+    with pytest.raises(ValueError, match="alpha: expected a level"):
+        pred.predict_unbiased(x, extra, [1, 0, 1], alpha=True)
+    # a 0-d array level is a level, as fit_anchors takes it
+    np.testing.assert_array_equal(
+        pred.predict_unbiased(x, extra, [1, 0, 1], alpha=np.array(0.2)),
+        pred.predict_unbiased(x, extra, [1, 0, 1], alpha=0.2))
     with pytest.raises(ValueError, match="extra_items: at least one"):
         pred.predict_unbiased(x, [], [])
 

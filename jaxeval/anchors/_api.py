@@ -259,10 +259,7 @@ class AnchorPredictor:
             raise ValueError(
                 f"extra_scores: expected {idx.size} finite scores in [0, 1], got shape {ys.shape}"
             )
-        a = self.alpha if alpha is None else alpha
-        if isinstance(a, bool) or not isinstance(a, (int, float, np.number)) or not 0 < a < 1:
-            raise ValueError(f"alpha: expected a level in (0, 1), got {alpha!r}")
-        a = float(a)
+        a = check_level(self.alpha if alpha is None else alpha)  # as fit_anchors checks it
         f = self._fitted()
         im = jax.tree.map(jnp.asarray, self.item_model)
         preds = irt_item_predictions(im["F"], f.anchors, jnp.asarray(x), im["rho"])[0]
