@@ -310,7 +310,7 @@ def pulse(
         for i in range(K):
             done = count[i] >= n
             # a fully evaluated arm: its mean up to the kernel's rounding margin
-            margin = _NUM_TOL + 4.0 * n**0.5 * 2.0**-24
+            margin = _NUM_TOL + n * 2.0**-24 * abs(sum_s[i] / n)
             lo_rec[j, i] = max(sum_s[i] / n - margin, 0.0) if done else cs[i].lower
             hi_rec[j, i] = min(sum_s[i] / n + margin, 1.0) if done else cs[i].upper
 

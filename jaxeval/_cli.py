@@ -482,7 +482,9 @@ def _campaign_json(st) -> dict:
 def _lines(path: str, what: str) -> list[str]:
     try:
         # utf-8-sig: a byte-order mark (Excel, Notepad) is not part of the first name
-        names = [ln.strip() for ln in Path(path).read_text(encoding="utf-8-sig").splitlines()]
+        # one name per "\n" line (splitlines() would also split at U+2028 and the like)
+        text = Path(path).read_text(encoding="utf-8-sig")
+        names = [ln.strip() for ln in text.split("\n")]
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"{what}: cannot read {path} ({e})") from None
     return [n for n in names if n]

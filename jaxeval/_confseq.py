@@ -161,9 +161,10 @@ def finalize(
 
     Works for every kind's state (it only touches the ``lower`` and ``upper`` fields).
     ``exact`` is a float32 running sum divided by ``n``; the true mean, computed by
-    another reduction, can differ from it by rounding (about ``sqrt(n)`` ulps for graded
-    scores; none for 0/1 scores, whose sums are exact), so the exact interval gets the
-    rounding margin every other bound gets (:data:`NUM_TOL`, or what the caller passes).
+    another reduction, can differ from it by rounding (none for 0/1 scores, whose sums
+    are exact; up to ``n`` ulps of the mean for graded ones), so the exact interval gets
+    a rounding margin (:data:`NUM_TOL`, or what the caller passes: the identification
+    loop adds the worst-case ``n * 2**-24 * exact``).
 
     Example:
       >>> import jax.numpy as jnp

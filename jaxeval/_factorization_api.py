@@ -255,7 +255,9 @@ class LowRankLogistic:
           num_newton: Newton steps of the online update.
 
         Returns:
-          ``[K, n]`` probabilities, and their standard deviations if asked.
+          ``[K, n]`` probabilities, and their standard deviations if asked, columns in the
+          order of ``items`` (the fit's order, also for a ScoreMatrix whose columns are in
+          another order: take ``lr.items`` to line them up).
 
         Example:
           >>> import jaxeval
@@ -281,7 +283,8 @@ class LowRankLogistic:
         """Pooled accuracy estimate: observed scores plus predictions on unseen items.
 
         This is the *naive pooled* estimate of SPEC section 2.3 (biased when the
-        predictions are); use the doubly robust estimators for valid inference.
+        predictions are); use the doubly robust estimators for valid inference. It
+        averages over every fitted item (for a ScoreMatrix: also those it lacks).
 
         Returns:
           float ``[K]``.

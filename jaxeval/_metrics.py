@@ -61,8 +61,10 @@ def mae_pp(
 
 
 def _pair_signs(a: jax.Array) -> jax.Array:
-    """``sign(a_i - a_j)`` for all pairs, as int32 ``[..., n, n]``."""
-    return jnp.sign(a[..., :, None] - a[..., None, :]).astype(jnp.int32)
+    """``sign(a_i - a_j)`` for all pairs, as int32 ``[..., n, n]``, by comparison (exact in
+    any dtype: no subtraction to round or overflow)."""
+    ai, aj = a[..., :, None], a[..., None, :]
+    return (ai > aj).astype(jnp.int32) - (ai < aj).astype(jnp.int32)
 
 
 def kendall_tau_b(x: jax.Array, y: jax.Array, where: jax.Array | None = None) -> jax.Array:
@@ -72,10 +74,11 @@ def kendall_tau_b(x: jax.Array, y: jax.Array, where: jax.Array | None = None) ->
     concordant/discordant pairs, ``n0 = n (n - 1) / 2`` and ``n1``/``n2`` count the
     pairs tied in ``x``/``y``. This is exactly ``scipy.stats.kendalltau(x, y)``
     (variant ``'b'``) on the values as JAX holds them: NaN when either input is
-    constant, has fewer than two elements or contains a NaN. Without
-    ``jax_enable_x64`` inputs are compared in float32, so values closer than float32
-    resolves (e.g. ``0.1`` and ``0.1 + 1e-9``, or integers above 2**24 one apart)
-    count as ties; enable x64 to compare float64 inputs exactly. Pair counts are
+    constant, has fewer than two elements or contains a NaN. Values are compared
+    exactly in their own dtype; but without ``jax_enable_x64`` JAX holds float64 inputs
+    as float32 (and int64 as int32), so float64 values closer than float32 resolves
+    (e.g. ``0.1`` and ``0.1 + 1e-9``) count as ties; enable x64 to compare them
+    exactly. Pair counts are
     accumulated in int32, exact for ``n`` up to 46,000; memory is O(n^2) per call (fine
     for a few thousand).
 
@@ -97,12 +100,17 @@ def kendall_tau_b(x: jax.Array, y: jax.Array, where: jax.Array | None = None) ->
     """
     x = jnp.asarray(x)
     y = jnp.asarray(y)
-    dt = jnp.promote_types(jnp.promote_types(x.dtype, y.dtype), jnp.float32)
-    x, y = x.astype(dt), y.astype(dt)
+
+    def nan_free(a):  # (a with NaN set to 0, where it was NaN), in a's own dtype
+        if not jnp.issubdtype(a.dtype, jnp.inexact):
+            return a, jnp.zeros(a.shape, bool)
+        nan = jnp.isnan(a)
+        return jnp.where(nan, jnp.zeros((), a.dtype), a), nan
+
+    x, nan_x = nan_free(x)
+    y, nan_y = nan_free(y)
     w = jnp.ones(x.shape, bool) if where is None else jnp.broadcast_to(where, x.shape)
-    bad = jnp.any((jnp.isnan(x) | jnp.isnan(y)) & w, axis=-1)
-    x = jnp.where(jnp.isnan(x), 0.0, x)
-    y = jnp.where(jnp.isnan(y), 0.0, y)
+    bad = jnp.any((nan_x | nan_y) & w, axis=-1)
     pair = (w[..., :, None] & w[..., None, :]).astype(jnp.int32)
     sx = _pair_signs(x) * pair
     sy = _pair_signs(y) * pair

@@ -351,8 +351,9 @@ def _check_unit(name, value, lo=0.0, hi=1.0):
 
 
 #: Smallest accepted ``alpha``: the kernels hold ``alpha / K`` in float32, and below about
-#: 1e-38 ``log(2 K / alpha)`` is no longer finite (the Hoeffding bounds turn NaN).
-MIN_ALPHA = 1e-20
+#: 1e-38 ``log(2 K / alpha)`` is no longer finite (the Hoeffding bounds turn NaN); 1e-30
+#: leaves room for K up to 1e7.
+MIN_ALPHA = 1e-30
 
 
 def _check_alpha(value, name="alpha"):

@@ -390,6 +390,13 @@ class IdentificationStudy:
         # built from a dict or in code alike: a value that would silently run the
         # random design (and make the saved definition unreadable) is refused here
         _str(self.instance_assignment, "instance_assignment", ("random", "balanced"))
+        from jaxeval._simulate import MIN_ALPHA
+
+        if isinstance(self.alpha, (int, float)) and not self.alpha >= MIN_ALPHA:
+            raise StudyConfigError(
+                "alpha", f"must be at least {MIN_ALPHA:g} (alpha / K is held in float32), "
+                f"got {self.alpha!r}"
+            )
         if self.instance_assignment == "balanced" and self.data.synthetic is not None:
             raise StudyConfigError(
                 "instance_assignment", "'balanced' is for real data (synthetic truth draws "
@@ -431,11 +438,6 @@ class IdentificationStudy:
                 kw[k] = _int(d[k], k, lo, hi)
         if "alpha" in d:
             kw["alpha"] = _float(d["alpha"], "alpha", 0.0, 1.0, open_lo=True, open_hi=True)
-            if kw["alpha"] < 1e-20:  # _simulate.MIN_ALPHA: alpha / K is held in float32
-                raise StudyConfigError(
-                    "alpha", f"must be at least 1e-20 (alpha / K is held in float32), "
-                    f"got {d['alpha']!r}"
-                )
         if "budgets" in d:
             b = tuple(
                 _float(v, f"budgets[{i}]", 0.0, 1.0, open_lo=True)
@@ -566,11 +568,6 @@ class AnchorStudy:
                 kw[k] = _int(d[k], k, lo, 2**31)
         if "alpha" in d:
             kw["alpha"] = _float(d["alpha"], "alpha", 0.0, 1.0, open_lo=True, open_hi=True)
-            if kw["alpha"] < 1e-20:  # _simulate.MIN_ALPHA: alpha / K is held in float32
-                raise StudyConfigError(
-                    "alpha", f"must be at least 1e-20 (alpha / K is held in float32), "
-                    f"got {d['alpha']!r}"
-                )
         study = cls(**kw)
         if check:
             study.check()

@@ -181,6 +181,15 @@ def _is_score(cell: Any) -> bool:
     return 0.0 <= v <= 1.0
 
 
+def _is_integer(cell: Any) -> bool:
+    """True when a cell reads as an integer (``1``, ``1.0``, True)."""
+    try:
+        v = float(cell) if isinstance(cell, (int, float, np.number)) else float(str(cell).strip())
+    except ValueError:
+        return False
+    return float(v).is_integer()
+
+
 def _check_range(value: float, src: str, where: str, field: str) -> None:
     if np.isinf(value) or not 0.0 <= value <= 1.0:
         raise ValueError(
@@ -317,10 +326,15 @@ def _long(header, rows, src, model_col, item_col, score_col, target_col, notes, 
 
 def _wide(header, rows, src, model_col, target_col, notes, flags):
     im = header.index(model_col) if model_col in header else 0
-    if model_col not in header and rows and all(_is_score(row[0]) for row in rows):
+    first = [row[0] for row in rows]
+    if model_col not in header and first and all(_is_score(v) for v in first) and (
+        len(first) >= 3 or not all(_is_integer(v) for v in first)
+    ):
         # no model column: the first column is taken for the names, but every value in
         # it is a score, so it is an item (pd.DataFrame(S).to_csv(index=False)) and
-        # taking it would silently drop that item
+        # taking it would silently drop that item. (Integer ids 0 / 1 of one or two
+        # models, e.g. a parquet pivot's index, are names; three or more 0 / 1 values
+        # cannot be distinct names.)
         raise ValueError(
             f"{src}: no '{model_col}' column, and the first column {header[0]!r}, which "
             "would name the models, holds only scores in [0, 1] (an item?); add a column "

@@ -690,3 +690,12 @@ def test_anchors_fit_reads_other_separators_and_names_its_data(tmp_path, capsys,
     assert "DATA semi.csv (4 models after removing duplicates, 3 items), --k 1:" in err
     assert main(["anchors", "fit", "oll2_musr", "--k", "1", "--out", "a", "--sep", ";"]) == 2
     assert "--sep: only for a .csv / .tsv table" in capsys.readouterr().err
+
+
+def test_names_file_lines_end_at_newline_only(tmp_path):
+    """A names file splits at "\\n" (CRLF and a BOM tolerated), not at U+2028 & co."""
+    from jaxeval._cli import _lines
+
+    p = tmp_path / "names.txt"
+    p.write_bytes("\ufeffmodel\u2028a\r\nmodel-b\n\nmodel\x85c\n".encode())
+    assert _lines(str(p), "--candidates-file") == ["model\u2028a", "model-b", "model\x85c"]

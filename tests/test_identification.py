@@ -56,9 +56,9 @@ def test_uniform_hand_values_and_exactness():
             want = POOL[arm, orders[arm][:k]].mean()
             np.testing.assert_allclose(cp.estimate[c, arm], want, rtol=1e-6)
     # fully evaluated arms are exact, for every kind: the true mean up to the rounding
-    # margin NUM_TOL + 4 sqrt(n) ulps on each side
-    margin = np.float32(idn._confseq.NUM_TOL + 4.0 * N**0.5 * 2.0**-24)
+    # margin NUM_TOL + n u * mean on each side (u = 2^-24)
     t32 = np.broadcast_to(theta, (2, 3)).astype(np.float32)
+    margin = (idn._confseq.NUM_TOL + N * 2.0**-24 * t32).astype(np.float32)
     np.testing.assert_allclose(cp.lower[-1], t32 - margin, rtol=0, atol=2e-7)
     np.testing.assert_allclose(cp.upper[-1], t32 + margin, rtol=0, atol=2e-7)
     assert cp.status.tolist() == [0, 0, 0, idn.STATUS_EXHAUSTED]

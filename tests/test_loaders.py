@@ -556,3 +556,11 @@ def test_wide_table_whose_first_column_holds_scores_is_refused(tmp_path):
     # a first column of names (or of ids outside [0, 1]) is still taken as before
     ids = jaxeval.load(_write(tmp_path / "ids.csv", "id,q1\n7,1\n8,0\n"))
     assert ids.models.tolist() == ["7", "8"] and ids.items.tolist() == ["q1"]
+    # and so are integer ids 0 / 1 of one or two models (a parquet pivot's index)
+    two = jaxeval.load(_write(tmp_path / "two.csv", "model_id,q1,q2\n0,1,0\n1,0,1\n"))
+    assert two.models.tolist() == ["0", "1"] and two.items.tolist() == ["q1", "q2"]
+    one = jaxeval.load(_write(tmp_path / "one.csv", "model_id,q1,q2\n1,0.5,1\n"))
+    assert one.models.tolist() == ["1"]
+    # three 0 / 1 values cannot be distinct names: an item column
+    _raises(["no 'model' column"], jaxeval.load,
+            _write(tmp_path / "bin.csv", "q1,q2\n1,0\n0,1\n1,1\n"))

@@ -169,7 +169,13 @@ def test_kendall_tau_b_compares_in_float32_unless_x64():
     assert exact == 1.0
     assert float(metrics.kendall_tau_b(x, y)) == pytest.approx(
         stats.kendalltau(x.astype(np.float32), y).statistic, abs=1e-6)
+    # integers are compared exactly, never through a float cast (2**24 + 1 is not a float32)
+    ints = np.array([2**24, 2**24 + 1, 2**25], np.int32)
+    assert float(metrics.kendall_tau_b(ints, np.arange(3.0))) == pytest.approx(1.0)
+    assert float(metrics.kendall_tau_b(np.array([True, False, True]), np.arange(3))) == \
+        pytest.approx(stats.kendalltau([1, 0, 1], [0, 1, 2]).statistic, abs=1e-6)
     with jax.enable_x64(True):
         assert float(metrics.kendall_tau_b(x, y)) == pytest.approx(exact, abs=1e-12)
-        big = np.array([1e8, 1e8 + 1, 2e8])
-        assert float(metrics.kendall_tau_b(big, np.arange(3.0))) == pytest.approx(1.0)
+        big = np.array([10**17, 10**17 + 1, 2 * 10**17], np.int64)
+        assert float(metrics.kendall_tau_b(big, np.arange(3.0, dtype=np.float32))) == \
+            pytest.approx(1.0)

@@ -1,5 +1,6 @@
 """Study definitions and the disk-backed, resumable study runner."""
 
+import dataclasses
 import json
 import os
 import re
@@ -891,6 +892,13 @@ def test_a_range_jobs_manifest_says_its_range_is_done_not_the_study(tmp_path):
 def test_alpha_too_small_for_float32_is_refused_in_a_definition():
     d = {"kind": "identification", "data": {"synthetic": {"n_items": 30, "rank": 2}},
          "num_arms": 3, "n_replicates": 8, "budgets": [0.5], "policies": ["ucbe"]}
-    assert study_from_dict(dict(d, alpha=1e-20)).alpha == 1e-20
-    with pytest.raises(StudyConfigError, match="alpha: must be at least 1e-20"):
+    study = study_from_dict(dict(d, alpha=1e-25))
+    assert study.alpha == 1e-25
+    with pytest.raises(StudyConfigError, match="alpha: must be at least 1e-30"):
         study_from_dict(dict(d, alpha=1e-39))
+    with pytest.raises(StudyConfigError, match="alpha: must be at least 1e-30"):
+        dataclasses.replace(study, alpha=1e-35)  # built in code, not from a dict
+    # an anchors study's alpha is a conformal level: no float32 floor there
+    a = study_from_dict({"kind": "anchors", "k": [20], "methods": ["kmeans_ridge"],
+                         "alpha": 1e-25})
+    assert a.alpha == 1e-25
