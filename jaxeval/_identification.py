@@ -886,24 +886,28 @@ def _martingale(state: LoopState, arm, batch: _Batch, config: Config, params: Pa
     center_k = jnp.clip(center, lo, hi)
     # the "hoeffding" kind is SPEC 2.4's lam = 0 reference (what a user of the plain mean
     # would report): its own terms (sum_O S + |U| S_j) / n and range [so/n, (so+|U|)/n],
-    # whatever lam the policy's DR terms use (identical to them when lam = 0)
-    y0 = _estimators.dr_term(so_k, spu_k, jnp.maximum(nu_k, 1), s_b, p_b, 0.0, n)
-    lo0, hi0 = _estimators.dr_range(
-        so_k, spu_k, jnp.maximum(nu_k, 0), batch.max_pu, batch.min_pu, 0.0, n
-    )
+    # whatever lam the policy's DR terms use; without predictions lam is 0 and they are
+    # the same terms, so they are only computed (and scanned over) with predictions
+    if config.predictions and "hoeffding" in config.cs_kinds:
+        y0 = _estimators.dr_term(so_k, spu_k, jnp.maximum(nu_k, 1), s_b, p_b, 0.0, n)
+        lo0, hi0 = _estimators.dr_range(
+            so_k, spu_k, jnp.maximum(nu_k, 0), batch.max_pu, batch.min_pu, 0.0, n
+        )
+        plain = (y0, lo0, hi0)
+    else:
+        plain = ()
     alpha_arm = params.alpha / K
 
     cs_arm = tuple(_take(st, arm) for st in state.cs)
 
     def item_body(carry, xs):
         cs_c, ls = carry
-        y_k, lo_k, hi_k, m_k, s_k, p_k, v_k, y0_k, lo0_k, hi0_k = xs
+        (y_k, lo_k, hi_k, m_k, s_k, p_k, v_k), plain_k = xs[:7], xs[7:]
         new_cs = []
         for kind, st in zip(config.cs_kinds, cs_c):
-            if kind == "hoeffding":  # the centre is unused by this kind
-                upd = _confseq.get(kind).update(st, y0_k, lo0_k, hi0_k, m_k, alpha_arm)
-            else:
-                upd = _confseq.get(kind).update(st, y_k, lo_k, hi_k, m_k, alpha_arm)
+            # (the centre m_k is unused by "hoeffding")
+            terms = plain_k if kind == "hoeffding" and plain_k else (y_k, lo_k, hi_k)
+            upd = _confseq.get(kind).update(st, *terms, m_k, alpha_arm)
             new_cs.append(jax.tree.map(lambda a_, b_: jnp.where(v_k, a_, b_), upd, st))
         ls = _estimators.lambda_stats_update(ls, s_k, p_k, v_k)
         return (tuple(new_cs), ls), None
@@ -911,7 +915,7 @@ def _martingale(state: LoopState, arm, batch: _Batch, config: Config, params: Pa
     (cs_arm, ls_arm), _ = jax.lax.scan(
         item_body,
         (cs_arm, _take(state.lam_stats, arm)),
-        (y, lo, hi, center_k, s_b, p_b, batch.valid, y0, lo0, hi0),
+        (y, lo, hi, center_k, s_b, p_b, batch.valid, *plain),
     )
     return cs_arm, ls_arm
 

@@ -170,24 +170,13 @@ def _to_float(cell: Any, src: str, where: str, notes: dict) -> float:
         raise ValueError(f"{src}: {where} is not a number: {text!r}") from None
 
 
-def _is_score(cell: Any) -> bool:
-    """True when a cell reads as a number in [0, 1] (a score, not a model name)."""
-    if isinstance(cell, (bool, np.bool_)):
-        return True
+def _number(cell: Any) -> float | None:
+    """A cell as a float when it reads as a number (True / False as 1 / 0), else None."""
     try:
-        v = float(cell) if isinstance(cell, (int, float, np.number)) else float(str(cell).strip())
+        return float(cell) if isinstance(cell, (bool, int, float, np.bool_, np.number)) \
+            else float(str(cell).strip())
     except ValueError:
-        return False
-    return 0.0 <= v <= 1.0
-
-
-def _is_integer(cell: Any) -> bool:
-    """True when a cell reads as an integer (``1``, ``1.0``, True)."""
-    try:
-        v = float(cell) if isinstance(cell, (int, float, np.number)) else float(str(cell).strip())
-    except ValueError:
-        return False
-    return float(v).is_integer()
+        return None
 
 
 def _check_range(value: float, src: str, where: str, field: str) -> None:
@@ -326,10 +315,9 @@ def _long(header, rows, src, model_col, item_col, score_col, target_col, notes, 
 
 def _wide(header, rows, src, model_col, target_col, notes, flags):
     im = header.index(model_col) if model_col in header else 0
-    first = [row[0] for row in rows]
-    if model_col not in header and first and all(_is_score(v) for v in first) and (
-        len(first) >= 3 or not all(_is_integer(v) for v in first)
-    ):
+    first = [_number(row[0]) for row in rows]
+    if model_col not in header and first and all(v is not None and 0 <= v <= 1 for v in first) \
+            and (len(first) >= 3 or not all(v.is_integer() for v in first)):
         # no model column: the first column is taken for the names, but every value in
         # it is a score, so it is an item (pd.DataFrame(S).to_csv(index=False)) and
         # taking it would silently drop that item. (Integer ids 0 / 1 of one or two
