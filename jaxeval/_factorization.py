@@ -991,9 +991,9 @@ def select_factors(
     a, b = np.unravel_index(np.argmin(curve), curve.shape)
     return SelectionResult(
         rank=ranks[a],
-        rho=float(rhos_arr[b]),
+        rho=float(rhos[b]),
         ranks=np.asarray(ranks),
-        rhos=np.asarray(rhos_arr),
+        rhos=np.asarray([float(x) for x in rhos]),
         heldout_loss=curve,
         train_loss=train.mean(axis=2),
         status=status,

@@ -60,7 +60,8 @@ class LowRankLogistic:
     predicted scores on every item.
 
     Attributes:
-      V: float32 ``[n, r]`` item factors.
+      V: float32 ``[n, r]`` item factors (float64 when fitted with jax x64 enabled; the
+        arrays of a fit are read-only, like :class:`ScoreMatrix`'s).
       c: float32 ``[n]`` item biases.
       u_mean: float32 ``[r]`` mean training model factor (prior centre online).
       U: float32 ``[m, r]`` training model factors. The factors are stored in the
@@ -95,6 +96,15 @@ class LowRankLogistic:
     selection: Mapping[str, Any] | None
     info: Mapping[str, Any]
 
+    def __post_init__(self) -> None:
+        # frozen means frozen: a writable array would let `lr.V[0, 0] = x` change the fit
+        for f in ("V", "c", "u_mean", "U", "items", "models", "loss_history"):
+            x = getattr(self, f)
+            if isinstance(x, np.ndarray) and x.flags.writeable:
+                x = x.copy()
+                x.flags.writeable = False
+                object.__setattr__(self, f, x)
+
     @property
     def rank(self) -> int:
         return int(self.V.shape[1])
@@ -120,7 +130,12 @@ class LowRankLogistic:
     def _canon(self, scores: Any, mask: Any) -> tuple[np.ndarray, np.ndarray]:
         if isinstance(scores, ScoreMatrix):
             return self._align(scores, mask)
-        s = np.asarray(scores, dtype=np.float64)
+        s = np.asarray(scores)
+        if s.dtype.kind not in "biuf":
+            raise ValueError(
+                f"scores: expected real numbers (NaN = unobserved), got dtype {s.dtype}"
+            )
+        s = s.astype(np.float64)
         if s.ndim == 1:
             s = s[None, :]
         if s.ndim != 2 or s.shape[1] != self.n_items:
@@ -148,10 +163,18 @@ class LowRankLogistic:
                     )
             m = m.astype(bool)
         obs = s[m]
-        if obs.size and not (np.isfinite(obs).all() and obs.min() >= 0 and obs.max() <= 1):
+        bad = ~np.isfinite(s) & m
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
             raise ValueError(
-                "scores: observed scores must be finite and in [0, 1]; got range "
-                f"{np.nanmin(obs)!r}..{np.nanmax(obs)!r}"
+                f"scores: {int(bad.sum())} observed scores are not finite (first at row {i}, "
+                f"item {j}: {float(s[i, j])}); mark missing scores False in mask, "
+                "or NaN without one"
+            )
+        if obs.size and not (obs.min() >= 0 and obs.max() <= 1):
+            raise ValueError(
+                "scores: observed scores must be in [0, 1]; got range "
+                f"{float(obs.min())}..{float(obs.max())}"
             )
         return np.where(m, s, 0.0).astype(np.float32), m
 
@@ -220,6 +243,8 @@ class LowRankLogistic:
             u0 = np.asarray(u_init, np.float32)
             if u0.shape != (K, self.rank):
                 raise ValueError(f"u_init: expected shape {(K, self.rank)}, got {u0.shape}")
+            if not np.isfinite(u0).all():
+                raise ValueError("u_init: the warm start has non-finite values")
         try:
             rho = self.online_rho if rho is None else float(rho)
         except (TypeError, ValueError):
@@ -361,26 +386,51 @@ class LowRankLogistic:
             with open_npz(path) as z:
                 a = {k: np.asarray(z[k]) for k in z.files}
             meta = json.loads(str(a.pop("meta"))) if "meta" in a else {}
+            if not isinstance(meta, dict):
+                raise ValueError(f"meta is a {type(meta).__name__}, not a mapping")
             if meta and meta.get("format") != "jaxeval-lowrank/1":
                 raise ValueError(f"format {meta.get('format')!r}")
+            info = meta.get("info", {})
+            if not isinstance(info, dict):
+                raise ValueError(f"info is a {type(info).__name__}, not a mapping")
             sel = {k[len("selection_"):]: a.pop(k) for k in list(a) if k.startswith("selection_")}
             if "holdout_fraction" in sel:
                 sel["holdout_fraction"] = float(sel["holdout_fraction"])
+
+            def factor(name: str) -> np.ndarray:
+                # float64 factors (a fit under jax x64) are kept exactly; others as float32
+                x = a[name]
+                if x.dtype.kind != "f":
+                    raise ValueError(f"{name} has dtype {x.dtype}, not float")
+                if not np.isfinite(x).all():
+                    raise ValueError(f"{name} has non-finite values")
+                return x if x.dtype == np.float64 else x.astype(np.float32)
+
+            def strength(name: str) -> float:
+                x = a[name]
+                if x.shape != () or x.dtype.kind not in "iuf" or not (
+                        np.isfinite(x) and x >= 0):
+                    raise ValueError(f"{name} is {x!r}, not a finite value >= 0")
+                return float(x)
+
             out = cls(
-                V=a["V"].astype(np.float32), c=a["c"].astype(np.float32),
-                u_mean=a["u_mean"].astype(np.float32), U=a["U"].astype(np.float32),
-                rho_u=float(a["rho_u"]), rho_v=float(a["rho_v"]),
-                online_rho=float(a["online_rho"]), items=a["items"], models=a["models"],
+                V=factor("V"), c=factor("c"), u_mean=factor("u_mean"), U=factor("U"),
+                rho_u=strength("rho_u"), rho_v=strength("rho_v"),
+                online_rho=strength("online_rho"), items=a["items"], models=a["models"],
                 final_loss=float(meta.get("final_loss", np.nan)),
                 loss_history=a["loss_history"],
                 selection=types.MappingProxyType(sel) if sel else None,
-                info=types.MappingProxyType(dict(meta.get("info", {}))),
+                info=types.MappingProxyType(dict(info)),
             )
             n, r = out.V.shape if out.V.ndim == 2 else (-1, -1)
-            if out.c.shape != (n,) or out.u_mean.shape != (r,) or out.items.shape != (n,):
+            m = out.models.shape[0] if out.models.ndim == 1 else -1
+            if out.c.shape != (n,) or out.u_mean.shape != (r,) or out.items.shape != (n,) \
+                    or out.U.shape != (m, r):
                 raise ValueError(f"inconsistent shapes: V {out.V.shape}, c {out.c.shape}, "
-                                 f"u_mean {out.u_mean.shape}, items {out.items.shape}")
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+                                 f"u_mean {out.u_mean.shape}, items {out.items.shape}, "
+                                 f"U {out.U.shape}, models {out.models.shape}")
+        except (OSError, ValueError, KeyError, EOFError, TypeError, AttributeError,
+                zipfile.BadZipFile) as e:
             raise ValueError(f"{path}: not a factorization saved by to_npz ({e})") from None
         return out
 
@@ -469,32 +519,35 @@ def fit_factorization(
             )
         return int(r)
 
-    def check_rho(x: Any, what: str) -> float:
+    def real(x: Any) -> bool:
+        """A real number (a 0-d int / float array too), not a bool or a string."""
         try:
-            v = float(x)
-        except (TypeError, ValueError):
-            raise ValueError(f"{what}: expected a float >= 0 or 'auto', got {x!r}") from None
+            a = np.asarray(x)
+        except Exception:
+            return False
+        return a.ndim == 0 and a.dtype.kind in "iuf"
+
+    def check_rho(x: Any, what: str) -> float:
+        if not real(x):
+            raise ValueError(f"{what}: expected a float >= 0 or 'auto', got {x!r}")
+        v = float(x)
         if not (np.isfinite(v) and v >= 0):
             raise ValueError(f"{what}: expected a finite value >= 0, got {x!r}")
         return v
 
-    if not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
+    if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or \
+            num_steps < 1:
         raise ValueError(f"num_steps: expected a positive int, got {num_steps!r}")
-    if not isinstance(selection_steps, (int, np.integer)) or selection_steps < 1:
+    if isinstance(selection_steps, bool) or not isinstance(selection_steps, (int, np.integer)) \
+            or selection_steps < 1:
         raise ValueError(f"selection_steps: expected a positive int, got {selection_steps!r}")
-    try:
-        lr_ok = 0.0 < float(learning_rate) < np.inf and not isinstance(learning_rate, bool)
-    except (TypeError, ValueError):
-        lr_ok = False
-    if not lr_ok:
+    if not (real(learning_rate) and 0.0 < float(learning_rate) < np.inf):
         raise ValueError(f"learning_rate: expected a finite value > 0, got {learning_rate!r}")
+    learning_rate = float(learning_rate)
     rv_given = None if rho_v is None else check_rho(rho_v, "rho_v")
-    try:
-        hf_ok = 0.0 < float(holdout_fraction) < 1.0 and not isinstance(holdout_fraction, bool)
-    except (TypeError, ValueError):
-        hf_ok = False
-    if not hf_ok:
+    if not (real(holdout_fraction) and 0.0 < float(holdout_fraction) < 1.0):
         raise ValueError(f"holdout_fraction: expected a value in (0, 1), got {holdout_fraction!r}")
+    holdout_fraction = float(holdout_fraction)
     auto_rank = isinstance(rank, str)
     auto_rho = isinstance(rho, str)
     if auto_rank and rank != "auto":

@@ -322,7 +322,8 @@ def _xla_sorted_order(keys: jax.Array) -> jax.Array:
     n = keys.shape[-1]
     s = max(1, (n - 1).bit_length())
     idx = jnp.arange(n, dtype=jnp.int32)
-    packed = jax.lax.shift_left(jax.lax.shift_right_logical(keys, s), s) | idx
+    s32 = jnp.int32(s)  # a Python int would be int64 under x64
+    packed = jax.lax.shift_left(jax.lax.shift_right_logical(keys, s32), s32) | idx
     order = jax.lax.sort(packed) & jnp.int32((1 << s) - 1)
     if n < 2:
         return order

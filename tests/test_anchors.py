@@ -984,3 +984,14 @@ def test_a_key_seed_draws_its_own_validation_split(small_sm, monkeypatch):
     for bad in (True, 2.5, 0):
         with pytest.raises(ValueError, match="m: expected an integer in 1"):
             p.extra_items(bad)
+
+
+def test_lowrank_estimator_refuses_repeated_anchors():
+    """A repeated anchor is counted twice by the difference estimator: refused."""
+    from jaxeval.anchors._lowrank import fit_lowrank_validated, lowrank_basis
+
+    s = (np.random.default_rng(0).uniform(size=(40, 12)) < 0.5).astype(np.float32)
+    a = np.array([1, 5, 5, 9])
+    with pytest.raises(ValueError, match=r"anchors: expected distinct items, got \[1, 5, 5, 9\]"):
+        fit_lowrank_validated(lowrank_basis(jnp.asarray(s[:30])), a, s[:30][:, a],
+                              s[:30].mean(1), s[30:][:, a], s[30:].mean(1))

@@ -732,3 +732,98 @@ def test_to_npz_keeps_numeric_info_numeric(tmp_path):
     assert back.info["seed"] == 3 and isinstance(back.info["seed"], int)
     assert isinstance(back.info["learning_rate"], float)
     assert back.info["learning_rate"] == pytest.approx(0.1)
+
+
+def test_from_npz_refuses_corrupt_files_naming_the_field(wrapped, tmp_path):
+    """A saved fit whose factors disagree with its names, hold NaN, or whose metadata is
+    not a mapping is refused on load, not later inside ``predict``."""
+    import jaxeval
+
+    model, _, _ = wrapped
+    good = dict(np.load(model.to_npz(tmp_path / "good")))
+    cases = {
+        "U_shape": (dict(U=np.zeros((5, 7), np.float32)), "inconsistent shapes"),
+        "models": (dict(models=np.array(["a"])), "inconsistent shapes"),
+        "rho": (dict(online_rho=np.float64(-1.0)), "online_rho .* not a finite value >= 0"),
+        "rho_vec": (dict(rho_u=np.array([1.0, 2.0])), "rho_u .* not a finite value >= 0"),
+        "nan_V": (dict(V=np.full_like(good["V"], np.nan)), "V has non-finite values"),
+        "meta_list": (dict(meta=np.asarray("[1]")), "meta is a list"),
+        "info_list": (dict(meta=np.asarray('{"format": "jaxeval-lowrank/1", "info": [1]}')),
+                      "info is a list"),
+    }
+    for name, (change, msg) in cases.items():
+        p = tmp_path / f"{name}.npz"
+        np.savez(p, **{**good, **change})
+        with pytest.raises(ValueError, match=f"{name}.npz: not a factorization.*{msg}"):
+            jaxeval.LowRankLogistic.from_npz(p)
+
+
+def test_float64_factors_round_trip_exactly(wrapped, tmp_path):
+    """A fit made under jax x64 holds float64 factors; saving and loading keeps them."""
+    import dataclasses
+
+    import jaxeval
+
+    model, S_new, _ = wrapped
+    f64 = {f: getattr(model, f).astype(np.float64) for f in ("V", "c", "u_mean", "U")}
+    f64["V"] = f64["V"] + 1e-12  # not representable in float32
+    m64 = dataclasses.replace(model, **f64)
+    back = jaxeval.LowRankLogistic.from_npz(m64.to_npz(tmp_path / "f64"))
+    for f in f64:
+        assert getattr(back, f).dtype == np.float64, f
+        np.testing.assert_array_equal(getattr(back, f), f64[f], err_msg=f)
+    # float32 factors stay float32
+    assert jaxeval.LowRankLogistic.from_npz(model.to_npz(tmp_path / "f32")).V.dtype == np.float32
+
+
+def test_fitted_arrays_are_read_only(wrapped, tmp_path):
+    """A frozen fit is frozen: fitted and loaded arrays alike refuse in-place writes."""
+    import jaxeval
+
+    model, _, _ = wrapped
+    loaded = jaxeval.LowRankLogistic.from_npz(model.to_npz(tmp_path / "f"))
+    for m in (model, loaded):
+        for f in ("V", "c", "u_mean", "U", "items", "models"):
+            with pytest.raises(ValueError, match="read-only"):
+                getattr(m, f)[0] = getattr(m, f)[0]
+
+
+def test_online_input_errors_name_the_problem(wrapped):
+    model, S_new, _ = wrapped
+    x = S_new[:1].copy()
+    x[0, 3] = np.nan
+    with pytest.raises(ValueError, match=r"scores: 1 observed scores are not finite \(first at "
+                                         r"row 0, item 3: nan\)"):
+        model.update(x, np.ones_like(x, bool))
+    with pytest.raises(ValueError, match="u_init: the warm start has non-finite values"):
+        model.update(S_new[:1], u_init=np.full((1, model.rank), np.nan))
+    with pytest.raises(ValueError, match="scores: expected real numbers"):
+        model.predict(np.full((1, model.n_items), "a"))
+    with pytest.raises(ValueError, match="scores: expected real numbers"):
+        model.predict(S_new[:1] + 0j)
+
+
+def test_fit_refuses_strings_and_bools_for_numbers():
+    import jaxeval
+
+    S = (np.random.default_rng(0).uniform(size=(30, 12)) < 0.5).astype(float)
+    for kw, msg in ((dict(holdout_fraction="0.1"), "holdout_fraction"),
+                    (dict(learning_rate="0.1"), "learning_rate"),
+                    (dict(num_steps=True), "num_steps"),
+                    (dict(selection_steps=True), "selection_steps"),
+                    (dict(rhos=("0.3",)), "rhos"),
+                    (dict(rho_v="1"), "rho_v")):
+        with pytest.raises(ValueError, match=f"^{msg}: expected"):
+            jaxeval.fit_factorization(S, **{"rank": "auto", "rho": "auto", **kw})
+
+
+def test_selected_rho_is_the_grid_value_exactly(planted):
+    """With rank and rho selected, the stored (and refitted) rho is the user's grid value,
+    not its float32 rounding."""
+    import jaxeval
+
+    S = np.asarray(planted["S"])[:60, :40]
+    model = jaxeval.fit_factorization(S, rank=1, rho="auto", rhos=(0.3, 3.3),
+                                      selection_steps=30, num_steps=30)
+    assert model.rho_u in (0.3, 3.3) and model.rho_v == model.rho_u
+    assert model.selection["rhos"].tolist() == [0.3, 3.3]

@@ -229,3 +229,14 @@ def test_host_sort_is_off_by_default_with_several_cpu_devices(monkeypatch):
     finally:
         monkeypatch.undo()
         jax.clear_caches()
+
+
+def test_xla_sorted_order_under_x64():
+    """Under x64 a Python shift amount became int64 against int32 keys (a study with
+    x64 enabled failed inside the kernel); the order is the same as without x64."""
+    keys = jnp.asarray(np.random.default_rng(0).integers(0, 2**31 - 1, 50), jnp.int32)
+    ref = np.asarray(smp._xla_sorted_order(keys))
+    with jax.enable_x64(True):
+        got = np.asarray(smp._xla_sorted_order(jnp.asarray(keys, jnp.int32)))
+    np.testing.assert_array_equal(got, ref)
+    np.testing.assert_array_equal(ref, np.lexsort((np.arange(50), np.asarray(keys))))

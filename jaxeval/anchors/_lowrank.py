@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxeval.anchors._ridge import LinearMap, fit_ridge
 
@@ -99,7 +100,8 @@ def fit_lowrank_validated(
 
     Args:
       basis: from :func:`lowrank_basis` on the training scores.
-      anchors: int ``[k]`` anchor items.
+      anchors: int ``[k]`` distinct anchor items (a repeated anchor would be counted
+        twice in the estimate; refused when ``anchors`` is concrete, i.e. outside jit).
       x_tr, y_tr: training anchor scores ``[m, k]`` and targets (used only to
         calibrate an external target).
       x_val, y_val: validation anchor scores and targets.
@@ -119,6 +121,10 @@ def fit_lowrank_validated(
       >>> lin.w.shape, bool(mse < jnp.var(s[60:].mean(1)))
       ((10,), True)
     """
+    if not isinstance(anchors, jax.core.Tracer):
+        a = np.asarray(anchors)
+        if np.unique(a).size != a.size:
+            raise ValueError(f"anchors: expected distinct items, got {a.tolist()}")
     R = basis.V.shape[1]
     ranks = sorted({min(r, R) for r in LOWRANK_RANKS})
     grid_r = jnp.repeat(jnp.asarray(ranks), len(LOWRANK_LAMS))
