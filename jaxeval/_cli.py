@@ -47,6 +47,9 @@ a cluster array job (independent jobs over replicate ranges, then one merge):
   jaxeval run s.json --range 0:5000     --out runs/part0
   jaxeval run s.json --range 5000:10000 --out runs/part1
   jaxeval merge runs/part0 runs/part1 --out runs/s && jaxeval plot runs/s
+  (real data with prediction policies: a folder keeps its factorization in problem.npz,
+  whose last bits depend on the machine; on unlike nodes run part0 first, then the
+  others with --problem-from runs/part0, or merge refuses the mix)
 
 one program over several hosts (jax.distributed; the folder on a shared disk):
   jaxeval run s.json --out /shared/s --coordinator host0:1234 --num-processes 2 --process-id 0
@@ -89,6 +92,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("config", help="study definition (JSON); see `jaxeval example`")
     r.add_argument("--out", required=True, help="output folder (new, empty, or this study's)")
     r.add_argument("--range", metavar="LO:HI", help="only replicates LO..HI-1 (an array job)")
+    r.add_argument("--problem-from", metavar="DIR",
+                   help="use the factorization saved in another folder of this study (range "
+                        "jobs on unlike machines: all take the first job's fit)")
     r.add_argument("--quiet", action="store_true", help="no progress lines")
     r.add_argument("--no-report", action="store_true", help="skip summary.json and plots")
     r.add_argument("--coordinator", metavar="HOST:PORT", help="jax.distributed coordinator")
@@ -908,9 +914,15 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_main(args)
         if args.command == "run":
             study = load_study(args.config)
-            folder = run_study(
-                study, args.out, replicate_range=_parse_range(args.range), progress=not args.quiet
-            )
+            try:
+                folder = run_study(
+                    study, args.out, replicate_range=_parse_range(args.range),
+                    progress=not args.quiet, problem_from=args.problem_from,
+                )
+            except ValueError as e:
+                raise ValueError(_renamed(
+                    str(e), {"problem_from": "--problem-from", "replicate_range": "--range"},
+                    (":", " must"))) from None
             if not args.no_report:
                 _report(folder)
             return 0

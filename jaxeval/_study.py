@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import io
 import json
 import math
 import os
@@ -72,6 +73,8 @@ FORMAT = "jaxeval-study/1"
 SETUP = 4
 STUDY_FILE = "study.json"
 MANIFEST_FILE = "manifest.json"
+#: The factorization a real-data study's prediction policies use, saved by its first run.
+PROBLEM_FILE = "problem.npz"
 
 
 class StudyConfigError(ValueError):
@@ -850,6 +853,36 @@ def _versions() -> dict:
     return {"jax": jax.__version__, "jaxeval": jaxeval.__version__, "numpy": np.__version__}
 
 
+def _numerics() -> dict:
+    """The global JAX settings that decide a replicate's random stream and arithmetic:
+    a folder's chunks must all come from one (recorded in the manifest)."""
+    import jax
+
+    return {
+        "prng_impl": str(jax.config.jax_default_prng_impl),
+        "threefry_partitionable": bool(jax.config.jax_threefry_partitionable),
+        "x64": bool(jax.config.jax_enable_x64),
+    }
+
+
+_NUMERICS_HOW = {
+    "prng_impl": "JAX_DEFAULT_PRNG_IMPL / jax.config.update('jax_default_prng_impl', ...)",
+    "threefry_partitionable": "JAX_THREEFRY_PARTITIONABLE / jax_threefry_partitionable",
+    "x64": "JAX_ENABLE_X64 / jax_enable_x64",
+}
+
+
+def _numerics_diff(old: Mapping[str, Any] | None, new: Mapping[str, Any],
+                   where: tuple[str, str] = ("there", "here")) -> str:
+    """'' when ``old`` (None: a folder from before they were recorded) matches ``new``,
+    else the settings that differ, each with how it is set."""
+    if not old or not new:
+        return ""
+    diff = [f"{k}={old[k]!r} {where[0]}, {new[k]!r} {where[1]} (set by {_NUMERICS_HOW[k]})"
+            for k in _NUMERICS_HOW if k in old and k in new and old[k] != new[k]]
+    return "; ".join(diff)
+
+
 def _read_manifest(out: Path) -> dict | None:
     p = out / MANIFEST_FILE
     if not p.exists():
@@ -874,6 +907,10 @@ def _check_manifest(p: Path, m: dict) -> None:
         if not isinstance(m.get(key), typ):
             raise StudyFolderError(f"{p}: manifest entry {key!r} is missing or not a "
                                    f"{typ.__name__}; the folder's manifest was damaged")
+    for key, typ in (("numerics", dict), ("problem_sha256", str)):  # optional (newer)
+        if key in m and not isinstance(m[key], typ):
+            raise StudyFolderError(f"{p}: manifest entry {key!r} is not a {typ.__name__}; "
+                                   "the folder's manifest was damaged")
     if _hash_json(m["config"]) != m["study_hash"]:
         raise StudyFolderError(
             f"{p}: the manifest's config does not match the study it was created for "
@@ -1096,6 +1133,7 @@ def _open_folder(study: Study, out: Path, rng: tuple[int, int]) -> dict:
             "range": list(rng),
             "data_sha256": _fingerprint(study),
             "versions": _versions(),
+            "numerics": _numerics(),
             "chunks": {},
             "complete": False,
             "task_names": [t.name for t in study.tasks()],
@@ -1120,6 +1158,15 @@ def _open_folder(study: Study, out: Path, rng: tuple[int, int]) -> dict:
             f"{out} holds replicates {manifest['range'][0]}:{manifest['range'][1]} of this study, "
             f"not the requested {rng[0]}:{rng[1]}; use another --out folder per range"
         )
+    diff = _numerics_diff(manifest.get("numerics"), _numerics())
+    if diff and manifest["chunks"]:
+        raise StudyFolderError(
+            f"{out}: its finished chunks were computed under other JAX settings ({diff}), "
+            "which draw other random streams: continuing would mix them. Nothing was "
+            "changed; run with the folder's settings, or use a new --out folder"
+        )
+    if diff:  # nothing computed yet: the folder takes this process's settings
+        manifest["numerics"] = _numerics()
     fp = _fingerprint(study)
     if manifest.get("data_sha256") != fp:
         raise StudyFolderError(
@@ -1196,6 +1243,7 @@ def run_study(
     *,
     replicate_range: tuple[int, int] | None = None,
     progress: bool = True,
+    problem_from: str | os.PathLike | None = None,
 ) -> Path:
     """Run (or continue) a study into folder ``out``; returns the folder.
 
@@ -1210,6 +1258,12 @@ def run_study(
       replicate_range: ``(lo, hi)`` to compute only units ``lo..hi-1`` (one job
         of a cluster array; join the folders with :func:`merge_studies`).
       progress: one line per chunk on stderr.
+      problem_from: a study folder (or its ``problem.npz``) whose saved factorization
+        this run uses instead of fitting its own. A real-data study with prediction
+        policies saves its fit in its folder, and resumes reuse it; the fit's last bits
+        depend on the CPU threads and devices, so range jobs on unlike machines should
+        all take the first job's fit (:func:`merge_studies` refuses folders whose fits
+        differ).
 
     Example:
       Two jobs of a cluster array, each computing half of the replicates, then joined:
@@ -1233,6 +1287,12 @@ def run_study(
       True
     """
     out = Path(out)
+    if not isinstance(study, tuple(_KINDS.values())):
+        raise TypeError(f"study: expected one of {[c.__name__ for c in _KINDS.values()]}, got "
+                        f"{type(study).__name__}")
+    # a study built in code gets the checks of one read from JSON: otherwise it could run
+    # and then leave a folder that resume / status / load_results cannot read back
+    study_from_dict(study.to_dict())
     n = study.n_units
     if replicate_range is not None and (
             isinstance(replicate_range, (str, bytes)) or len(replicate_range) != 2
@@ -1245,6 +1305,12 @@ def run_study(
         raise ValueError(
             f"replicate_range must satisfy 0 <= lo < hi <= {n} (the study's units), got {rng}"
         )
+    if problem_from is not None:
+        if not _needs_fit(study):
+            raise ValueError("problem_from: this study fits no factorization (it is not a "
+                             "real-data identification study with a prediction policy)")
+        src = Path(problem_from)
+        _install_fit(study, _read_fit(src / PROBLEM_FILE if src.is_dir() else src, study))
     if _read_manifest(out) is None:
         # a new folder: everything the data can refuse is checked before it is made
         # and before any task computes (a resumed folder was checked when created);
@@ -1269,6 +1335,8 @@ def _run_locked(study: Study, out: Path, rng: tuple[int, int], progress: bool) -
     tasks = study.tasks()
     todos = [_broadcast_todo(_todo_ranges(t, _covered(manifest, t.name), rng)) for t in tasks]
     _check_setup(study, manifest, out, [t.name for t, todo in zip(tasks, todos) if todo])
+    if any(todos):  # the factorization the chunks use (may refuse: nothing changed yet)
+        _pin_fit(study, out, manifest)
     if bad:
         warnings.warn(
             f"{out}: {len(bad)} chunk file(s) missing or failing their checksum will be "
@@ -1325,6 +1393,14 @@ def _preflight(study: Study) -> None:
     left holding a study that can never finish.
     """
     if isinstance(study, IdentificationStudy):
+        import jax
+
+        impl = str(jax.random.key_impl(jax.random.key(0)))
+        if impl != "threefry2x32":
+            raise StudyConfigError(
+                "seed", f"identification studies draw their item orders from threefry2x32 "
+                f"keys; this process's default PRNG is {impl!r} (set by "
+                f"{_NUMERICS_HOW['prng_impl']})")
         study_budgets(study)
         for spec in study.policies:
             identification_problem(study, spec)
@@ -1357,13 +1433,18 @@ def study_status(out: str | os.PathLike) -> dict:
 
     Returns a dict with ``done`` (units finished per task), ``range`` (the units
     this folder is responsible for), ``range_complete`` (that range is done) and
-    ``complete`` (every unit of the whole study is there: ready for reports).
+    ``complete`` (every unit of the whole study is there: ready for reports), counting
+    only chunks whose files exist (``missing_chunk_files`` lists the manifest's others;
+    checksums are verified when the results are read, by :func:`load_results`).
     """
     out = Path(out)
     manifest = _read_manifest(out)
     if manifest is None:
         raise StudyFolderError(f"{out} holds no {MANIFEST_FILE}: not a study folder")
     study = study_from_dict(manifest["config"], check=False)
+    missing = sorted(name for name in manifest["chunks"] if not (out / name).is_file())
+    manifest = dict(manifest, chunks={k: v for k, v in manifest["chunks"].items()
+                                      if k not in missing})
     lo, hi = manifest["range"]
     names = manifest.get("task_names") or [t.name for t in study.tasks()]
     done = {t: sum(b - a for a, b in _covered(manifest, t)) for t in names}
@@ -1375,6 +1456,7 @@ def study_status(out: str | os.PathLike) -> dict:
         "done": done,
         "range_complete": all(not _gaps(_covered(manifest, t), lo, hi) for t in names),
         "complete": all(not _gaps(_covered(manifest, t), 0, study.n_units) for t in names),
+        "missing_chunk_files": missing,
     }
 
 
@@ -1493,6 +1575,27 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
             )
         if m.get("data_sha256") != ref.get("data_sha256"):
             raise StudyFolderError(f"{d} was computed on different data than {dirs[0]}")
+    for d, m in zip(dirs[1:], mans[1:]):
+        diff = _numerics_diff(ref.get("numerics"), m.get("numerics"),
+                              (f"in {dirs[0]}", f"in {d}"))
+        if diff:
+            raise StudyFolderError(
+                f"{d} was computed under other JAX settings than {dirs[0]} ({diff}): their "
+                "random streams differ, so the merged numbers would not be one study's"
+            )
+    fits = {str(d): m["problem_sha256"] for d, m in zip(dirs, mans) if m.get("problem_sha256")}
+    if len(set(fits.values())) > 1:
+        short = {d: h[:12] for d, h in fits.items()}
+        raise StudyFolderError(
+            f"the folders' prediction policies used different factorizations ({short}): "
+            "the fit's last bits depend on the CPU threads and "
+            "devices of each job. Rerun the ranges with `--problem-from` one folder "
+            "(run_study(problem_from=...)) so that they share its fit"
+        )
+    fit_src = next((d for d, m in zip(dirs, mans) if m.get("problem_sha256")), None)
+    if fit_src is not None and _fit_sha(_read_fit(fit_src / PROBLEM_FILE)) != fits[str(fit_src)]:
+        raise StudyFolderError(f"{fit_src / PROBLEM_FILE}: the saved factorization does not "
+                               "match the checksum in its manifest (damaged)")
     vers = {str(d): m.get("versions") for d, m in zip(dirs, mans)}
     if len({json.dumps(v, sort_keys=True) for v in vers.values()}) > 1:
         warnings.warn(f"merge_studies: the folders were computed with different versions "
@@ -1532,6 +1635,8 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
             tmp = (out / name).with_name(f".tmp-{os.getpid()}-{Path(name).name}")
             shutil.copyfile(d / name, tmp)
             os.replace(tmp, out / name)
+        if fit_src is not None:
+            _atomic_write_bytes(out / PROBLEM_FILE, (fit_src / PROBLEM_FILE).read_bytes())
         study = study_from_dict(ref["config"], check=False)
         cfg = study.to_dict()
         manifest = {
@@ -1544,8 +1649,10 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
             "range": [0, study.n_units],
             "data_sha256": ref.get("data_sha256"),
             "versions": _versions(),
+            "numerics": next((m["numerics"] for m in mans if m.get("numerics")), _numerics()),
             "chunks": {name: c for name, (_, c) in merged.items()},
             "merged_from": [str(d) for d in dirs],
+            **({"problem_sha256": fits[str(fit_src)]} if fit_src is not None else {}),
             "merged_versions": vers,
             "task_names": ref.get("task_names") or [t.name for t in study.tasks()],
         }
@@ -1602,13 +1709,8 @@ def _progress(cls, ranges, enabled, label):
 _PROBLEM_CACHE: dict = {}
 
 
-def _real_problem(study: IdentificationStudy, needs_pred: bool):
-    """Split, instances and (when needed) factorization of a real-data study (cached).
-
-    Mirrors :func:`jaxeval.simulate_identification` step for step, so a study and
-    the wrapper give the same numbers for the same settings.
-    """
-    key = (
+def _problem_key(study: IdentificationStudy, needs_pred: bool) -> tuple:
+    return (
         study.data,
         study.data.fingerprint(),
         study.seed,
@@ -1619,6 +1721,17 @@ def _real_problem(study: IdentificationStudy, needs_pred: bool):
         study.fit_steps,
         needs_pred,
     )
+
+
+def _real_problem(study: IdentificationStudy, needs_pred: bool):
+    """Split, instances and (when needed) factorization of a real-data study (cached).
+
+    Mirrors :func:`jaxeval.simulate_identification` step for step, so a study and
+    the wrapper give the same numbers for the same settings. A study folder pins the
+    factorization its chunks used (:func:`_pin_fit`), installed here by
+    :func:`_install_fit`.
+    """
+    key = _problem_key(study, needs_pred)
     if key in _PROBLEM_CACHE:
         return _PROBLEM_CACHE[key]
     from jaxeval._identification import ProblemData
@@ -1662,6 +1775,140 @@ def _real_problem(study: IdentificationStudy, needs_pred: bool):
         _PROBLEM_CACHE.clear()
     _PROBLEM_CACHE[key] = (data, rho, info)
     return data, rho, info
+
+
+def _needs_fit(study: Study) -> bool:
+    """A real-data identification study with a policy that uses predictions."""
+    if not isinstance(study, IdentificationStudy) or study.data.synthetic is not None:
+        return False
+    from jaxeval import _policies
+
+    for spec in study.policies:
+        up = dict(spec.settings).get("use_predictions")
+        if (spec.policy in _policies.PREDICTION_POLICIES) if up is None else up:
+            return True
+    return False
+
+
+_FIT_FIELDS = ("V", "c", "u_mean", "rho")
+
+
+def _fit_id(study: IdentificationStudy) -> dict:
+    """What the factorization of a study depends on (the split and the fit settings)."""
+    return {"data_sha256": study.data.fingerprint(), "seed": study.seed,
+            "num_arms": study.num_arms, "n_train": study.n_train, "rank": study.rank,
+            "fit_steps": study.fit_steps}
+
+
+def _fit_arrays(study: IdentificationStudy) -> dict[str, np.ndarray]:
+    """The factorization the prediction policies of ``study`` use (fitted, or installed)."""
+    data, rho, _ = _real_problem(study, True)
+    f = data.item_factors
+    return {"V": np.asarray(f.V, np.float32), "c": np.asarray(f.c, np.float32),
+            "u_mean": np.asarray(f.u_mean, np.float32), "rho": np.asarray(rho, np.float64)}
+
+
+def _fit_sha(arrays: Mapping[str, np.ndarray]) -> str:
+    """A checksum of the factorization's values (not of a file's bytes)."""
+    h = hashlib.sha256()
+    for k in _FIT_FIELDS:
+        a = np.ascontiguousarray(arrays[k])
+        h.update(f"{k}:{a.dtype.str}:{a.shape};".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _install_fit(study: IdentificationStudy, arrays: Mapping[str, np.ndarray]) -> None:
+    """Make ``arrays`` the factorization every task of ``study`` in this process uses."""
+    from jaxeval._factorization import ItemFactors
+
+    data, _, info = _real_problem(study, False)  # split and instances: no fitting
+    f = ItemFactors(np.asarray(arrays["V"], np.float32), np.asarray(arrays["c"], np.float32),
+                    np.asarray(arrays["u_mean"], np.float32))
+    if f.V.ndim != 2 or f.c.shape != (f.V.shape[0],) or f.u_mean.shape != (f.V.shape[1],) \
+            or f.V.shape[0] != data.pool.shape[1]:
+        raise StudyFolderError(
+            f"a saved factorization of {f.V.shape[0]} items (V {f.V.shape}, c {f.c.shape}, "
+            f"u_mean {f.u_mean.shape}) does not fit this study's {data.pool.shape[1]} items")
+    _PROBLEM_CACHE[_problem_key(study, True)] = (
+        data._replace(item_factors=f), float(arrays["rho"]), dict(info, rank=int(f.V.shape[1])))
+
+
+def _write_fit(path: Path, study: IdentificationStudy, arrays: Mapping[str, np.ndarray]) -> None:
+    buf = io.BytesIO()
+    np.savez(buf, id=np.asarray(json.dumps(_fit_id(study), sort_keys=True)),
+             **{k: arrays[k] for k in _FIT_FIELDS})
+    _atomic_write_bytes(path, buf.getvalue())
+
+
+def _read_fit(path: Path, study: IdentificationStudy | None = None) -> dict[str, np.ndarray]:
+    """A factorization written by :func:`_write_fit` (``study``: refuse one of another
+    split or fit settings). Raises :class:`StudyFolderError` naming the file."""
+    import zipfile
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: np.asarray(z[k]) for k in _FIT_FIELDS}
+            fid = json.loads(str(z["id"]))
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        raise StudyFolderError(f"{path}: not a study's saved factorization ({e})") from None
+    if not all(np.isfinite(a).all() for a in arrays.values()):
+        raise StudyFolderError(f"{path}: the saved factorization has non-finite values")
+    if study is not None and fid != _fit_id(study):
+        raise StudyFolderError(
+            f"{path}: a factorization of another split or fit "
+            f"({_describe_diff(fid, _fit_id(study))})")
+    return arrays
+
+
+def _broadcast_fit(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Under jax.distributed every process takes process 0's fit (bits may differ between
+    hosts)."""
+    import jax
+
+    if jax.process_count() == 1:
+        return arrays
+    from jax.experimental import multihost_utils
+
+    return {k: np.asarray(v) for k, v in multihost_utils.broadcast_one_to_all(arrays).items()}
+
+
+def _pin_fit(study: Study, out: Path, manifest: dict) -> None:
+    """Pin the factorization of a study folder, so that every chunk of it uses one.
+
+    The fit's last bits depend on the CPU thread count and the number of devices, so a
+    resume on another machine would refit slightly other factors and move the numbers of
+    the prediction policies. The first run saves the fit (:data:`PROBLEM_FILE`, its
+    checksum in the manifest); later runs, resumes and merges use that file.
+    """
+    if not _needs_fit(study):
+        return
+    want = manifest.get("problem_sha256")
+    path = out / PROBLEM_FILE
+    arrays = None
+    if want and path.is_file():
+        try:
+            arrays = _read_fit(path, study)
+        except StudyFolderError:
+            arrays = None
+        if arrays is not None and _fit_sha(arrays) != want:
+            arrays = None
+    if arrays is None:
+        arrays = _broadcast_fit(_fit_arrays(study))
+        sha = _fit_sha(arrays)
+        if want and sha != want:
+            raise StudyFolderError(
+                f"{out}: {PROBLEM_FILE}, the factorization its finished chunks used, is "
+                "missing or corrupt, and the fit here differs from it in its last bits (they "
+                "depend on the CPU threads and devices). Nothing was changed; restore the "
+                "file, or run the study again in a new folder"
+            )
+        if _is_writer():
+            _write_fit(path, study, arrays)
+            if want != sha:
+                manifest["problem_sha256"] = sha
+                _atomic_write_json(out / MANIFEST_FILE, manifest)
+    _install_fit(study, arrays)
 
 
 #: The most LLM calls (K * n) an identification study may have: the kernels count calls

@@ -188,7 +188,13 @@ def test_range_outside_the_study_is_a_clean_error(tmp_path, capsys):
     p.write_text(json.dumps({"kind": "identification", "n_replicates": 4,
                              "data": {"synthetic": {"n_items": 30}}, "policies": ["uniform"]}))
     assert main(["run", str(p), "--out", str(tmp_path / "o"), "--range", "0:99"]) == 2
-    assert "replicate_range" in capsys.readouterr().err
+    assert "jaxeval run: error: --range: must satisfy 0 <= lo < hi <= 4" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+    # --problem-from is for studies that fit a factorization (real data, predictions)
+    assert main(["run", str(p), "--out", str(tmp_path / "o"), "--problem-from",
+                 str(tmp_path)]) == 2
+    assert "error: --problem-from: this study fits no factorization" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
 

@@ -19,6 +19,7 @@ from jaxeval._runner import run_replicates
 from jaxeval._study import (
     AnchorStudy,
     IdentificationStudy,
+    PolicySpec,
     StudyConfigError,
     StudyFolderError,
     load_results,
@@ -902,3 +903,123 @@ def test_alpha_too_small_for_float32_is_refused_in_a_definition():
     a = study_from_dict({"kind": "anchors", "k": [20], "methods": ["kmeans_ridge"],
                          "alpha": 1e-25})
     assert a.alpha == 1e-25
+
+
+def test_a_folder_pins_its_factorization_for_resume_and_merge(tmp_path):
+    """The fit behind the prediction policies differs in its last bits between machines
+    (CPU threads, devices), so a folder saves the one its chunks used: resume reuses it,
+    merge refuses parts that used different fits, and `problem_from` lets range jobs
+    share the first job's fit (bit-identical to one run)."""
+    from jaxeval._study import _PROBLEM_CACHE, PROBLEM_FILE
+
+    study = study_from_dict({
+        "kind": "identification", "data": "oll2_ifeval", "policies": ["pulse_ucb"],
+        "num_arms": 3, "budgets": [0.05, 0.2], "n_replicates": 16, "seed": 2,
+        "chunk_size": 8, "rank": 2, "fit_steps": 50,
+    })
+    run_study(study, tmp_path / "all", progress=False)
+    man = json.loads((tmp_path / "all" / "manifest.json").read_text())
+    assert len(man["problem_sha256"]) == 64 and (tmp_path / "all" / PROBLEM_FILE).is_file()
+    assert man["numerics"] == {"prng_impl": "threefry2x32", "threefry_partitionable": True,
+                               "x64": False}
+    _, ref = load_results(tmp_path / "all")
+    # another machine's fit: the same factors one float32 ulp away
+    z = dict(np.load(tmp_path / "all" / PROBLEM_FILE))
+    z["V"] = np.nextafter(z["V"], np.float32(np.inf))
+    np.savez(tmp_path / "other.npz", **z)
+    _PROBLEM_CACHE.clear()
+    run_study(study, tmp_path / "p0", replicate_range=(0, 8), progress=False)
+    run_study(study, tmp_path / "p1", replicate_range=(8, 16), progress=False,
+              problem_from=tmp_path / "other.npz")
+    with pytest.raises(StudyFolderError, match="different factorizations.*--problem-from"):
+        merge_studies([tmp_path / "p0", tmp_path / "p1"], tmp_path / "m")
+    assert not (tmp_path / "m").exists()
+    run_study(study, tmp_path / "p1b", replicate_range=(8, 16), progress=False,
+              problem_from=tmp_path / "p0")
+    merged = merge_studies([tmp_path / "p0", tmp_path / "p1b"], tmp_path / "m2")
+    _, res = load_results(merged)
+    assert_same(res["pulse_ucb"], ref["pulse_ucb"])
+    assert json.loads((merged / "manifest.json").read_text())["problem_sha256"] == \
+        man["problem_sha256"]
+    # resume recomputes a lost chunk with the folder's own fit, whatever this process holds
+    _, p1 = load_results(tmp_path / "p1", allow_partial=True)
+    assert not np.array_equal(p1["pulse_ucb"]["checkpoints.upper"],
+                              ref["pulse_ucb"]["checkpoints.upper"][8:])
+    chunk = next((tmp_path / "p1" / "chunks" / "pulse_ucb").iterdir())
+    chunk.unlink()
+    with pytest.warns(UserWarning, match="will be recomputed"):
+        resume_study(tmp_path / "p1", progress=False)
+    _, again = load_results(tmp_path / "p1", allow_partial=True)
+    assert_same(again["pulse_ucb"], p1["pulse_ucb"])
+    # without its saved fit, a folder whose refit differs is refused, untouched
+    _PROBLEM_CACHE.clear()
+    (tmp_path / "p1" / PROBLEM_FILE).unlink()
+    chunk.unlink()
+    with pytest.raises(StudyFolderError, match="missing or corrupt, and the fit here differs"):
+        resume_study(tmp_path / "p1", progress=False)
+    assert not chunk.exists() and not (tmp_path / "p1" / PROBLEM_FILE).exists()
+    # a fit of another split or rank is refused; so is one for a study that fits none
+    with pytest.raises(StudyFolderError, match="another split or fit.*'rank' is 2 there"):
+        run_study(dataclasses.replace(study, rank=3), tmp_path / "r3", progress=False,
+                  problem_from=tmp_path / "p0")
+    with pytest.raises(ValueError, match="problem_from: this study fits no factorization"):
+        run_study(dataclasses.replace(study, policies=(PolicySpec("ucbe"),)), tmp_path / "u",
+                  problem_from=tmp_path / "p0")
+
+
+def test_resume_and_merge_refuse_other_prng_settings(tmp_path):
+    """The PRNG implementation and its partitionable flag decide every replicate's
+    stream: a folder computed under others is neither extended nor merged."""
+    study = study_from_dict(toy_config(n_replicates=128))
+    run_study(study, tmp_path / "a", replicate_range=(0, 64), progress=False)
+    run_study(study, tmp_path / "b", replicate_range=(64, 128), progress=False)
+    p = tmp_path / "b" / "manifest.json"
+    man = json.loads(p.read_text())
+    man["numerics"]["prng_impl"] = "rbg"
+    p.write_text(json.dumps(man))
+    with pytest.raises(StudyFolderError, match=r"prng_impl='threefry2x32' in .*a, 'rbg' in "
+                                               r".*b \(set by JAX_DEFAULT_PRNG_IMPL"):
+        merge_studies([tmp_path / "a", tmp_path / "b"], tmp_path / "m")
+    with pytest.raises(StudyFolderError, match="other JAX settings.*prng_impl='rbg' there, "
+                                               "'threefry2x32' here"):
+        run_study(study, tmp_path / "b", replicate_range=(64, 128), progress=False)
+
+
+def test_a_study_built_in_code_is_checked_before_its_folder_is_made(tmp_path):
+    """The dataclasses are public: a definition that from_dict would refuse is refused by
+    run_study too (it used to run, then leave a folder nothing could read back)."""
+    study = dataclasses.replace(study_from_dict(toy_config()), name="")
+    with pytest.raises(StudyConfigError, match="name: expected a non-empty string"):
+        run_study(study, tmp_path / "x", progress=False)
+    ident = IdentificationStudy(budgets=(0.5, 0.1), n_replicates=4, num_arms=2)
+    with pytest.raises(StudyConfigError, match="budgets: expected strictly increasing"):
+        run_study(ident, tmp_path / "y", progress=False)
+    with pytest.raises(TypeError, match="study: expected one of"):
+        run_study({"kind": "identification"}, tmp_path / "z")
+    assert not any((tmp_path / d).exists() for d in "xyz")
+
+
+def test_status_counts_only_chunks_whose_files_exist(tmp_path):
+    study = study_from_dict(toy_config())
+    run_study(study, tmp_path / "a", progress=False)
+    assert study_status(tmp_path / "a")["missing_chunk_files"] == []
+    lost = sorted((tmp_path / "a" / "chunks" / "replicates").iterdir())[1]
+    lost.unlink()
+    st = study_status(tmp_path / "a")
+    assert not st["complete"] and not st["range_complete"]
+    assert st["done"] == {"replicates": 236}
+    assert st["missing_chunk_files"] == [f"chunks/replicates/{lost.name}"]
+
+
+def test_identification_under_another_default_prng_is_refused_before_the_folder(tmp_path):
+    study = study_from_dict({"kind": "identification", "num_arms": 2, "n_replicates": 4,
+                             "data": {"synthetic": {"n_items": 20}}})
+    old = jax.config.jax_default_prng_impl
+    jax.config.update("jax_default_prng_impl", "rbg")
+    try:
+        with pytest.raises(StudyConfigError, match="seed: identification studies draw .* "
+                                                   "default PRNG is 'rbg'"):
+            run_study(study, tmp_path / "s", progress=False)
+    finally:
+        jax.config.update("jax_default_prng_impl", old)
+    assert not (tmp_path / "s").exists()
