@@ -19,9 +19,10 @@ Figures: replicates per second, simulated LLM calls per second, and the ratio of
 jaxeval's throughput to each peer's, all measured in one run of this script. Every
 implementation is timed once per round, ``--rounds`` rounds interleaved (so a burst of
 load on a shared machine hits all of them alike); a figure is the median over rounds and
-a ratio the median of the rounds' own ratios. jaxeval's UCB-E kernel also updates an
-empirical-Bernstein interval per item (it always computes one), which neither the NumPy
-UCB-E nor banditeval does: its UCB-E ratios include that extra work. PULSE (both
+a ratio the median of the rounds' own ratios. jaxeval's UCB-E is timed twice: as run in
+studies (it also updates an empirical-Bernstein interval per item, which neither the NumPy
+UCB-E nor banditeval computes) and with ``cs_kinds=()`` (no interval: the same work as
+the peers, every decision the same; the "no interval" rows and ratios). PULSE (both
 indices, ``pulse`` and ``pulse_ucb``) computes the same interval on both sides. PULSE uses
 a factorization fitted on the training models (rank ``--rank``), the kernels' defaults
 otherwise (one Newton step per refit, λ prior 1 with pseudo-count 10, EB interval).
@@ -54,10 +55,11 @@ from jaxeval._factorization import ItemFactors  # noqa: E402
 from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS  # noqa: E402
 
 
-def _compile_jax(policy, data, params, K, n, budgets, b, reps, chunk, seed, order_table=None):
+def _compile_jax(policy, data, params, K, n, budgets, b, reps, chunk, seed, order_table=None,
+                 cs_kinds=("eb",)):
     """Compile once for ``chunk`` replicates (and warm up); returns a timing closure."""
     cfg = idn.Config(policy, num_arms=K, num_items=n, budgets=budgets, batch_size=b,
-                     cs_kinds=("eb",), order_table=order_table)
+                     cs_kinds=cs_kinds, order_table=order_table)
     base = jax.random.key(seed)
     chunk = min(chunk, reps)
     n_chunks = -(-reps // chunk)
@@ -128,9 +130,9 @@ def main(argv=None):
     # over rounds and each ratio the median of the rounds' own ratios.
     impls = {}  # name -> (timing closure returning (seconds, reps), compile seconds)
 
-    def jax_impl(name, policy, b, order_table=None):
+    def jax_impl(name, policy, b, order_table=None, cs_kinds=("eb",)):
         tc, run = _compile_jax(policy, data, params, K, n, budgets, b, args.reps,
-                               args.chunk, args.seed, order_table)
+                               args.chunk, args.seed, order_table, cs_kinds)
 
         def timed():
             sec, calls, reps = run()
@@ -164,6 +166,7 @@ def main(argv=None):
         a=1.0))
     for b in (1, 32):
         jax_impl(f"jaxeval UCB-E (b={b})", "ucbe", b)
+        jax_impl(f"jaxeval UCB-E (b={b}, no int.)", "ucbe", b, cs_kinds=())
         if args.regenerated:
             jax_impl(f"jaxeval UCB-E (b={b}, regen.)", "ucbe", b, order_table=False)
     loop_impl("NumPy UCB-E (b=1)", args.np_reps, lambda r: ref.ucbe(
@@ -207,11 +210,15 @@ def main(argv=None):
         "PULSE jaxeval / NumPy": ratio("jaxeval PULSE (b=1)", "NumPy PULSE (b=1)"),
         "pulse_ucb jaxeval / NumPy": ratio("jaxeval pulse_ucb (b=1)", "NumPy pulse_ucb (b=1)"),
         "UCB-E jaxeval / NumPy (b=1)": ratio("jaxeval UCB-E (b=1)", "NumPy UCB-E (b=1)"),
+        "UCB-E no interval jaxeval / NumPy (b=1)": ratio("jaxeval UCB-E (b=1, no int.)",
+                                                         "NumPy UCB-E (b=1)"),
     }
     if have_be:
         for b in (32, 1):
             ratios[f"UCB-E jaxeval / banditeval (b={b})"] = ratio(
                 f"jaxeval UCB-E (b={b})", f"banditeval UCB-E (b={b})")
+            ratios[f"UCB-E no interval jaxeval / banditeval (b={b})"] = ratio(
+                f"jaxeval UCB-E (b={b}, no int.)", f"banditeval UCB-E (b={b})")
     if args.regenerated:
         ratios["PULSE order table / regenerated"] = ratio(
             "jaxeval PULSE (b=1)", "jaxeval PULSE (b=1, regen.)")
@@ -220,7 +227,7 @@ def main(argv=None):
                 f"jaxeval UCB-E (b={b})", f"jaxeval UCB-E (b={b}, regen.)")
     print("\nthroughput ratios (same work, this run):")
     for k, v in ratios.items():
-        print(f"  {k:<36} {v:8.1f}x")
+        print(f"  {k:<46} {v:8.1f}x")
     with open(args.out, "w") as fh:
         json.dump(dict(args=vars(args), n=n, budgets=budgets, rows=rows, ratios=ratios), fh,
                   indent=1)

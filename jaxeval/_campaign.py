@@ -425,6 +425,8 @@ class IdentificationCampaign:
         # every kernel setting checked before the (slow) factorization fit
         item_block = max(n, idn.ITEM_BLOCK)  # whole rows: one campaign, no streaming
         cs_kinds = tuple(cs_kinds)
+        if not cs_kinds:  # a campaign reports intervals
+            raise ValueError("cs_kinds: expected at least one interval kind, got none")
         _config(policy, K, n, batch_size, (budget,), None, "budget", cs_kinds, stop_kind,
                 None, refit, num_newton, synchronized, None, "real", 1, "none", item_block)
 

@@ -155,7 +155,10 @@ class Config:
       budgets: sorted checkpoint budgets in LLM calls (fixed-budget mode); the largest
         is the run's budget. In confidence mode, ``budgets[-1]`` is the call cap.
       mode: ``"budget"`` or ``"confidence"``.
-      cs_kinds: confidence-sequence kinds computed (subset of :data:`CS_KINDS`).
+      cs_kinds: confidence-sequence kinds computed (subset of :data:`CS_KINDS`). Empty:
+        no intervals at all (``lower`` / ``upper`` have ``Q = 0`` rows; the work of a
+        plain bandit, e.g. for a same-work speed comparison), for fixed-budget runs of
+        every policy but ``"pulse"``, whose index is an interval's half-width.
       stop_kind: kind used for the stopping rule and PULSE's exploration radius.
       use_predictions: run the DR estimator with the factorization's predictions; False
         means λ = 0 (the plain mean). Defaults to True for prediction policies.
@@ -241,11 +244,18 @@ class Config:
         if self.mode not in ("budget", "confidence"):
             raise ValueError(f"mode: expected 'budget' or 'confidence', got {self.mode!r}")
         bad = [k for k in self.cs_kinds if k not in CS_KINDS]
-        if bad or not self.cs_kinds:
+        if bad or len(set(self.cs_kinds)) != len(self.cs_kinds):
             raise ValueError(
-                f"cs_kinds: expected a non-empty subset of {CS_KINDS}, got {self.cs_kinds}"
+                f"cs_kinds: expected distinct kinds of {CS_KINDS}, got {self.cs_kinds}"
             )
-        if self.stop_kind not in self.cs_kinds:
+        if not self.cs_kinds:
+            if self.mode == "confidence" or self.policy == "pulse":
+                raise ValueError(
+                    "cs_kinds: empty (no intervals) is for fixed-budget runs of policies "
+                    f"that do not steer by an interval; policy {self.policy!r} in mode "
+                    f"{self.mode!r} needs the stop kind's"
+                )
+        elif self.stop_kind not in self.cs_kinds:
             raise ValueError(
                 f"stop_kind {self.stop_kind!r} must be one of cs_kinds {self.cs_kinds}"
             )
@@ -608,6 +618,9 @@ def _bounds(cs, sum_s, count, config: Config):
     # ones (a repeated value drifts that way: ~1e-4 at n = 14 042), so the worst-case
     # bound n u * mean (u = 2^-24) on top of the margin every bound gets
     margin = _confseq.NUM_TOL + float(n) * 2.0**-24 * jnp.abs(exact)
+    if not config.cs_kinds:
+        return jnp.zeros((0,) + exact.shape, jnp.float32), jnp.zeros((0,) + exact.shape,
+                                                                     jnp.float32)
     lows, ups = [], []
     for kind, st in zip(config.cs_kinds, cs):
         mod = _confseq.get(kind)
@@ -733,6 +746,8 @@ def _put(tree, i, val):
 
 
 def _half_width(state: LoopState, config: Config):
+    if not config.cs_kinds:  # no intervals (never with "pulse", the policy that uses it)
+        return jnp.full(state.sampler.count.shape, jnp.inf, jnp.float32)
     q = config.cs_kinds.index(config.stop_kind)
     mod = _confseq.get(config.stop_kind)
     lo, hi = mod.bounds(state.cs[q])
@@ -868,6 +883,9 @@ def _batch_blocked(state, arm, limit, active, order_key, truth, data, config, pa
 
 def _martingale(state: LoopState, arm, batch: _Batch, config: Config, params: Params):
     """One DR term per drawn item (items move from U to O one at a time)."""
+    if not config.cs_kinds and not config.predictions:
+        # no interval to update and no lambda to learn: a plain bandit's work
+        return (), _take(state.lam_stats, arm)
     K, n, b = config.num_arms, config.num_items, config.batch_size
     n_unseen = n - state.sampler.count[arm]
     sum_s_arm = state.sum_s[arm]

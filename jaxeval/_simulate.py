@@ -612,6 +612,8 @@ def simulate_identification(
     if chunk_size is not None:
         chunk_size = _check_int("chunk_size", chunk_size, 1)
     cs_kinds = tuple(cs_kinds)
+    if not cs_kinds:  # the report's coverage and widths need intervals
+        raise ValueError("cs_kinds: expected at least one interval kind, got none")
     key = as_key(seed)
     needs_pred = (
         policy in _policies.PREDICTION_POLICIES if use_predictions is None else use_predictions

@@ -458,6 +458,8 @@ class IdentificationStudy:
             )
             if len(set(kinds)) != len(kinds):
                 raise StudyConfigError("cs_kinds", f"repeated kinds in {kinds}")
+            if not kinds:
+                raise StudyConfigError("cs_kinds", "expected at least one interval kind")
             kw["cs_kinds"] = kinds
         if "corruption" in d:
             kw["corruption"] = _str(

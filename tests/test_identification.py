@@ -308,3 +308,33 @@ def test_given_instance_is_taken_modulo_the_instance_count():
                         (jnp.int32(-4), 2), (5, 2)):
         out = run(jax.random.key(0), data, idn.Params.make(), cfg, given)
         assert int(out.instance) == want, (given, int(out.instance))
+
+
+@pytest.mark.parametrize("policy, b", [("ucbe", 1), ("ucbe", 3), ("sysrs", 2), ("pulse_ucb", 1)])
+def test_no_intervals_is_the_same_run_without_bounds(policy, b):
+    """cs_kinds=() computes no interval (the work of a plain bandit, for same-work speed
+    comparisons): every decision and estimate is the one of the run with intervals."""
+    pred = np.clip(POOL.mean(0) * 0.8 + 0.1, 0.05, 0.95)
+    data = _data(pred if policy == "pulse_ucb" else None)
+    kw = dict(budgets=(4, 9, 17), batch_size=b)
+    with_cs = _run(idn.Config(policy, 3, N, cs_kinds=("eb", "hoeffding"), **kw), data)
+    bare = _run(idn.Config(policy, 3, N, cs_kinds=(), **kw), data)
+    assert bare.checkpoints.lower.shape == (3, 0, 3) == bare.checkpoints.upper.shape
+    for f in ("recommended", "pulls", "calls", "estimate", "naive", "lam", "status"):
+        np.testing.assert_array_equal(getattr(bare.checkpoints, f),
+                                      getattr(with_cs.checkpoints, f), err_msg=f)
+
+
+def test_no_intervals_refused_where_an_interval_steers_or_stops():
+    with pytest.raises(ValueError, match="cs_kinds: empty .* policy 'pulse'"):
+        idn.Config("pulse", 3, N, budgets=(4,), cs_kinds=())
+    with pytest.raises(ValueError, match="cs_kinds: empty .* mode 'confidence'"):
+        idn.Config("ucbe", 3, N, budgets=(4,), cs_kinds=(), mode="confidence")
+    with pytest.raises(ValueError, match="cs_kinds: expected distinct kinds"):
+        idn.Config("ucbe", 3, N, budgets=(4,), cs_kinds=("eb", "eb"))
+    import jaxeval
+
+    sm = jaxeval.ScoreMatrix(POOL)
+    with pytest.raises(ValueError, match="cs_kinds: expected at least one interval kind"):
+        jaxeval.simulate_identification(sm, "ucbe", K=3, n_replicates=2, cs_kinds=(),
+                                        n_train=0)
