@@ -50,6 +50,12 @@ def _as_matrix(data: Any, what: str) -> ScoreMatrix:
     return ScoreMatrix(arr, source=what)  # its errors start with `what`
 
 
+#: Newton steps per convergence check of :meth:`LowRankLogistic.update` (``num_newton``
+#: None), and the most it takes.
+NEWTON_ROUND = 10
+NEWTON_MAX = 200
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class LowRankLogistic:
     """A fitted factorization ``S_ij ~ sigmoid(u_i . v_j + c_j)`` (numpy arrays).
@@ -205,7 +211,7 @@ class LowRankLogistic:
         *,
         u_init: Any = None,
         rho: float | None = None,
-        num_newton: int = 5,
+        num_newton: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """MAP factors of new models from their observed items (item side frozen).
 
@@ -218,7 +224,12 @@ class LowRankLogistic:
           u_init: optional ``[K, r]`` warm start (default ``u_mean``).
           rho: prior strength (default ``online_rho``; larger pulls harder towards
             ``u_mean``).
-          num_newton: Newton steps.
+          num_newton: Newton steps; ``None`` (default): until every row has converged
+            (the largest change of a factor entry below ``1e-5 (1 + |u|)``, checked every
+            :data:`NEWTON_ROUND` steps, at most :data:`NEWTON_MAX` steps). Each step is
+            damped (backtracking), and from ``u_mean`` on a high-rank fit a handful of
+            steps can stop far from the optimum: five left predictions 0.7 off on MuSR
+            at rank 16.
 
         Returns:
           ``(u [K, r], hessian [K, r, r])`` as numpy arrays.
@@ -232,9 +243,11 @@ class LowRankLogistic:
           >>> u.shape
           (3, 2)
         """
-        if isinstance(num_newton, bool) or not isinstance(num_newton, (int, np.integer)) or \
-                num_newton < 1:
-            raise ValueError(f"num_newton: expected a positive integer, got {num_newton!r}")
+        if num_newton is not None and (
+                isinstance(num_newton, bool) or not isinstance(num_newton, (int, np.integer))
+                or num_newton < 1):
+            raise ValueError(f"num_newton: expected a positive integer or None, got "
+                             f"{num_newton!r}")
         s, m = self._canon(scores, mask)
         K = s.shape[0]
         if u_init is None:
@@ -251,9 +264,20 @@ class LowRankLogistic:
             raise ValueError(f"rho: expected a finite value >= 0, got {rho!r}") from None
         if not (np.isfinite(rho) and rho >= 0):
             raise ValueError(f"rho: expected a finite value >= 0, got {rho!r}")
-        u, H = fz.update_model_factors(
-            self.item_factors(), s, m, u0, np.float32(rho), num_newton=int(num_newton)
-        )
+        f = self.item_factors()
+        if num_newton is not None:
+            u, H = fz.update_model_factors(f, s, m, u0, np.float32(rho),
+                                           num_newton=int(num_newton))
+        else:
+            u = u0
+            for _ in range(NEWTON_MAX // NEWTON_ROUND):
+                u_new, H = fz.update_model_factors(f, s, m, u, np.float32(rho),
+                                                   num_newton=NEWTON_ROUND)
+                u_new = np.asarray(u_new)
+                done = np.abs(u_new - u).max() <= 1e-5 * (1.0 + np.abs(u_new).max())
+                u = u_new
+                if done or not np.isfinite(u).all():
+                    break
         u, H = np.asarray(u), np.asarray(H)
         if not (np.isfinite(u).all() and np.isfinite(H).all()):
             raise FloatingPointError("update: the Newton update produced non-finite factors")
@@ -265,7 +289,7 @@ class LowRankLogistic:
         mask: Any = None,
         *,
         return_std: bool = False,
-        num_newton: int = 5,
+        num_newton: int | None = None,
     ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Predicted scores on every item for new models, from their observed items.
 
@@ -277,7 +301,8 @@ class LowRankLogistic:
           mask: optional bool ``[K, n]``.
           return_std: also return the delta-method standard deviation of each
             predicted probability (Laplace approximation on ``u``).
-          num_newton: Newton steps of the online update.
+          num_newton: Newton steps of the online update (``None``: until converged,
+            as in :meth:`update`).
 
         Returns:
           ``[K, n]`` probabilities, and their standard deviations if asked, columns in the
@@ -304,7 +329,8 @@ class LowRankLogistic:
         var = np.asarray(_logit_variance(jnp.asarray(H), f))
         return p, p * (1.0 - p) * np.sqrt(np.maximum(var, 0.0))
 
-    def predict_accuracy(self, scores: Any, mask: Any = None, *, num_newton: int = 5) -> np.ndarray:
+    def predict_accuracy(self, scores: Any, mask: Any = None, *,
+                         num_newton: int | None = None) -> np.ndarray:
         """Pooled accuracy estimate: observed scores plus predictions on unseen items.
 
         This is the *naive pooled* estimate of SPEC section 2.3 (biased when the

@@ -827,3 +827,23 @@ def test_selected_rho_is_the_grid_value_exactly(planted):
                                       selection_steps=30, num_steps=30)
     assert model.rho_u in (0.3, 3.3) and model.rho_v == model.rho_u
     assert model.selection["rhos"].tolist() == [0.3, 3.3]
+
+
+def test_update_runs_newton_to_convergence_by_default():
+    """From u_mean on a rank-16 fit, five damped Newton steps stop short (the former
+    default); the default now iterates until the factors stop moving."""
+    import jaxeval
+
+    sm = jaxeval.load("oll2_musr").drop_duplicates()
+    lr = jaxeval.fit_factorization(sm.take(models=range(100)), rank=16, rho=0.3,
+                                   num_steps=150)
+    S = sm.scores[100:110]
+    m = np.zeros_like(S, bool)
+    m[:, ::25] = True
+    ref = lr.predict(S, m, num_newton=400)
+    assert np.abs(lr.predict(S, m, num_newton=5) - ref).max() > 1e-3
+    np.testing.assert_allclose(lr.predict(S, m), ref, atol=2e-6)
+    np.testing.assert_allclose(lr.predict_accuracy(S, m), np.where(m, S, ref).mean(1),
+                               atol=1e-6)
+    with pytest.raises(ValueError, match="num_newton: expected a positive integer or None"):
+        lr.update(S, m, num_newton=0)
