@@ -995,3 +995,46 @@ def test_lowrank_estimator_refuses_repeated_anchors():
     with pytest.raises(ValueError, match=r"anchors: expected distinct items, got \[1, 5, 5, 9\]"):
         fit_lowrank_validated(lowrank_basis(jnp.asarray(s[:30])), a, s[:30][:, a],
                               s[:30].mean(1), s[30:][:, a], s[30:].mean(1))
+
+
+def test_greedy_ridge_never_repeats_an_anchor_at_zero_strength():
+    """At lam = 0 constant columns give 0/0 leave-one-out errors: they must rank last
+    among the unchosen items, never send the argmin back to a chosen one."""
+    rng = np.random.default_rng(0)
+    s = np.concatenate([np.ones((40, 6)), (rng.uniform(size=(40, 10)) < 0.5)], 1)
+    s = jnp.asarray(s, jnp.float32)
+    y = s[:, 6:].mean(1)
+    a = np.asarray(greedy_ridge_anchors(s, y, 14, 0.0))
+    assert np.unique(a).size == 14 and set(range(6, 16)) <= set(a.tolist())
+
+
+@pytest.mark.parametrize("field, value", [
+    ("eval_every", -5), ("final_steps", 0), ("num_swaps", -3), ("ridge_swaps", -1),
+    ("kmeans_iters", -1), ("greedy_lams", (0.0, 1.0)), ("greedy_lams", ()),
+    ("resmlp_lr", -1e-3), ("proxy_steps", 2.5)])
+def test_settings_out_of_range_are_refused_naming_the_field(field, value):
+    from jaxeval.anchors._methods import checked_settings
+
+    with pytest.raises(ValueError, match=f"settings.{field}: expected"):
+        checked_settings(Settings(**{field: value}), external=False)
+    with pytest.raises(ValueError, match="settings.irt.num_steps: expected"):
+        checked_settings(Settings(irt=IRTConfig(num_steps=-1)), external=False)
+
+
+def test_guarded_refinement_scores_its_last_proposal():
+    """With the guard, R swaps are R scored proposals: one swap that helps is kept
+    (the last proposal used to be dropped unscored, so R = 1 did nothing)."""
+    rng = np.random.default_rng(1)
+    s = jnp.asarray(rng.uniform(size=(120, 30)) < 0.5, jnp.float32)
+    y = s[:, :4].mean(1)
+
+    def fit_proxy(key, x, t):
+        xc = jnp.concatenate([x, jnp.ones((x.shape[0], 1))], 1)
+        w = jnp.linalg.solve(xc.T @ xc + 1e-3 * jnp.eye(xc.shape[1]), xc.T @ t)
+        return lambda row: jnp.concatenate([row, jnp.ones(1)]) @ w
+
+    a0 = jnp.asarray([1, 2, 3, 20], jnp.int32)  # item 0 missing: the swap brings it in
+    tr, va = slice(0, 80), slice(80, 120)
+    out, trace = refine_anchors(jax.random.key(0), a0, s[tr], y[tr], s[va], y[va], fit_proxy,
+                                num_swaps=1, guard=True)
+    assert trace.incoming.tolist() == [0] and sorted(np.asarray(out).tolist()) == [0, 1, 2, 3]

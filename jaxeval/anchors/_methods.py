@@ -23,7 +23,7 @@ Maps (``kind`` -> ``params`` pytree, see :func:`apply_map`):
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -445,6 +445,36 @@ def checked_settings(settings, external: bool, auto: bool = True) -> Settings:
                         f"{type(settings).__name__}")
     if auto and settings.auto_folds < 3:
         raise ValueError(f"settings.auto_folds: expected at least 3, got {settings.auto_folds}")
+
+    def whole(x: Any) -> bool:
+        return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+    def real(x: Any) -> bool:
+        return whole(x) or (isinstance(x, (float, np.floating)) and bool(np.isfinite(x)))
+
+    st, irt = settings, settings.irt
+    for name, v, lo in (("proxy_steps", st.proxy_steps, 1), ("final_steps", st.final_steps, 1),
+                        ("init_steps", st.init_steps, 1), ("eval_every", st.eval_every, 1),
+                        ("resmlp_steps", st.resmlp_steps, 1), ("num_swaps", st.num_swaps, 0),
+                        ("ridge_swaps", st.ridge_swaps, 0), ("kmeans_iters", st.kmeans_iters, 0),
+                        ("irt.rank", irt.rank, 1), ("irt.num_steps", irt.num_steps, 1)):
+        if not whole(v) or v < lo:
+            raise ValueError(f"settings.{name}: expected an integer >= {lo}, got {v!r}")
+    for name, v, lo in (("resmlp_lr", st.resmlp_lr, 0.0), ("irt.learning_rate",
+                                                          irt.learning_rate, 0.0)):
+        if not real(v) or not v > lo:
+            raise ValueError(f"settings.{name}: expected a finite value > {lo:g}, got {v!r}")
+    for name, v in (("irt.rho_u", irt.rho_u), ("irt.rho_v", irt.rho_v),
+                    ("irt.rho_online", irt.rho_online)):
+        if not real(v) or v < 0:
+            raise ValueError(f"settings.{name}: expected a finite value >= 0, got {v!r}")
+    try:
+        lams = np.atleast_1d(np.asarray(st.greedy_lams, dtype=float))
+    except (TypeError, ValueError):
+        lams = np.array([np.nan])
+    if lams.ndim != 1 or lams.size == 0 or not (np.isfinite(lams).all() and (lams > 0).all()):
+        raise ValueError(f"settings.greedy_lams: expected relative ridge strengths > 0 (0 "
+                         f"leaves nothing to rank constant items by), got {st.greedy_lams!r}")
     return dataclasses.replace(settings, external=bool(external))
 
 

@@ -189,7 +189,10 @@ def greedy_ridge_anchors(scores: jax.Array, y: jax.Array, k: int, lam: jax.Array
         r_new = st.r[:, None] - st.q * coef[None, :]  # [m, n]
         h_new = st.h[:, None] + st.q**2 / d[None, :]
         loo = jnp.mean((r_new / jnp.maximum(1.0 - h_new, 1e-6)) ** 2, axis=0)
-        loo = jnp.where(st.chosen | ~jnp.isfinite(loo), jnp.inf, loo)
+        # a column with nothing left to explain (0/0 at lam = 0, or its centred rank
+        # used up) is the worst unchosen candidate, never a reason to pick a chosen one
+        loo = jnp.where(jnp.isfinite(loo), loo, jnp.finfo(loo.dtype).max)
+        loo = jnp.where(st.chosen, jnp.inf, loo)
         j = jnp.argmin(loo)
         qs = st.q[:, j]
         ds = d[j]

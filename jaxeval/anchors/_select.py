@@ -203,7 +203,9 @@ def refine_anchors(
     accepted set, the anchors revert and the rejected item is blocked, and the next
     swap is proposed from the last accepted proxy's scores. The final anchors are
     then the accepted set with the lowest validation MSE; without the guard, the
-    anchors after the last swap (the reference rule). ``guard_score(anchors) ->
+    anchors after the last swap (the reference rule). With the guard every one of the
+    ``num_swaps`` proposals is scored (the last one after the loop, one more proxy fit).
+    ``guard_score(anchors) ->
     scalar`` replaces the validation MSE as the guard's criterion (e.g. a
     leave-one-out error on training models, which keeps validation models untouched).
 
@@ -254,5 +256,12 @@ def refine_anchors(
         anchors,
         jnp.asarray(jnp.inf, dt),
     )
-    (last, *_, best_anc, _), trace = jax.lax.scan(body, init, jnp.arange(num_swaps))
-    return (best_anc if guard else last), trace
+    (last, _, acc_vm, _, _, _, best_anc, best_vm), trace = jax.lax.scan(
+        body, init, jnp.arange(num_swaps))
+    if not guard:
+        return last, trace
+    # each step scores the anchors the step before proposed: the last proposal is scored
+    # here, under the same rule, so that the R swaps are R tested proposals (not R - 1)
+    vm, _, _ = proxy_state(num_swaps, last)
+    better = (vm <= acc_vm) & (vm < best_vm)
+    return jnp.where(better, last, best_anc), trace
