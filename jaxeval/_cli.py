@@ -920,6 +920,8 @@ def main(argv: list[str] | None = None) -> int:
                     progress=not args.quiet, problem_from=args.problem_from,
                 )
             except ValueError as e:
+                if os.environ.get("JAXEVAL_DEBUG"):
+                    raise
                 raise ValueError(_renamed(
                     str(e), {"problem_from": "--problem-from", "replicate_range": "--range"},
                     (":", " must"))) from None

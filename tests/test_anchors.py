@@ -1038,3 +1038,33 @@ def test_guarded_refinement_scores_its_last_proposal():
     out, trace = refine_anchors(jax.random.key(0), a0, s[tr], y[tr], s[va], y[va], fit_proxy,
                                 num_swaps=1, guard=True)
     assert trace.incoming.tolist() == [0] and sorted(np.asarray(out).tolist()) == [0, 1, 2, 3]
+
+
+def test_conformal_radius_counts_ties_and_takes_the_exact_rank():
+    """A test residual equal to the radius is covered despite float32 rounding (ties are
+    common with discrete residuals); the rank is ceil((n+1)(1-alpha)) exactly (float32
+    arithmetic gave rank 16 at n = 24, alpha = 0.4)."""
+    q = float(conformal_quantile(jnp.asarray([0.43 - 0.3] * 9, jnp.float32), 0.1))
+    assert 0.3 - q <= 0.43 <= 0.3 + q  # float64 truth, float32 calibration residuals
+    assert q == pytest.approx(0.13, abs=2e-6)
+    assert float(conformal_quantile(jnp.arange(1.0, 25.0), 0.4)) == pytest.approx(15.0, rel=2e-6)
+    for n in (1, 2, 8, 9, 10, 19, 24, 49, 99, 199):
+        for alpha in (0.05, 0.1, 0.2, 0.4, 0.9):
+            r = jnp.arange(1.0, n + 1.0)
+            k = -(-(n + 1) * round((1 - alpha) * 100) // 100)  # exact: alpha has 2 decimals
+            want = np.inf if k > n else float(k)
+            assert float(conformal_quantile(r, alpha)) == pytest.approx(want, rel=2e-6), (n, alpha)
+    with pytest.raises(ValueError, match="alpha: expected a level in"):
+        conformal_quantile(jnp.arange(1.0, 5.0), 1.0)
+
+
+def test_protocol_warns_when_validation_models_are_too_few_for_the_level():
+    """40 models: 8 validation models, 9 are needed at alpha = 0.1: every interval is
+    [0, 1] and the protocol says so instead of reporting coverage 1 silently."""
+    from jaxeval.anchors import evaluate_protocol
+
+    rng = np.random.default_rng(0)
+    sm = jaxeval.ScoreMatrix((rng.uniform(size=(40, 30)) < 0.5).astype(float))
+    with pytest.warns(UserWarning, match="evaluate_protocol: too few models .* 90% conformal"):
+        res = evaluate_protocol(sm, 5, ("random_mean",), seeds=(42,))
+    assert res.coverage[0].tolist() == [1.0]

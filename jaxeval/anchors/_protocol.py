@@ -34,6 +34,7 @@ factorization's predictions) is also scored.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Sequence
 
 import jax
@@ -371,6 +372,13 @@ def evaluate_protocol(
         rad[methods.index("auto")] = [
             float(conformal_quantile(jnp.asarray(r.ravel()), alpha)) for r in out["half_res"]
         ]
+    if not np.isfinite(rad).all():
+        warnings.warn(
+            f"evaluate_protocol: too few models ({y_val.shape[-1]} validation models, or "
+            f"cross-fitted residuals) for a {1 - alpha:.0%} conformal interval in some "
+            "splits: those intervals are [0, 1] (coverage 1, width 1); use a larger alpha",
+            stacklevel=2,
+        )
     lo = np.clip(test - rad.T[:, :, None], 0, 1)
     hi = np.clip(test + rad.T[:, :, None], 0, 1)
     cov = ((lo <= y_te[:, None]) & (y_te[:, None] <= hi)).mean(-1).T
