@@ -137,11 +137,14 @@ class LowRankLogistic:
         if isinstance(scores, ScoreMatrix):
             return self._align(scores, mask)
         s = np.asarray(scores)
-        if s.dtype.kind not in "biuf":
+        try:  # an object array of floats and None (None = NaN) converts; text does not
+            if s.dtype.kind not in "biufO":
+                raise TypeError
+            s = s.astype(np.float64)
+        except (TypeError, ValueError):
             raise ValueError(
                 f"scores: expected real numbers (NaN = unobserved), got dtype {s.dtype}"
-            )
-        s = s.astype(np.float64)
+            ) from None
         if s.ndim == 1:
             s = s[None, :]
         if s.ndim != 2 or s.shape[1] != self.n_items:

@@ -1312,7 +1312,13 @@ def run_study(
             raise ValueError("problem_from: this study fits no factorization (it is not a "
                              "real-data identification study with a prediction policy)")
         src = Path(problem_from)
-        _install_fit(study, _read_fit(src / PROBLEM_FILE if src.is_dir() else src, study))
+        given = _read_fit(src / PROBLEM_FILE if src.is_dir() else src, study)
+        held = (_read_manifest(out) or {}).get("problem_sha256")
+        if held and held != _fit_sha(given):
+            raise StudyFolderError(
+                f"{out} already holds chunks of another factorization than the one in "
+                f"{problem_from} (problem_from); nothing was changed")
+        _install_fit(study, given)
     if _read_manifest(out) is None:
         # a new folder: everything the data can refuse is checked before it is made
         # and before any task computes (a resumed folder was checked when created);

@@ -801,6 +801,12 @@ def test_online_input_errors_name_the_problem(wrapped):
         model.predict(np.full((1, model.n_items), "a"))
     with pytest.raises(ValueError, match="scores: expected real numbers"):
         model.predict(S_new[:1] + 0j)
+    # an object array of floats and None (None = unobserved) is still read as NaN
+    obj = S_new[:1].astype(object)
+    obj[0, 5:] = None
+    nan = S_new[:1].copy()
+    nan[0, 5:] = np.nan
+    np.testing.assert_array_equal(model.predict(obj), model.predict(nan))
 
 
 def test_fit_refuses_strings_and_bools_for_numbers():

@@ -941,6 +941,9 @@ def test_a_folder_pins_its_factorization_for_resume_and_merge(tmp_path):
     assert_same(res["pulse_ucb"], ref["pulse_ucb"])
     assert json.loads((merged / "manifest.json").read_text())["problem_sha256"] == \
         man["problem_sha256"]
+    with pytest.raises(StudyFolderError, match="another factorization than the one in"):
+        run_study(study, tmp_path / "p1", replicate_range=(8, 16), progress=False,
+                  problem_from=tmp_path / "p0")
     # resume recomputes a lost chunk with the folder's own fit, whatever this process holds
     _, p1 = load_results(tmp_path / "p1", allow_partial=True)
     assert not np.array_equal(p1["pulse_ucb"]["checkpoints.upper"],
