@@ -406,7 +406,9 @@ def main(argv=None):
             print(f"\n### {d} k={k}: already in {a.out}, skipped (--resume)")
             continue
         t0 = time.perf_counter()
-        r = evaluate_protocol(sm, k, tuple(methods), seeds, st, dr_items=a.dr_items,
+        # the unbiased estimate is for mean targets, over the non-anchor items there are
+        dr_items = 0 if sm.target is not None else min(a.dr_items, sm.n_items - k)
+        r = evaluate_protocol(sm, k, tuple(methods), seeds, st, dr_items=dr_items,
                               vmap_seeds=a.vmap_seeds)
         secs = time.perf_counter() - t0
         best = SPEC_ROWS.get((d, k))
