@@ -1785,17 +1785,20 @@ def _real_problem(study: IdentificationStudy, needs_pred: bool):
     return data, rho, info
 
 
+def _uses_predictions(spec: PolicySpec) -> bool:
+    """Whether a policy runs with the factorization's predictions (its setting, else its
+    kind's default)."""
+    from jaxeval import _policies
+
+    up = dict(spec.settings).get("use_predictions")
+    return bool(spec.policy in _policies.PREDICTION_POLICIES if up is None else up)
+
+
 def _needs_fit(study: Study) -> bool:
     """A real-data identification study with a policy that uses predictions."""
     if not isinstance(study, IdentificationStudy) or study.data.synthetic is not None:
         return False
-    from jaxeval import _policies
-
-    for spec in study.policies:
-        up = dict(spec.settings).get("use_predictions")
-        if (spec.policy in _policies.PREDICTION_POLICIES) if up is None else up:
-            return True
-    return False
+    return any(_uses_predictions(spec) for spec in study.policies)
 
 
 _FIT_FIELDS = ("V", "c", "u_mean", "rho")
@@ -1960,11 +1963,10 @@ def identification_problem(study: IdentificationStudy, spec: PolicySpec):
     import jax
 
     from jaxeval import _identification as idn
-    from jaxeval import _policies
 
     st = dict(spec.settings)
     use_pred = st.get("use_predictions")
-    needs_pred = spec.policy in _policies.PREDICTION_POLICIES if use_pred is None else use_pred
+    needs_pred = _uses_predictions(spec)
     syn: dict[str, Any] = {}
     if study.data.synthetic is not None:
         sd = dict(study.data.synthetic)

@@ -446,11 +446,9 @@ def checked_settings(settings, external: bool, auto: bool = True) -> Settings:
     if auto and settings.auto_folds < 3:
         raise ValueError(f"settings.auto_folds: expected at least 3, got {settings.auto_folds}")
 
-    def whole(x: Any) -> bool:
-        return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
-
     def real(x: Any) -> bool:
-        return whole(x) or (isinstance(x, (float, np.floating)) and bool(np.isfinite(x)))
+        return (isinstance(x, (int, float, np.integer, np.floating))
+                and not isinstance(x, (bool, np.bool_)) and bool(np.isfinite(x)))
 
     st, irt = settings, settings.irt
     for name, v, lo in (("proxy_steps", st.proxy_steps, 1), ("final_steps", st.final_steps, 1),
@@ -458,8 +456,7 @@ def checked_settings(settings, external: bool, auto: bool = True) -> Settings:
                         ("resmlp_steps", st.resmlp_steps, 1), ("num_swaps", st.num_swaps, 0),
                         ("ridge_swaps", st.ridge_swaps, 0), ("kmeans_iters", st.kmeans_iters, 0),
                         ("irt.rank", irt.rank, 1), ("irt.num_steps", irt.num_steps, 1)):
-        if not whole(v) or v < lo:
-            raise ValueError(f"settings.{name}: expected an integer >= {lo}, got {v!r}")
+        check_count(v, f"settings.{name}", lo, 2**31 - 1)
     for name, v, lo in (("resmlp_lr", st.resmlp_lr, 0.0), ("irt.learning_rate",
                                                           irt.learning_rate, 0.0)):
         if not real(v) or not v > lo:
