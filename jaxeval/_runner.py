@@ -49,6 +49,15 @@ _PLAN_CACHE: collections.OrderedDict = collections.OrderedDict()
 _PLAN_CACHE_SIZE = 32
 
 
+def _devices_key(devices) -> tuple:
+    """The devices' part of a plan-cache key: ``(platform, id)`` per device.
+
+    Device ids are unique within one platform only (a CPU and a GPU both have a
+    device 0), and a compiled plan is bound to its mesh's devices.
+    """
+    return tuple((d.platform, d.id) for d in devices)
+
+
 def _int_key(seed: int) -> jax.Array:
     """``jax.random.key(seed)`` for every seed in ``[0, 2**63)``, x64 mode on or off.
 
@@ -283,8 +292,8 @@ class ReplicatePlan:
 
     # ------------------------------------------------------------------ compile
     def _compiled(self) -> Callable:
-        ids = tuple(d.id for d in self.devices)
-        cache_key = (self.replicate_fn, self.per_device, self.lanes, ids, self._operand_sig,
+        cache_key = (self.replicate_fn, self.per_device, self.lanes,
+                     _devices_key(self.devices), self._operand_sig,
                      self.with_index)
         try:
             hit = _PLAN_CACHE.get(cache_key)

@@ -118,6 +118,20 @@ def test_compiled_once_across_chunks_and_seeds():
     assert plan2._fn is plan._fn
 
 
+def test_plan_cache_key_tells_platforms_apart():
+    """A CPU and a GPU both have a device 0: a plan compiled for one is not the other's."""
+    from types import SimpleNamespace
+
+    from jaxeval._runner import _devices_key
+
+    cpu0 = SimpleNamespace(platform="cpu", id=0)
+    gpu0 = SimpleNamespace(platform="gpu", id=0)
+    assert _devices_key([cpu0]) != _devices_key([gpu0])
+    assert _devices_key([cpu0, gpu0]) != _devices_key([gpu0, cpu0])
+    real = jax.devices()[:2]
+    assert _devices_key(real) == tuple((d.platform, d.id) for d in real)
+
+
 def test_memory_bounded_by_chunk_size():
     """The compiled chunk program's memory grows with the chunk, not with the study."""
 
