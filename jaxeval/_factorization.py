@@ -857,7 +857,7 @@ def holdout_mask(key: jax.Array, mask: jax.Array, fraction: float) -> jax.Array:
       bool ``[m, n]``, True for held-out cells (a subset of ``mask``).
     """
     mask = jnp.asarray(mask, bool)
-    draw = jax.random.uniform(key, mask.shape) < fraction
+    draw = jax.random.uniform(key, mask.shape, jnp.float32) < fraction
     first_in_row = mask & (jnp.cumsum(mask, axis=1) == 1)
     first_in_col = mask & (jnp.cumsum(mask, axis=0) == 1)
     return mask & draw & ~first_in_row & ~first_in_col

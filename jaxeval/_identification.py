@@ -265,6 +265,12 @@ class Config:
             raise ValueError(f"corruption: unknown kind {self.corruption!r}")
         if tuple(sorted(self.budgets)) != tuple(self.budgets) or not self.budgets:
             raise ValueError(f"budgets must be a non-empty sorted tuple, got {self.budgets}")
+        if self.budgets[0] < 0 or max(self.budgets[-1], self.num_steps) >= 2**31:
+            # call counters, budgets and the loop's step counter are int32
+            raise ValueError(
+                f"budgets must lie in [0, 2**31) LLM calls (int32 counters), with the loop "
+                f"steps they need below 2**31 too; got {self.budgets[0]}..{self.budgets[-1]}"
+            )
 
     @property
     def predictions(self) -> bool:
@@ -445,7 +451,7 @@ def _row(truth: _Truth, data: ProblemData, arm, config: Config, params: Params):
     ku, ks = jax.random.split(jax.random.fold_in(jax.random.fold_in(truth.key, 1), arm))
     u = params.scale_u * jax.random.normal(ku, (config.rank,), jnp.float32)
     p = jax.nn.sigmoid(V @ u + c)
-    return (jax.random.uniform(ks, (config.num_items,)) < p).astype(jnp.float32)
+    return (jax.random.uniform(ks, (config.num_items,), jnp.float32) < p).astype(jnp.float32)
 
 
 def _item_factors(truth: _Truth, data: ProblemData, config: Config, params: Params):
@@ -461,7 +467,7 @@ def _predict(u_arm, s_row, arm, truth, factors, config: Config, params: Params):
     if kind == "biased":
         p = jnp.clip(p + params.bias, 0.0, 1.0)
     elif kind == "random":
-        p = jax.random.uniform(jax.random.fold_in(truth.pred_key, arm), p.shape)
+        p = jax.random.uniform(jax.random.fold_in(truth.pred_key, arm), p.shape, jnp.float32)
     elif kind == "adversarial":
         p = 1.0 - s_row
     return p
@@ -907,10 +913,10 @@ def _martingale(state: LoopState, arm, batch: _Batch, config: Config, params: Pa
     # whatever lam the policy's DR terms use; without predictions lam is 0 and they are
     # the same terms, so they are only computed (and scanned over) with predictions
     if config.predictions and "hoeffding" in config.cs_kinds:
-        y0 = _estimators.dr_term(so_k, spu_k, jnp.maximum(nu_k, 1), s_b, p_b, 0.0, n)
-        lo0, hi0 = _estimators.dr_range(
-            so_k, spu_k, jnp.maximum(nu_k, 0), batch.max_pu, batch.min_pu, 0.0, n
-        )
+        # (the predictions enter as zeros: 0 * a NaN prediction would be NaN)
+        zero = jnp.zeros_like(spu_k)
+        y0 = _estimators.dr_term(so_k, zero, jnp.maximum(nu_k, 1), s_b, zero, 0.0, n)
+        lo0, hi0 = _estimators.dr_range(so_k, zero, jnp.maximum(nu_k, 0), 0.0, 0.0, 0.0, n)
         plain = (y0, lo0, hi0)
     else:
         plain = ()

@@ -337,10 +337,20 @@ def item_factors_of(factors) -> tuple[ItemFactors, float | None]:
     """``(float32 ItemFactors, online rho)`` of what a user passes as ``factors``: an
     :class:`ItemFactors` (no rho of its own: ``None``) or a fitted model with ``V``,
     ``c``, ``u_mean`` (its ``online_rho``, 1.0 if it has none)."""
-    if isinstance(factors, ItemFactors):
-        return ItemFactors(*(np.asarray(x, np.float32) for x in factors)), None
-    f = ItemFactors(*(np.asarray(getattr(factors, a), np.float32) for a in ("V", "c", "u_mean")))
-    return f, float(getattr(factors, "online_rho", 1.0))
+    with np.errstate(over="ignore"):  # (values beyond float32 are refused below)
+        if isinstance(factors, ItemFactors):
+            f, rho = ItemFactors(*(np.asarray(x, np.float32) for x in factors)), None
+        else:
+            f = ItemFactors(
+                *(np.asarray(getattr(factors, a), np.float32) for a in ("V", "c", "u_mean"))
+            )
+            rho = float(getattr(factors, "online_rho", 1.0))
+    for name, x in zip(("V", "c", "u_mean"), f):
+        if not np.all(np.isfinite(x)):
+            bad = int(np.size(x) - np.count_nonzero(np.isfinite(x)))
+            raise ValueError(f"factors: {name} has {bad} non-finite value(s) (in float32); "
+                             "predictions from it would be NaN")
+    return f, rho
 
 
 def _check_unit(name, value, lo=0.0, hi=1.0):

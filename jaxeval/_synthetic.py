@@ -133,7 +133,7 @@ def _adjust_binary(key, scores, probs, gap, first):
     raise_ = d > 0
     cand = jnp.where(raise_, s == 0, s == 1)
     weight = jnp.clip(jnp.where(raise_, p, 1.0 - p), 1e-6, 1.0)
-    g = jnp.log(weight) + jax.random.gumbel(key, (n,))
+    g = jnp.log(weight) + jax.random.gumbel(key, (n,), jnp.float32)
     g = jnp.where(cand, g, -jnp.inf)
     rank = jnp.argsort(jnp.argsort(-g))
     flip = cand & (rank < jnp.abs(d))

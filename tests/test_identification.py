@@ -215,6 +215,29 @@ def test_config_batch_size_is_checked_by_name():
             idn.Config("ucbe", 3, 20, budgets=(4,), batch_size=b)
 
 
+def test_hoeffding_reference_does_not_read_the_predictions():
+    """The lam = 0 reference interval is the plain mean's: a NaN prediction (which makes
+    the DR interval NaN) must leave it as it is with finite predictions."""
+    cfg = idn.Config("uniform", 3, N, budgets=(3, 12, 24), cs_kinds=("eb", "hoeffding"),
+                     use_predictions=True)
+    pred = np.full(N, 0.5)
+    good = _run(cfg, _data(pred)).checkpoints
+    pred[3] = np.nan
+    bad = _run(cfg, _data(pred)).checkpoints
+    q = cfg.cs_kinds.index("hoeffding")
+    assert np.all(np.isfinite(good.lower[:, q])) and np.all(np.isfinite(good.upper[:, q]))
+    np.testing.assert_array_equal(bad.lower[:, q], good.lower[:, q])
+    np.testing.assert_array_equal(bad.upper[:, q], good.upper[:, q])
+
+
+def test_config_refuses_budgets_beyond_int32_counters():
+    """K*n above 2**31 (32 arms of 2**27 items) used to pass, then overflow in the trace."""
+    idn.Config("uniform", 32, 2**27, budgets=(2**31 - 64,), truth="synthetic", rank=1)
+    for budgets in [(1000, 2**31 + 10), (2**31 - 1,), (-1, 10)]:
+        with pytest.raises(ValueError, match=r"budgets must lie in \[0, 2\*\*31\)"):
+            idn.Config("uniform", 32, 2**27, budgets=budgets, truth="synthetic", rank=1)
+
+
 @pytest.mark.parametrize("b", [1, 4])
 def test_sysrs_is_successive_rejects_on_the_shared_order_at_any_batch_size(b):
     """SySRs against a NumPy successive-rejects reference on the shared item order: every

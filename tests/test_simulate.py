@@ -137,6 +137,22 @@ def test_synthetic_spec_refuses_bad_values(kwargs, match):
         SyntheticSpec(**{"n_items": 50, **kwargs})
 
 
+def test_refuses_non_finite_factors():
+    """A NaN in a given factor table ran to a report of accuracy 0 and NaN widths."""
+    from jaxeval._factorization import ItemFactors
+
+    rng = np.random.default_rng(0)
+    sm = jaxeval.ScoreMatrix((rng.random((12, 30)) < 0.5).astype(np.float32))
+    V = rng.normal(size=(30, 2)).astype(np.float32)
+    V[3, 0] = np.nan
+    f = ItemFactors(V, np.zeros(30, np.float32), np.zeros(2, np.float32))
+    with pytest.raises(ValueError, match=r"factors: V has 1 non-finite value"):
+        simulate_identification(sm, "pulse", K=3, n_train=0, factors=f, n_replicates=4)
+    f = ItemFactors(np.ones((30, 2), np.float32), np.full(30, 1e39), np.zeros(2, np.float32))
+    with pytest.raises(ValueError, match=r"factors: c has 30 non-finite value"):
+        simulate_identification(sm, "pulse", K=3, n_train=0, factors=f, n_replicates=4)
+
+
 def test_refuses_missing_cells_in_candidates():
     sm = _small_matrix()
     mask = np.ones(sm.shape, bool)
@@ -237,6 +253,25 @@ def test_item_block_streams_the_same_study():
     assert blocked.settings["item_block"] == 7
     for field in ("correct", "recommended", "theta", "calls_used", "width"):
         np.testing.assert_array_equal(getattr(blocked, field), getattr(whole, field))
+
+
+def test_synthetic_truth_and_random_predictions_are_the_same_under_x64():
+    """Under jax x64 the synthetic draws were float64: another truth than the float32
+    one, another again on the streamed path, and random predictions failed to compile."""
+    import jax
+
+    kw = dict(K=3, n_replicates=4, seed=0, budget_fractions=(0.5, 1.0), cs_kinds=("eb",))
+    spec = SyntheticSpec(n_items=20, rank=2)
+    base = simulate_identification(spec, "ucbe", **kw)
+    with jax.enable_x64(True):
+        whole = simulate_identification(spec, "ucbe", **kw)
+        blocked = simulate_identification(spec, "ucbe", item_block=8, **kw)
+        rand = simulate_identification(spec, "pulse", corruption="random", **kw)
+    for field in ("theta", "recommended", "calls_used"):
+        np.testing.assert_array_equal(getattr(whole, field), getattr(base, field))
+        np.testing.assert_array_equal(getattr(blocked, field), getattr(base, field))
+    rand32 = simulate_identification(spec, "pulse", corruption="random", **kw)
+    np.testing.assert_array_equal(rand.recommended, rand32.recommended)
 
 
 def test_lanes_change_the_vmapped_width_not_the_study():

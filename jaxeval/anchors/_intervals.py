@@ -187,7 +187,7 @@ def sample_non_anchors(key: jax.Array, anchors: jax.Array, n: int, m: int) -> ja
         raise ValueError(f"m: expected an integer in 0..{n - k} (the {n} items less the {k} "
                          f"anchors), got {m!r}")
     is_anchor = jnp.zeros((n,), bool).at[anchors].set(True)
-    u = jnp.where(is_anchor, jnp.inf, jax.random.uniform(key, (n,)))
+    u = jnp.where(is_anchor, jnp.inf, jax.random.uniform(key, (n,), jnp.float32))
     return jnp.argsort(u)[:m].astype(jnp.int32)
 
 
