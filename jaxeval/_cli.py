@@ -363,12 +363,15 @@ def _report(folder: Path, *, plots: bool = True, quiet: bool = False) -> dict | 
 
     if jax.process_index() != 0:
         return None
-    if not study_status(folder)["complete"]:
-        print(
-            f"{folder}: study incomplete (a replicate range, or interrupted); "
-            "merge or resume it for a report",
-            file=sys.stderr,
-        )
+    st = study_status(folder)
+    if not st["complete"]:
+        lo, hi = st["range"]
+        if (lo, hi) != (0, st["units"]) and st["range_complete"]:
+            what = (f"this folder holds units {lo}:{hi} of {st['units']} (a range job, "
+                    f"done): `jaxeval merge` it with the other ranges' folders for a report")
+        else:
+            what = f"interrupted: `jaxeval resume {folder}` finishes it"
+        print(f"{folder}: study incomplete; {what}", file=sys.stderr)
         return None
     study, results = _results_for_report(folder)
     summary = summarize(study, results)
@@ -949,8 +952,12 @@ def main(argv: list[str] | None = None) -> int:
 
             study, results = _results_for_report(args.dir)
             s = summarize(study, results)
-            write_summary(s, args.dir)
             print(json.dumps(s, indent=1) if args.json else format_summary(s))
+            try:
+                write_summary(s, args.dir)
+            except OSError as e:  # e.g. a read-only folder: the table is still printed
+                print(f"jaxeval summary: warning: summary.json not written: {e}",
+                      file=sys.stderr)
             return 0
         if args.command == "plot":
             from jaxeval._report import plot_study, summarize

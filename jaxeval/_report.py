@@ -193,12 +193,31 @@ def _identification_summary(study: Any, results: Mapping[str, Mapping[str, np.nd
 
 
 # ============================================================ anchors
+def _mean_sd_defined(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Column means and sds (ddof 1) of ``v [seeds, k]`` over its finite entries, and
+    their count per column (NaN where none; sd 0 where one)."""
+    ok = np.isfinite(v)
+    n = ok.sum(axis=0)
+    x = np.where(ok, v, 0.0)
+    mean = np.where(n > 0, x.sum(axis=0) / np.maximum(n, 1), np.nan)
+    dev = np.where(ok, v - mean, 0.0)
+    var = (dev**2).sum(axis=0) / np.maximum(n - 1, 1)
+    sd = np.where(n > 1, np.sqrt(var), np.where(n == 1, 0.0, np.nan))
+    return mean, sd, n
+
+
 def _anchor_summary(study: Any, results: Mapping[str, Mapping[str, np.ndarray]]) -> dict:
     methods = {}
     for m in study.methods:
         entry: dict[str, Any] = {"k": list(study.k)}
         for f in ("mae_pp", "tau", "coverage", "width"):
             v = np.stack([results[f"k{k}"][f"{m}.{f}"] for k in study.k], axis=1)  # [seeds, k]
+            if f == "tau":
+                # tau-b is undefined (NaN) for a split whose predictions are all equal:
+                # averaged over the splits where it is defined, their count kept
+                entry[f], entry[f + "_sd"], n_def = _mean_sd_defined(v)
+                entry["tau_undefined"] = v.shape[0] - n_def
+                continue
             entry[f] = v.mean(axis=0)
             entry[f + "_sd"] = v.std(axis=0, ddof=1) if v.shape[0] > 1 else np.zeros(v.shape[1])
         methods[m] = entry
@@ -262,13 +281,27 @@ def summarize(study: Any, results: Mapping[str, Mapping[str, np.ndarray]]) -> di
 
 def write_summary(summary: Mapping[str, Any], out: str | Path) -> Path:
     """Write ``summary.json`` in folder ``out``."""
+    import os
+
     p = Path(out) / "summary.json"
-    p.write_text(json.dumps(summary, indent=1) + "\n")
+    # (written beside, then renamed: an interrupted write never leaves half a file)
+    tmp = p.with_name(f".tmp-{os.getpid()}-{p.name}")
+    try:
+        tmp.write_text(json.dumps(summary, indent=1) + "\n")
+        os.replace(tmp, p)
+    finally:
+        tmp.unlink(missing_ok=True)
     return p
 
 
 def _fmt_pct(x: Any, nd: int = 1) -> str:
     return "  -  " if x is None else f"{100 * x:.{nd}f}%"
+
+
+def _fmt_num(x: Any, width: int, nd: int) -> str:
+    if x is None or not math.isfinite(float(x)):
+        return "n/a".rjust(width)
+    return f"{x:{width}.{nd}f}"
 
 
 def format_summary(summary: Mapping[str, Any]) -> str:
@@ -316,8 +349,22 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         lines.append("  method            " + "".join(f"k={k}".rjust(15) for k in summary["k"]))
         for name, e in summary["methods"].items():
             row = f"  {name:<17} "
-            row += "".join(f"{m:6.2f} / {t:4.2f}".rjust(15) for m, t in zip(e["mae_pp"], e["tau"]))
+            row += "".join(
+                f"{_fmt_num(m, 6, 2)} / {_fmt_num(t, 4, 2)}".rjust(15)
+                for m, t in zip(e["mae_pp"], e["tau"])
+            )
             lines.append(row)
+        undefined = [
+            f"{name} at k={k}: {int(u)}"
+            for name, e in summary["methods"].items()
+            for k, u in zip(summary["k"], e.get("tau_undefined", ()))
+            if u
+        ]
+        if undefined:
+            lines.append(
+                "  (tau-b undefined, all predictions equal, on some splits -- averaged over the "
+                "others: " + "; ".join(undefined) + ")"
+            )
     else:
         lines.append(f"Replicate study {summary['name']!r}: {summary['replicates']} replicates")
         for k, v in summary["fields"].items():
@@ -564,7 +611,9 @@ def _anchor_plots(s: Mapping[str, Any], out: Path) -> list[Path]:
     for i, (name, e) in enumerate(s["methods"].items()):
         col = f"C{i % 10}"
         for ax, f in zip(axes, ("mae_pp", "tau")):
-            m, sd = np.asarray(e[f]), np.asarray(e[f + "_sd"])
+            # (summary.json writes NaN as null)
+            m, sd = (np.asarray([np.nan if x is None else x for x in e[g]], float)
+                     for g in (f, f + "_sd"))
             label = _METHOD_NAMES.get(name, name)
             ax.errorbar(ks, m, yerr=sd, fmt="o-", ms=4, lw=1.6, capsize=3, color=col, label=label)
     axes[0].set_ylabel("test MAE (percentage points)")

@@ -1468,6 +1468,18 @@ def study_status(out: str | os.PathLike) -> dict:
     }
 
 
+def _unfinished_hint(out: Path, manifest: Mapping[str, Any], study: Study) -> str:
+    """What to do with a folder whose study is not complete: resume its own range, or
+    merge it with the other ranges' folders when it is one range of a split study."""
+    lo, hi = manifest["range"]
+    if (lo, hi) != (0, study.n_units):
+        return (f"this folder is the range job for units {lo}:{hi} of {study.n_units} "
+                f"(`jaxeval resume` finishes that range only): `jaxeval merge` it with the "
+                f"folders of the other ranges, e.g. `jaxeval merge {out} OTHER... --out "
+                f"MERGED`, then report on MERGED")
+    return f"run `jaxeval resume {out}` first"
+
+
 def load_results(
     out: str | os.PathLike, *, allow_partial: bool = False
 ) -> tuple[Study, dict[str, dict[str, np.ndarray]]]:
@@ -1503,8 +1515,8 @@ def load_results(
             if allow_partial:
                 continue
             raise StudyFolderError(
-                f"{out}: task {task!r} has no finished chunk yet; run `jaxeval resume {out}` "
-                "(or merge the other ranges) first"
+                f"{out}: task {task!r} has no finished chunk yet; "
+                + _unfinished_hint(out, manifest, study)
             )
         pos = spans[0][0]
         if not allow_partial and pos != 0:
@@ -1526,8 +1538,8 @@ def load_results(
             pos = hi
         if not allow_partial and pos != study.n_units:
             raise StudyFolderError(
-                f"{out}: task {task!r} holds units up to {pos} of {study.n_units}; run "
-                f"`jaxeval resume {out}` (or merge the other ranges) first"
+                f"{out}: task {task!r} holds units up to {pos} of {study.n_units}; "
+                + _unfinished_hint(out, manifest, study)
             )
         results[task] = {k: np.concatenate(v) for k, v in parts.items()}
     return study, results

@@ -80,6 +80,11 @@ def test_run_range_merge_summary(tmp_path, capsys, monkeypatch):
     p.write_text(json.dumps(cfg))
     a, b, m = (str(tmp_path / x) for x in ("a", "b", "m"))
     assert main(["run", str(p), "--out", a, "--range", "0:40", "--quiet"]) == 0
+    assert "a range job, done): `jaxeval merge` it" in capsys.readouterr().err
+    # a range folder is merged, not resumed (resume finishes its own range only)
+    assert main(["summary", a]) == 2
+    err = capsys.readouterr().err
+    assert "range job for units 0:40 of 100" in err and "jaxeval merge" in err
     assert main(["run", str(p), "--out", b, "--range", "40:100", "--quiet"]) == 0
     assert main(["merge", a, b, "--out", m]) == 0
     assert "(complete)" in capsys.readouterr().out
@@ -91,6 +96,31 @@ def test_run_range_merge_summary(tmp_path, capsys, monkeypatch):
     p.write_text(json.dumps(dict(cfg, seed=2)))
     assert main(["run", str(p), "--out", a, "--range", "0:40", "--quiet"]) == 2
     assert "another study" in capsys.readouterr().err
+
+
+def test_summary_prints_even_where_summary_json_cannot_be_written(tmp_path, capsys,
+                                                                 monkeypatch):
+    """A read-only results folder (a colleague's, a shared disk): the table is printed,
+    the failed write is a warning (the write used to come first and abort the command)."""
+    import jaxeval._report as report
+
+    monkeypatch.syspath_prepend(str(TESTS))
+    cfg = {"kind": "replicates", "name": "ro-toy", "target": "test_study:toy",
+           "n_replicates": 16, "seed": 1, "chunk_size": 16, "lanes": 8}
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(cfg))
+    out = str(tmp_path / "o")
+    assert main(["run", str(p), "--out", out, "--quiet"]) == 0
+    capsys.readouterr()
+
+    def refuse(summary, folder):
+        raise PermissionError(13, "Read-only file system", str(folder))
+
+    monkeypatch.setattr(report, "write_summary", refuse)
+    assert main(["summary", out]) == 0
+    res = capsys.readouterr()
+    assert "ro-toy" in res.out
+    assert "warning: summary.json not written" in res.err
 
 
 def test_bad_range_text(tmp_path, capsys):

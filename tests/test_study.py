@@ -535,6 +535,23 @@ def test_anchor_study_matches_protocol(tmp_path):
     s = summarize(study, res)
     assert s["methods"]["kmeans_ridge"]["mae_pp"][0] < s["methods"]["random_mean"]["mae_pp"][0]
     assert plot_study(s, tmp_path / "plots")[0].stat().st_size > 10_000
+    # tau-b is NaN on a split whose predictions are all equal: the mean is over the
+    # other splits (one NaN hid them, and its null in summary.json broke the table and
+    # the plot of a finished study)
+    import json
+
+    from jaxeval._report import _round, format_summary
+
+    res["k20"]["random_mean.tau"] = np.array([np.nan, 0.5])
+    res["k20"]["kmeans_ridge.tau"] = np.array([np.nan, np.nan])
+    s = summarize(study, res)
+    assert s["methods"]["random_mean"]["tau"][0] == 0.5
+    assert list(s["methods"]["random_mean"]["tau_undefined"]) == [1]
+    on_disk = json.loads(json.dumps(_round(s), allow_nan=False))
+    assert on_disk["methods"]["kmeans_ridge"]["tau"] == [None]
+    text = format_summary(on_disk)
+    assert "n/a" in text and "random_mean at k=20: 1; kmeans_ridge at k=20: 2" in text
+    assert plot_study(on_disk, tmp_path / "plots2")[0].stat().st_size > 10_000
 
 
 def test_study_problem_uses_simulate_identifications_refit_defaults():
