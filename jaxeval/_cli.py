@@ -772,6 +772,10 @@ def _load_table_arg(what: str, value: str, sep: str | None, lm_eval: dict | None
             raise
     if sep is None:
         return jaxeval.load(value)
+    # a shell passes --sep '\t' as backslash-t: the tab it means
+    sep = {"\\t": "\t", "tab": "\t"}.get(sep, sep)
+    if len(sep) != 1:
+        raise ValueError(f"--sep: expected one character (or '\\t' for a tab), got {sep!r}")
     if Path(value).suffix.lower() not in (".csv", ".tsv"):
         raise ValueError(f"--sep: only for a .csv / .tsv table, not {what} {value!r}")
     return jaxeval.load(value, sep=sep)

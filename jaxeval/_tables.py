@@ -120,6 +120,11 @@ def _read_cells(path: Path, sep: str | None, model_col: str = "model"
         return header, df.astype(object).where(df.notna(), "").values.tolist()
     if sep is None:
         sep = "\t" if suffix == ".tsv" else ","
+    if not isinstance(sep, str) or len(sep) != 1:
+        # (pandas would take a longer sep as a regular expression, and the check of
+        # truncated rows below needs one character)
+        tab = " (for a tab pass '\\t', the tab character itself)" if sep == "\\t" else ""
+        raise ValueError(f"sep: expected one character, got {sep!r}{tab}")
     try:
         df = pd.read_csv(
             path, sep=sep, header=None, dtype=str, keep_default_na=False, na_filter=False

@@ -7,11 +7,19 @@
 # It prints a summary and leaves summary.json files and PNG plots in the output folder.
 #
 # Usage: bash scripts/main.sh [OUT_DIR] [extra `jaxeval main` flags, e.g. --quick]
+#   OUT_DIR defaults to jaxeval-out in the repository; a relative OUT_DIR is taken from
+#   the directory the script is called from. `bash scripts/main.sh --quick` works too.
 # Environment: JAXEVAL_COMPILATION_CACHE (default .venv/xla-cache) speeds up reruns.
 set -euo pipefail
+case "${1:-}" in
+    "" | -*) OUT=jaxeval-out ;;
+    *)
+        OUT="$1"
+        shift
+        case "$OUT" in /*) ;; *) OUT="$PWD/$OUT" ;; esac
+        ;;
+esac
 cd "$(dirname "$0")/.."
-OUT="${1:-jaxeval-out}"
-shift || true
 PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
     echo "== creating .venv"

@@ -724,6 +724,12 @@ def test_anchors_fit_reads_other_separators_and_names_its_data(tmp_path, capsys,
     assert main(["anchors", "fit", "semi.csv", "--k", "1", "--out", "a", "--sep", ";"]) == 2
     err = capsys.readouterr().err  # read; too few models for the method, said about DATA
     assert "DATA semi.csv (4 models after removing duplicates, 3 items), --k 1:" in err
+    # --sep '\t' from a shell is backslash-t: read as the tab it means
+    Path("tab.csv").write_text("model\ta1\ta2\ta3\nm1\t1\t0\t1\nm2\t0\t1\t1\nm3\t1\t1\n")
+    assert main(["anchors", "fit", "tab.csv", "--k", "1", "--out", "a", "--sep", "\\t"]) == 2
+    assert "line 4 has 3 fields, the header 4" in capsys.readouterr().err
+    assert main(["anchors", "fit", "tab.csv", "--k", "1", "--out", "a", "--sep", "::"]) == 2
+    assert "--sep: expected one character" in capsys.readouterr().err
     assert main(["anchors", "fit", "oll2_musr", "--k", "1", "--out", "a", "--sep", ";"]) == 2
     assert "--sep: only for a .csv / .tsv table" in capsys.readouterr().err
 

@@ -463,6 +463,14 @@ def test_table_encoding_and_separator_hints(tmp_path):
     assert jaxeval.load(semi, sep=";").shape == (2, 2)
     comma = _write(tmp_path / "comma.csv", "model;q1;q2\na;0,5;1\nb;0;1\n")  # decimal commas
     _raises([r"comma\.csv: malformed table", r"pass sep=';'"], jaxeval.load, comma)
+    # a two-character sep is no separator: pandas took it as a regular expression, and
+    # the check of truncated rows (one character only) was skipped -- a short last row
+    # read as unscored items
+    tsv = _write(tmp_path / "short.csv", "model\tq1\tq2\tq3\na\t1\t0\t1\nb\t1\t1\n")
+    _raises([r"line 3 has 3 fields, the header 4"], jaxeval.load, tsv, sep="\t")
+    _raises([r"sep: expected one character, got '\\\\t' \(for a tab pass"],
+            jaxeval.load, tsv, sep="\\t")
+    _raises([r"sep: expected one character, got ';;'"], jaxeval.load, semi, sep=";;")
 
 
 def test_table_index_columns_are_not_items(tmp_path):

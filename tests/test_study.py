@@ -535,23 +535,36 @@ def test_anchor_study_matches_protocol(tmp_path):
     s = summarize(study, res)
     assert s["methods"]["kmeans_ridge"]["mae_pp"][0] < s["methods"]["random_mean"]["mae_pp"][0]
     assert plot_study(s, tmp_path / "plots")[0].stat().st_size > 10_000
-    # tau-b is NaN on a split whose predictions are all equal: the mean is over the
-    # other splits (one NaN hid them, and its null in summary.json broke the table and
-    # the plot of a finished study)
+
+
+def test_anchor_summary_averages_tau_where_it_is_defined(tmp_path):
+    """tau-b is NaN on a split whose predictions are all equal (random anchors that are
+    all 0 on a hard benchmark): one NaN hid the other splits' values, and its null in
+    summary.json broke the table and the plot of a finished study."""
     import json
 
-    from jaxeval._report import _round, format_summary
+    from jaxeval._report import _round, format_summary, plot_study, summarize
 
-    res["k20"]["random_mean.tau"] = np.array([np.nan, 0.5])
-    res["k20"]["kmeans_ridge.tau"] = np.array([np.nan, np.nan])
+    study = study_from_dict({"kind": "anchors", "name": "nan-tau",
+                             "data": {"dataset": "oll2_musr"},
+                             "methods": ["random_mean", "kmeans_ridge"], "k": [20],
+                             "n_seeds": 2})
+    one = {"mae_pp": np.array([3.0, 5.0]), "coverage": np.array([0.9, 0.8]),
+           "width": np.array([0.1, 0.2])}
+    res = {"k20": {"seconds": np.array([1.0, 1.0]),
+                   "random_mean.tau": np.array([np.nan, 0.5]),
+                   "kmeans_ridge.tau": np.array([np.nan, np.nan]),
+                   **{f"{m}.{f}": v for m in study.methods for f, v in one.items()}}}
     s = summarize(study, res)
     assert s["methods"]["random_mean"]["tau"][0] == 0.5
+    assert s["methods"]["random_mean"]["tau_sd"][0] == 0.0
     assert list(s["methods"]["random_mean"]["tau_undefined"]) == [1]
+    assert s["methods"]["random_mean"]["mae_pp"][0] == 4.0
     on_disk = json.loads(json.dumps(_round(s), allow_nan=False))
     assert on_disk["methods"]["kmeans_ridge"]["tau"] == [None]
     text = format_summary(on_disk)
     assert "n/a" in text and "random_mean at k=20: 1; kmeans_ridge at k=20: 2" in text
-    assert plot_study(on_disk, tmp_path / "plots2")[0].stat().st_size > 10_000
+    assert plot_study(on_disk, tmp_path / "plots")[0].stat().st_size > 10_000
 
 
 def test_study_problem_uses_simulate_identifications_refit_defaults():
