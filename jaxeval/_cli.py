@@ -161,6 +161,12 @@ def _parser() -> argparse.ArgumentParser:
     cn.add_argument("--history-filter", metavar="[TASK=]FILTER", action="append",
                     help="lm-evaluation-harness --history: the filter to keep where a task "
                     "logs several (e.g. strict-match); TASK=FILTER for one task, repeatable")
+    cn.add_argument("--history-runs", choices=("error", "latest"),
+                    help="lm-evaluation-harness --history: with several runs of a task per "
+                    "model, 'latest' keeps the newest (default: refuse)")
+    cn.add_argument("--history-duplicate-names", choices=("error", "rename"),
+                    help=".npz --history: repeated model or item names are refused "
+                    "(default) or renamed with '#2', '#3', ...")
     cn.add_argument("--exclude-candidates", action="store_true",
                     help="drop the candidates' rows from --history first (e.g. to try a "
                     "campaign on bundled data, whose history holds every model)")
@@ -226,6 +232,20 @@ def _parser() -> argparse.ArgumentParser:
     af.add_argument("data", help="scored models: a bundled name or a file jaxeval.load reads")
     af.add_argument("--sep", help="field separator of a DATA table (default: ',', or tab "
                     "for .tsv)")
+    af.add_argument("--metric", metavar="NAME",
+                    help="lm-evaluation-harness DATA: the per-sample metric to read")
+    af.add_argument("--filter", metavar="[TASK=]FILTER", action="append",
+                    help="lm-evaluation-harness DATA: the filter to keep where a task logs "
+                    "several (e.g. strict-match); TASK=FILTER for one task, repeatable")
+    af.add_argument("--runs", choices=("error", "latest"),
+                    help="lm-evaluation-harness DATA: with several runs of a task per model, "
+                    "'latest' keeps the newest (default: refuse)")
+    af.add_argument("--duplicate-names", choices=("error", "rename"),
+                    help=".npz DATA: repeated model or item names are refused (default) or "
+                    "renamed with '#2', '#3', ...")
+    af.add_argument("--drop-incomplete", action="store_true",
+                    help="leave out the models of DATA with unscored items (the fit needs "
+                    "complete rows); their number is printed")
     af.add_argument("--k", type=int, required=True, help="number of anchor items")
     af.add_argument("--out", required=True, help="the predictor file (.npz; not overwritten)")
     af.add_argument("--method", default="auto", help="auto (default) or a method name")
@@ -620,7 +640,7 @@ def _new_campaign(args: argparse.Namespace):
     history = None
     if args.history:
         history = _load_table_arg("--history", args.history, args.sep,
-                                  _lm_eval_options(args))
+                                  _lm_eval_options(args), args.history_duplicate_names)
         if args.exclude_candidates:
             drop = set(cands)
             keep = [i for i, m in enumerate(history.models.tolist()) if m not in drop]
@@ -630,8 +650,11 @@ def _new_campaign(args: argparse.Namespace):
             history = history.take(models=keep)
     elif args.exclude_candidates:
         raise ValueError("--exclude-candidates: needs --history")
-    elif args.history_metric is not None or args.history_filter:
-        raise ValueError("--history-metric / --history-filter: need --history")
+    elif (args.history_metric is not None or args.history_filter
+          or args.history_runs is not None):
+        raise ValueError("--history-metric / --history-filter / --history-runs: need --history")
+    elif args.history_duplicate_names is not None:
+        raise ValueError("--history-duplicate-names: needs --history")
     elif args.sep is not None:
         raise ValueError("--sep: only with --history (the separator of its table)")
     items = _lines(args.items_file, "items-file") if args.items_file else None
@@ -726,47 +749,86 @@ def _campaign_action(args: argparse.Namespace, answers) -> int:
     return 0
 
 
-def _lm_eval_options(args: argparse.Namespace) -> dict:
-    """``metric=`` / ``filter=`` of ``load_lm_eval`` from ``--history-metric`` and the
-    ``--history-filter`` values (one FILTER for every task, or TASK=FILTER pairs)."""
+def _lm_eval_options(args: argparse.Namespace, prefix: str = "history_") -> dict:
+    """``metric=`` / ``filter=`` / ``runs=`` of ``load_lm_eval`` from the command's
+    ``--{prefix}metric``, ``--{prefix}filter`` (one FILTER for every task, or TASK=FILTER
+    pairs) and ``--{prefix}runs``."""
+    flag = "--" + prefix.replace("_", "-")
     opts: dict = {}
-    if args.history_metric is not None:
-        opts["metric"] = args.history_metric
-    given = args.history_filter or []
+    if getattr(args, prefix + "metric") is not None:
+        opts["metric"] = getattr(args, prefix + "metric")
+    if getattr(args, prefix + "runs", None) is not None:
+        opts["runs"] = getattr(args, prefix + "runs")
+    given = getattr(args, prefix + "filter") or []
     pairs = [f for f in given if "=" in f]
     if pairs and len(pairs) != len(given):
-        raise ValueError("--history-filter: either one FILTER for every task or TASK=FILTER "
+        raise ValueError(f"{flag}filter: either one FILTER for every task or TASK=FILTER "
                          f"pairs, not both (got {given})")
     if pairs:
         per = dict(f.split("=", 1) for f in pairs)
         if len(per) != len(pairs):
-            raise ValueError(f"--history-filter: a task given twice in {given}")
+            raise ValueError(f"{flag}filter: a task given twice in {given}")
         opts["filter"] = per
     elif len(given) > 1:
-        raise ValueError(f"--history-filter: one FILTER for every task, got {given} (use "
+        raise ValueError(f"{flag}filter: one FILTER for every task, got {given} (use "
                          "TASK=FILTER for different filters per task)")
     elif given:
         opts["filter"] = given[0]
     return opts
 
 
-def _load_table_arg(what: str, value: str, sep: str | None, lm_eval: dict | None = None):
-    """``jaxeval.load(value)``, with ``sep`` for a CSV/TSV table and the lm-evaluation-
-    harness options (each refused for other data)."""
+def _command_hints(msg: str, prefix: str) -> str:
+    """A loader's advice in a message (``pass filter=<name>``, ...) in the command's own
+    flags (``--history-filter NAME``, ...)."""
+    flag = "--" + prefix.replace("_", "-")
+    for old, new in (
+        ("pass metric=<field> to choose one", f"pass {flag}metric FIELD to choose one"),
+        ("pass metric= explicitly", f"pass {flag}metric explicitly"),
+        ("pick another field with metric=", f"pick another field with {flag}metric"),
+        ("pass filter=<name> to choose one",
+         f"pass {flag}filter NAME (or TASK=NAME for that task alone) to choose one"),
+        ("pass runs='latest' to keep the newest", f"pass {flag}runs latest to keep the newest"),
+        ("name the task: filter={task: name}", f"name the task: {flag}filter TASK=NAME"),
+        ("pass duplicate_names='rename'", f"pass {flag}duplicate-names rename"),
+    ):
+        msg = msg.replace(old, new)
+    return msg
+
+
+def _load_table_arg(what: str, value: str, sep: str | None, lm_eval: dict | None = None,
+                    duplicate_names: str | None = None, prefix: str = "history_"):
+    """``jaxeval.load(value)``, with ``sep`` for a CSV/TSV table, the lm-evaluation-
+    harness options and ``duplicate_names`` for an .npz file (each refused for other
+    data); the loader's advice is given in the command's flags (``--{prefix}...``)."""
+    try:
+        return _load_table(what, value, sep, lm_eval, duplicate_names, prefix)
+    except (ValueError, TypeError) as e:
+        msg = _command_hints(str(e), prefix)
+        if msg != str(e):
+            raise type(e)(msg) from None
+        raise
+
+
+def _load_table(what, value, sep, lm_eval, duplicate_names, prefix):
     import jaxeval
 
+    flag = "--" + prefix.replace("_", "-")
+    p = Path(value)
+    if duplicate_names is not None:
+        if p.suffix.lower() != ".npz":
+            raise ValueError(f"{flag}duplicate-names: only for an .npz file, not {value!r}")
+        return jaxeval.load(value, duplicate_names=duplicate_names)
     if lm_eval:
         if sep is not None:
-            raise ValueError("--sep: only for a .csv / .tsv table, not with --history-filter / "
-                             "--history-metric (lm-evaluation-harness output)")
-        p = Path(value)
+            raise ValueError(f"--sep: only for a .csv / .tsv table, not with {flag}filter / "
+                             f"{flag}metric / {flag}runs (lm-evaluation-harness output)")
         if not (p.is_dir() or p.suffix.lower() in (".jsonl", ".json")):
-            raise ValueError(f"--history-metric / --history-filter: only for lm-evaluation-"
+            raise ValueError(f"{flag}metric / {flag}filter / {flag}runs: only for lm-evaluation-"
                              f"harness output (a folder or .jsonl), not {value!r}")
         try:
             return jaxeval.load(value, **lm_eval)
         except (ValueError, TypeError) as e:
-            msg = _renamed(str(e), {"filter": "--history-filter", "metric": "--history-metric"})
+            msg = _renamed(str(e), {"filter": f"{flag}filter", "metric": f"{flag}metric"})
             if msg != str(e):
                 raise ValueError(msg) from None
             raise
@@ -825,7 +887,22 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
 
     if args.action == "fit":
         out = _new_npz("out", args.out)
-        sm = _load_table_arg("DATA", args.data, args.sep).drop_duplicates()
+        sm = _load_table_arg("DATA", args.data, args.sep, _lm_eval_options(args, ""),
+                             args.duplicate_names, prefix="").drop_duplicates()
+        if args.drop_incomplete and not sm.is_complete:
+            keep = np.flatnonzero(sm.mask.all(axis=1))
+            print(f"--drop-incomplete: left out {sm.n_models - keep.size} of {sm.n_models} "
+                  "models with unscored items", file=sys.stderr)
+            if keep.size == 0:
+                raise ValueError(f"--drop-incomplete: every model of {args.data} has "
+                                 "unscored items")
+            sm = sm.take(models=keep)
+        if not sm.is_complete:
+            rows = int((~sm.mask.all(axis=1)).sum())
+            raise ValueError(
+                f"DATA {args.data}: {rows} of {sm.n_models} models have unscored items (e.g. "
+                f"{sm.models[~sm.mask.all(axis=1)][:3].tolist()}); anchors are fitted on fully "
+                "scored models: pass --drop-incomplete to leave those out")
         try:
             pred = jaxeval.fit_anchors(sm, args.k, method=args.method, seed=args.seed,
                                        alpha=args.alpha)

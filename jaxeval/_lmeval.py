@@ -142,6 +142,7 @@ def _read_run(
         if filter not in filters:
             raise ValueError(
                 f"{path}: no line has filter {filter!r}; field 'filter' takes values {filters}"
+                "; where tasks log different filters, name the task: filter={task: name}"
             )
         samples = [(ln, o) for ln, o in samples if str(o.get("filter", "none")) == filter]
     used = _pick_metric(path, samples, metric)

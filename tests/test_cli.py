@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from jaxeval._cli import main
@@ -504,7 +505,7 @@ def test_campaign_new_history_from_lm_eval_with_filters(tmp_path, capsys, monkey
     base = ["campaign", "new", "c.npz", "--history", "runs", "--candidates", "x", "y",
             "--policy", "ucbe"]
     assert main(base) == 2
-    assert "filter" in capsys.readouterr().err
+    assert "pass --history-filter NAME (or TASK=NAME" in capsys.readouterr().err
     assert main(base + ["--history-filter", "a", "--history-filter", "b"]) == 2
     assert "--history-filter: one FILTER for every task" in capsys.readouterr().err
     assert main(base + ["--history-filter", "strict-match", "--sep", ";"]) == 2
@@ -518,6 +519,54 @@ def test_campaign_new_history_from_lm_eval_with_filters(tmp_path, capsys, monkey
     assert main(["campaign", "new", "e.npz", "--items-file", "c.npz", "--candidates", "x",
                  "y", "--policy", "ucbe", "--history-filter", "strict-match"]) == 2
     assert "need --history" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore:fit_anchors.*too few")
+def test_anchors_fit_reads_lm_eval_output_with_its_options(tmp_path, capsys, monkeypatch):
+    """``anchors fit`` had none of the options its loader's messages asked for (filter=,
+    runs=, duplicate_names=, .take(models=...)): it takes --filter / --metric / --runs,
+    --duplicate-names and --drop-incomplete, and every message names those flags."""
+    import jaxeval
+
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(0)
+    for m in range(30):
+        d = Path("runs") / f"org__m{m}"
+        d.mkdir(parents=True)
+        n_docs = 11 if m == 0 else 12  # one model lacks a document
+        lines = [json.dumps({"doc_id": i, "filter": f, "metrics": ["exact_match"],
+                             "exact_match": float(rng.random() < 0.3 + m / 60)})
+                 for i in range(n_docs) for f in ("strict-match", "flexible-extract")]
+        name = "samples_gsm8k_2025-01-01T00-00-00.000001.jsonl"
+        (d / name).write_text("\n".join(lines))
+    base = ["anchors", "fit", "runs", "--k", "3", "--method", "random_mean"]
+    assert main(base + ["--out", "a.npz"]) == 2
+    assert "pass --filter NAME (or TASK=NAME" in capsys.readouterr().err
+    assert main(base + ["--out", "a.npz", "--filter", "strict-match"]) == 2
+    assert "1 of 30 models have unscored items" in capsys.readouterr().err
+    assert main(base + ["--out", "a.npz", "--filter", "strict-match", "--drop-incomplete"]) == 0
+    assert "left out 1 of 30 models" in capsys.readouterr().err
+    assert jaxeval.AnchorPredictor.load("a.npz").k == 3
+    # a second run of the task: --runs latest
+    d = Path("runs") / "org__m3"
+    (d / "samples_gsm8k_2025-02-01T00-00-00.000001.jsonl").write_text(
+        (d / "samples_gsm8k_2025-01-01T00-00-00.000001.jsonl").read_text())
+    args = base + ["--filter", "strict-match", "--drop-incomplete"]
+    assert main(args + ["--out", "b.npz"]) == 2
+    assert "pass --runs latest to keep the newest" in capsys.readouterr().err
+    assert main(args + ["--out", "b.npz", "--runs", "latest"]) == 0
+    assert main(args + ["--out", "c.npz", "--duplicate-names", "rename"]) == 2
+    assert "--duplicate-names: only for an .npz file" in capsys.readouterr().err
+    # repeated model names in an .npz: refused with the flag to pass, renamed with it
+    sm = jaxeval.load("oll2_musr").take(models=np.arange(40))
+    scores = sm.scores
+    np.savez("dup.npz", scores=scores, models=np.array(["m"] * 2 + [f"x{i}" for i in range(38)]),
+             items=sm.items)
+    assert main(["anchors", "fit", "dup.npz", "--k", "5", "--method", "random_mean", "--out",
+                 "d.npz"]) == 2
+    assert "pass --duplicate-names rename" in capsys.readouterr().err
+    assert main(["anchors", "fit", "dup.npz", "--k", "5", "--method", "random_mean", "--out",
+                 "d.npz", "--duplicate-names", "rename"]) == 0
 
 
 def test_refused_campaign_new_leaves_nothing_behind(tmp_path, capsys, monkeypatch):
