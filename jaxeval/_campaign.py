@@ -235,6 +235,8 @@ class CampaignStatus:
                 va="bottom")
         fig.tight_layout()
         path = Path(path)
+        if not path.suffix:  # (matplotlib would add ".png" to the file it writes)
+            path = path.with_suffix(".png")
         fig.savefig(path)
         plt.close(fig)
         return path

@@ -439,7 +439,14 @@ def _budget_axis(ax: Any, fr: np.ndarray) -> None:
     ax.set_xticklabels([f"{t:g}" for t in ticks])
     ax.minorticks_off()
     ax.set_xlim(fr.min() / 1.15, fr.max() * 1.15)
-    ax.set_xlabel("LLM calls (% of K·n, log scale)")
+    # (a checkpoint holds the state after the last whole batch within its budget)
+    ax.set_xlabel("LLM call budget (% of K·n, log scale)")
+
+
+def _calls_label(c95: float | None, budgets_pct: np.ndarray) -> str:
+    """``(12.5%)``, or ``(>20%)`` when 95% is not reached within the budget grid (whose
+    largest budget may be below 100% of K·n)."""
+    return f"({100 * c95:.1f}%)" if c95 is not None else f"(>{budgets_pct[-1]:g}%)"
 
 
 def _identification_plots(s: Mapping[str, Any], out: Path) -> list[Path]:
@@ -457,7 +464,7 @@ def _identification_plots(s: Mapping[str, Any], out: Path) -> list[Path]:
         acc = np.asarray(e["accuracy"])
         lo, hi = (np.asarray(v) for v in e["accuracy_ci95"])
         c95 = e["calls_to_95_fraction"]
-        lab = st["label"] + (f"  ({100 * c95:.1f}%)" if c95 is not None else "  (>100%)")
+        lab = st["label"] + "  " + _calls_label(c95, fr)
         ax.plot(fr, acc, "o-", ms=3.5, lw=1.8, color=st["color"], label=lab)
         ax.fill_between(fr, lo, hi, color=st["color"], alpha=0.12, lw=0)
     ax.axhline(TARGET_ACCURACY, color="k", ls="--", lw=1)
@@ -548,12 +555,15 @@ def _identification_plots(s: Mapping[str, Any], out: Path) -> list[Path]:
 def plot_calls_bars(summaries: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
     """Bars of LLM calls to 95% accuracy (share of K·n), one group per dataset and K."""
     plt = _plt()
+    from matplotlib.patches import Patch
+
     groups = [f"{s['dataset']}\nK={s['num_arms']}" for s in summaries]
     names: list[str] = []
     for s in summaries:
         names += [n for n in s["policies"] if n not in names]
     width = 0.8 / max(len(names), 1)
     fig, ax = plt.subplots(figsize=(2.2 + max(3.0, 0.45 * len(groups) * len(names)), 3.8))
+    handles = []
     for i, name in enumerate(names):
         xs, ys, missing = [], [], []
         st = None
@@ -571,7 +581,9 @@ def plot_calls_bars(summaries: Sequence[Mapping[str, Any]], path: str | Path) ->
                 ys.append(100 * v)
         if st is None:
             continue
-        bars = ax.bar(xs, ys, width * 0.92, color=st["color"], label=st["label"])
+        # (the legend's own patch: a policy with no bar would get the default colour)
+        handles.append(Patch(color=st["color"], label=st["label"]))
+        bars = ax.bar(xs, ys, width * 0.92, color=st["color"])
         for b, y in zip(bars, ys):
             ax.text(
                 b.get_x() + b.get_width() / 2, y, f"{y:.1f}", ha="center", va="bottom", fontsize=8
@@ -580,14 +592,17 @@ def plot_calls_bars(summaries: Sequence[Mapping[str, Any]], path: str | Path) ->
             ax.text(x, 1, "not\nreached", ha="center", va="bottom", fontsize=7, color=st["color"])
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels(groups)
+    ax.set_xlim(-0.5, len(groups) - 0.5)  # every slot, "not reached" ones included
     ax.set_ylabel("LLM calls to 95% accuracy (% of K·n)")
     ax.set_title("Cost of finding the best model (lower is better)", fontsize=10)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="x", visible=False)
     ax.set_ylim(0, 105)
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path)
+    if not path.suffix:  # (matplotlib would add ".png" to the file it writes)
+        path = path.with_suffix(".png")
+    fig.savefig(path, bbox_inches="tight")  # (the legend sits outside the axes)
     plt.close(fig)
     return path
 

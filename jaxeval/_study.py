@@ -154,6 +154,13 @@ class DataSource:
     dataset: str | None = None
     npz: str | None = None
     synthetic: tuple[tuple[str, Any], ...] | None = None
+    # where a relative ``npz`` was found when the study folder was made: read from there
+    # when the path does not resolve from the current directory (not part of the study:
+    # two studies with the same ``npz`` are the same study)
+    location: str | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def _file(self) -> Path:
+        return Path(self.location or self.npz)
 
     SYNTHETIC_KEYS = ("n_items", "rank", "model_scale", "difficulty_scale", "difficulty_mean")
 
@@ -208,7 +215,7 @@ class DataSource:
         if self.dataset is not None:
             sm = load(self.dataset)
         elif self.npz is not None:
-            sm = load_npz(self.npz, duplicate_names="rename")
+            sm = load_npz(self._file(), duplicate_names="rename")
         else:
             raise ValueError("a synthetic data source has no score matrix")
         return sm.drop_duplicates()
@@ -216,7 +223,7 @@ class DataSource:
     def fingerprint(self) -> str | None:
         """SHA-256 of the data file (so a resumed study knows its data did not change)."""
         if self.npz is not None:
-            return _sha256(Path(self.npz))
+            return _sha256(self._file())
         if self.dataset is not None:
             from importlib import resources
 
@@ -475,7 +482,7 @@ class IdentificationStudy:
     def check(self) -> None:
         """Cross-field checks that need the data (refused with the key named)."""
         if self.data.synthetic is None and self.data.npz is not None:
-            if not Path(self.data.npz).is_file():
+            if not self.data._file().is_file():
                 raise StudyConfigError("data.npz", f"no such file: {self.data.npz}")
 
     def to_dict(self) -> dict:
@@ -579,7 +586,7 @@ class AnchorStudy:
         return study
 
     def check(self) -> None:
-        if self.data.npz is not None and not Path(self.data.npz).is_file():
+        if self.data.npz is not None and not self.data._file().is_file():
             raise StudyConfigError("data.npz", f"no such file: {self.data.npz}")
 
     def to_dict(self) -> dict:
@@ -1027,6 +1034,27 @@ def _fingerprint(study: Study) -> str | None:
     return None if study.data is None else study.data.fingerprint()
 
 
+def _data_location(study: Study) -> str | None:
+    """The absolute path of the study's ``.npz`` data (recorded in a new folder)."""
+    data = getattr(study, "data", None)
+    if data is None or data.npz is None:
+        return None
+    return str(data._file().resolve())
+
+
+def _located(study: Study, manifest: Mapping[str, Any]) -> Study:
+    """``study`` reading its ``.npz`` from where the folder recorded it, when its relative
+    path does not resolve from the current directory (a report or resume run from
+    another directory). The checksum check still applies to what is read there."""
+    data = getattr(study, "data", None)
+    if data is None or data.npz is None or Path(data.npz).is_absolute():
+        return study
+    where = manifest.get("data_location")
+    if Path(data.npz).exists() or not where or not Path(where).is_file():
+        return study
+    return dataclasses.replace(study, data=dataclasses.replace(data, location=where))
+
+
 def _setup_changes(study: Study, since: int, until: int = SETUP) -> dict[str, str]:
     """The policies of ``study`` whose numbers moved between set-up ``since`` and
     ``until`` (default :data:`SETUP`), each with what moved. Set-up 2: prediction
@@ -1134,6 +1162,7 @@ def _open_folder(study: Study, out: Path, rng: tuple[int, int]) -> dict:
             "config": cfg,
             "range": list(rng),
             "data_sha256": _fingerprint(study),
+            "data_location": _data_location(study),
             "versions": _versions(),
             "numerics": _numerics(),
             "chunks": {},
@@ -1294,7 +1323,8 @@ def run_study(
                         f"{type(study).__name__}")
     # a study built in code gets the checks of one read from JSON: otherwise it could run
     # and then leave a folder that resume / status / load_results cannot read back
-    study_from_dict(study.to_dict())
+    study_from_dict(study.to_dict(), check=False)
+    study.check()  # (on the study itself: its data may be read from its folder's record)
     n = study.n_units
     if replicate_range is not None and (
             isinstance(replicate_range, (str, bytes)) or len(replicate_range) != 2
@@ -1432,7 +1462,7 @@ def resume_study(out: str | os.PathLike, *, progress: bool = True) -> Path:
     manifest = _read_manifest(out)
     if manifest is None:
         raise StudyFolderError(f"{out} holds no {MANIFEST_FILE}: not a study folder")
-    study = study_from_dict(manifest["config"])
+    study = _located(study_from_dict(manifest["config"], check=False), manifest)
     return run_study(study, out, replicate_range=tuple(manifest["range"]), progress=progress)
 
 
@@ -1494,7 +1524,7 @@ def load_results(
     manifest = _read_manifest(out)
     if manifest is None:
         raise StudyFolderError(f"{out} holds no {MANIFEST_FILE}: not a study folder")
-    study = study_from_dict(manifest["config"], check=False)
+    study = _located(study_from_dict(manifest["config"], check=False), manifest)
     chunks = dict(manifest["chunks"])
     bad = _verify_chunks(out, manifest)  # refused below
     if bad:
@@ -1668,6 +1698,8 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
             # `resume` on a partial merge computes exactly the units still missing
             "range": [0, study.n_units],
             "data_sha256": ref.get("data_sha256"),
+            "data_location": next((m["data_location"] for m in mans
+                                   if m.get("data_location")), None),
             "versions": _versions(),
             "numerics": next((m["numerics"] for m in mans if m.get("numerics")), _numerics()),
             "chunks": {name: c for name, (_, c) in merged.items()},

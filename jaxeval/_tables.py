@@ -237,7 +237,8 @@ def load_table(
     header, rows = _read_cells(path, sep, model_col)
     if not rows:
         raise ValueError(f"{src}: the table has a header but no rows")
-    if layout == "auto":
+    guessed = layout == "auto"
+    if guessed:
         layout = "long" if {model_col, item_col, score_col} <= set(header) else "wide"
     seen: set[str] = set()
     for h in header:
@@ -249,7 +250,18 @@ def load_table(
     if layout == "long":
         sm_args = _long(header, rows, src, model_col, item_col, score_col, target_col, notes, flags)
     else:
-        sm_args = _wide(header, rows, src, model_col, target_col, notes, flags)
+        try:
+            sm_args = _wide(header, rows, src, model_col, target_col, notes, flags)
+        except ValueError as e:
+            if guessed and len(header) in (3, 4) and "is not a number" in str(e):
+                # e.g. "Model,Item,Score" or "model,question,correct": read as wide
+                raise ValueError(
+                    f"{e}; read as a wide table (models as rows, items as columns) since "
+                    f"the header lacks '{model_col}', '{item_col}' and '{score_col}': for a "
+                    f"long table (one row per model, item and score) name its columns so, or "
+                    f"pass layout='long' with model_col=, item_col=, score_col="
+                ) from None
+            raise
     if flags.get("bool"):
         notes["conversions"].append("true/false cells read as 1/0")
     return ScoreMatrix(**sm_args, source=src, metadata=notes)

@@ -214,6 +214,44 @@ def test_data_dependent_refusal_before_any_work(tmp_path, capsys, cfg, key):
     assert not out.exists()
 
 
+def test_relative_data_path_is_found_from_another_directory(tmp_path, capsys, monkeypatch):
+    """``"npz": "small.npz"`` is relative to where the study ran: the folder records where
+    it was, so summary / resume / plot work from any directory (they failed: "its data
+    'small.npz' cannot be read"); a changed file is still refused by its checksum."""
+    import numpy as np
+
+    (tmp_path / "work").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    _small_npz(tmp_path / "work")
+    monkeypatch.chdir(tmp_path / "work")
+    Path("s.json").write_text(json.dumps({
+        "kind": "identification", "data": {"npz": "small.npz"}, "policies": ["ucbe"],
+        "num_arms": 3, "n_replicates": 8, "chunk_size": 8, "budgets": [0.5, 1.0]}))
+    assert main(["run", "s.json", "--out", "o", "--range", "0:4", "--no-report",
+                 "--quiet"]) == 0
+    out = str(tmp_path / "work" / "o")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert main(["resume", out, "--quiet"]) == 0  # reads its data from here (range done)
+    assert main(["summary", out]) == 2
+    assert "range job for units 0:4" in capsys.readouterr().err
+    whole = str(tmp_path / "work" / "whole")
+    monkeypatch.chdir(tmp_path / "work")
+    assert main(["run", "s.json", "--out", whole, "--no-report", "--quiet"]) == 0
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    capsys.readouterr()
+    assert main(["summary", whole]) == 0
+    assert "ucbe" in capsys.readouterr().out
+    # a file named like the data here is not taken for it ...
+    assert Path(out).exists() and not Path("small.npz").exists()
+    # ... and a changed data file is refused, wherever it is read from
+    f = tmp_path / "work" / "small.npz"
+    z = dict(np.load(f))
+    z["scores"] = 1.0 - z["scores"]
+    np.savez(f, **z)
+    assert main(["summary", whole]) == 2
+    assert "changed since the study ran" in capsys.readouterr().err
+
+
 def test_range_outside_the_study_is_a_clean_error(tmp_path, capsys):
     p = tmp_path / "s.json"
     p.write_text(json.dumps({"kind": "identification", "n_replicates": 4,
@@ -358,6 +396,9 @@ def test_campaign_new_ask_tell_status(tmp_path, capsys, monkeypatch):
     assert main(["campaign", "status", "c.npz", "--plot", "st.png"]) == 0
     assert Path("st.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "confident that a is best" in capsys.readouterr().out
+    # no suffix: the PNG matplotlib writes is "st2.png", and that is the path printed
+    assert main(["campaign", "status", "c.npz", "--plot", "st2"]) == 0
+    assert Path("st2.png").is_file() and "plot: st2.png" in capsys.readouterr().err
     assert main(["campaign", "export", "c.npz"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "model,item,score" and len(lines) == 13

@@ -473,6 +473,14 @@ def test_table_encoding_and_separator_hints(tmp_path):
     _raises([r"sep: expected one character, got ';;'"], jaxeval.load, semi, sep=";;")
 
 
+def test_long_table_with_other_column_names_says_it_was_read_as_wide(tmp_path):
+    p = _write(tmp_path / "l.csv", "Model,Item,Score\nm1,q1,1\nm1,q2,0\nm2,q1,1\n")
+    _raises([r"column 'Item' is not a number: 'q1'; read as a wide table",
+             r"pass layout='long' with model_col=, item_col=, score_col="], jaxeval.load, p)
+    sm = jaxeval.load(p, layout="long", model_col="Model", item_col="Item", score_col="Score")
+    assert sm.shape == (2, 2) and sm.mask.tolist() == [[True, True], [True, False]]
+
+
 def test_table_index_columns_are_not_items(tmp_path):
     """A DataFrame index written beside a named model column (to_csv's unnamed first
     column, a filtered frame's row numbers in Parquet) is not a scored item."""

@@ -567,6 +567,14 @@ def test_anchor_summary_averages_tau_where_it_is_defined(tmp_path):
     assert plot_study(on_disk, tmp_path / "plots")[0].stat().st_size > 10_000
 
 
+def test_calls_label_names_the_grid_it_was_not_reached_in():
+    from jaxeval._report import _calls_label
+
+    assert _calls_label(0.125, np.array([5.0, 10.0, 20.0])) == "(12.5%)"
+    assert _calls_label(None, np.array([5.0, 10.0, 20.0])) == "(>20%)"  # was "(>100%)"
+    assert _calls_label(None, np.array([0.5, 100.0])) == "(>100%)"
+
+
 def test_study_problem_uses_simulate_identifications_refit_defaults():
     """A prediction policy's online refit in a study uses what
     ``simulate_identification`` uses: the factorization's ``online_rho`` and its default
