@@ -681,6 +681,16 @@ class IdentificationCampaign:
                 )
             scores = [by_name[k] for k in names]
         try:
+            raw = np.asarray(scores)
+        except (TypeError, ValueError):
+            raw = np.asarray(scores, dtype=object)
+        vals = list(scores) if isinstance(scores, (list, tuple)) else raw.ravel().tolist()
+        text = [v for v in vals if isinstance(v, (str, bytes, np.str_, np.bytes_))] \
+            if raw.dtype.kind in "USO" else []
+        if text:
+            # ("1" would be read as 1.0: a score stored as text is a mistake upstream)
+            raise TypeError(f"scores: expected numbers, got text such as {text[0]!r}")
+        try:
             x = np.asarray(scores, dtype=np.float64)
         except (TypeError, ValueError):
             raise TypeError(

@@ -171,6 +171,10 @@ def test_requests_and_answers_are_checked(problem):
         camp.tell(req, [1, np.nan, 0])
     with pytest.raises(ValueError, match=r"must lie in \[0, 1\]"):
         camp.tell(req, [1, 2, 0])
+    with pytest.raises(TypeError, match="expected numbers, got text such as '1'"):
+        camp.tell(req, ["1", 1, 0])  # was filed as 1.0
+    with pytest.raises(TypeError, match="got text such as 'x'"):
+        camp.tell(req, dict(zip(req.items.tolist(), [1, "x", 0])))
     other = CampaignRequest(req.model, req.arm, req.items, req.index[::-1], req.step)
     with pytest.raises(ValueError, match="not the pending request"):
         camp.tell(other, [1, 0, 0])
