@@ -516,8 +516,7 @@ class ScoreMatrix:
         )
         if self.target is not None:
             arrays["target"] = self.target
-        with open(path, "wb") as fh:
-            np.savez_compressed(fh, **arrays)
+        atomic_savez(path, arrays, compressed=True)
         return path
 
     def protocol_split(self, seed: int) -> Split:
@@ -558,3 +557,18 @@ class Split:
     validation: ScoreMatrix
     test: ScoreMatrix
     seed: int
+
+
+def atomic_savez(path: Path, arrays: Mapping[str, Any], *, compressed: bool = False) -> None:
+    """``np.savez`` of ``arrays`` to ``path``, written beside it and renamed into place:
+    an interrupted write (a kill, a full disk) never leaves half a file under ``path``."""
+    path = Path(path)
+    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    try:
+        with open(tmp, "wb") as fh:
+            (np.savez_compressed if compressed else np.savez)(fh, **arrays)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -188,3 +188,23 @@ def test_drop_duplicates_can_compare_the_external_target():
     assert plain.drop_duplicates(include_target=True).n_models == 2
     with pytest.raises(TypeError, match="include_target"):
         sm.drop_duplicates(include_target="yes")
+
+
+def test_to_npz_is_atomic_and_a_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
+    """A write that fails half-way (a kill, a full disk) leaves the previous file as it
+    was and no partial one (the file was opened in place and written through)."""
+    sm = ScoreMatrix(np.array([[1.0, 0.0], [0.5, 1.0]], np.float32))
+    p = sm.to_npz(tmp_path / "m.npz")
+    before = p.read_bytes()
+
+    def broken(fh, **arrays):
+        fh.write(b"PK\x03\x04 half a zip")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez_compressed", broken)
+    with pytest.raises(OSError, match="No space left"):
+        ScoreMatrix(np.zeros((3, 2), np.float32)).to_npz(p)
+    assert p.read_bytes() == before
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["m.npz"]
+    monkeypatch.undo()
+    assert jaxeval.load(p).shape == (2, 2)

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxeval._data import ScoreMatrix
+from jaxeval._data import ScoreMatrix, atomic_savez
 from jaxeval.anchors._intervals import conformal_quantile, dr_estimate, sample_non_anchors
 from jaxeval.anchors._irt import fit_item_factors, irt_item_predictions
 from jaxeval.anchors._methods import (
@@ -297,8 +297,7 @@ class AnchorPredictor:
                 item_u_mean=np.asarray(F.u_mean),
                 item_rho=np.asarray(self.item_model["rho"]),
             )
-        np.savez(
-            path,
+        arrays = dict(
             meta=np.array(json.dumps(meta)),
             items=self.items.astype(str),
             anchor_index=self.anchor_index,
@@ -306,9 +305,12 @@ class AnchorPredictor:
         )
         del treedef
         if not isinstance(path, (str, os.PathLike)):
+            np.savez(path, **arrays)
             return None  # a file object: written as given
         p = Path(path)
-        return p if p.suffix == ".npz" else p.with_name(p.name + ".npz")
+        p = p if p.suffix == ".npz" else p.with_name(p.name + ".npz")
+        atomic_savez(p, arrays)
+        return p
 
     @classmethod
     def load(cls, path: str | os.PathLike, items: Any = None) -> AnchorPredictor:
