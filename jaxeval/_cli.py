@@ -676,6 +676,9 @@ def _new_campaign(args: argparse.Namespace):
         flags = {a: "--" + a.replace("_", "-") for a in
                  ("rank", "fit_steps", "lam0", "budget", "batch_size", "alpha", "history")}
         msg = _renamed(str(e), flags, forms=(":", "=", " must "))
+        msg = msg.replace("drop them from history (history.take(models=...)) or from "
+                          "candidates", "pass --exclude-candidates to drop them from "
+                          "--history, or leave them out of the candidates")
         if msg != str(e):
             raise ValueError(msg) from None
         raise
@@ -817,6 +820,9 @@ def _load_table(what, value, sep, lm_eval, duplicate_names, prefix):
     if duplicate_names is not None:
         if p.suffix.lower() != ".npz":
             raise ValueError(f"{flag}duplicate-names: only for an .npz file, not {value!r}")
+        if lm_eval or sep is not None:
+            raise ValueError(f"--sep / {flag}filter / {flag}metric / {flag}runs: not for an "
+                             f".npz file ({value!r})")
         return jaxeval.load(value, duplicate_names=duplicate_names)
     if lm_eval:
         if sep is not None:
@@ -1033,12 +1039,12 @@ def main(argv: list[str] | None = None) -> int:
 
             study, results = _results_for_report(args.dir)
             s = summarize(study, results)
-            print(json.dumps(s, indent=1) if args.json else format_summary(s))
-            try:
+            try:  # (written before printing: a reader that goes away stops the print)
                 write_summary(s, args.dir)
             except OSError as e:  # e.g. a read-only folder: the table is still printed
                 print(f"jaxeval summary: warning: summary.json not written: {e}",
                       file=sys.stderr)
+            print(json.dumps(s, indent=1) if args.json else format_summary(s))
             return 0
         if args.command == "plot":
             from jaxeval._report import plot_study, summarize

@@ -265,11 +265,16 @@ class Config:
             raise ValueError(f"corruption: unknown kind {self.corruption!r}")
         if tuple(sorted(self.budgets)) != tuple(self.budgets) or not self.budgets:
             raise ValueError(f"budgets must be a non-empty sorted tuple, got {self.budgets}")
-        if self.budgets[0] < 0 or max(self.budgets[-1], self.num_steps) >= 2**31:
-            # call counters, budgets and the loop's step counter are int32
+        # call counters, budgets and the loop's step counter are int32
+        if self.budgets[0] < 0 or self.budgets[-1] >= 2**31:
             raise ValueError(
-                f"budgets must lie in [0, 2**31) LLM calls (int32 counters), with the loop "
-                f"steps they need below 2**31 too; got {self.budgets[0]}..{self.budgets[-1]}"
+                f"budgets must lie in [0, 2**31) LLM calls (int32 counters); got "
+                f"{self.budgets[0]}..{self.budgets[-1]}"
+            )
+        if self.num_steps >= 2**31:
+            raise ValueError(
+                f"budgets: the largest, {self.budgets[-1]} LLM calls, needs {self.num_steps} "
+                f"loop steps at batch_size={self.batch_size}, beyond the int32 step counter"
             )
 
     @property

@@ -24,6 +24,7 @@ import collections
 import math
 import sys
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -45,8 +46,35 @@ AXIS = "rep"
 # lane count (XLA may vectorise a reduction differently for another batch width).
 DEFAULT_LANES = 32
 # Compiled chunk programs, keyed by (replicate_fn, per-device chunk, devices, operand avals).
+# Kept on the replicate function itself (attribute _PLANS_ATTR), so a program and what
+# its function captures (a closure over a large array, say) go away with the function;
+# this shared cache is for callables that take no attributes. Each holds at most
+# _PLAN_CACHE_SIZE programs.
 _PLAN_CACHE: collections.OrderedDict = collections.OrderedDict()
 _PLAN_CACHE_SIZE = 32
+_PLANS_ATTR = "_jaxeval_plans"
+_WITH_PLANS: weakref.WeakSet = weakref.WeakSet()
+
+
+def _plan_store(fn: Any) -> collections.OrderedDict:
+    store = getattr(fn, "__dict__", None)
+    if not isinstance(store, dict):
+        return _PLAN_CACHE
+    if _PLANS_ATTR not in store:
+        store[_PLANS_ATTR] = collections.OrderedDict()
+        try:
+            _WITH_PLANS.add(fn)
+        except TypeError:  # (not weak-referenceable: still freed with the function)
+            pass
+    return store[_PLANS_ATTR]
+
+
+def _cached_plans() -> list[Callable]:
+    """Every compiled chunk program still held (for tests and diagnostics)."""
+    out = list(_PLAN_CACHE.values())
+    for fn in list(_WITH_PLANS):
+        out += list(getattr(fn, _PLANS_ATTR, {}).values())
+    return out
 
 
 def _devices_key(devices) -> tuple:
@@ -296,11 +324,12 @@ class ReplicatePlan:
                      _devices_key(self.devices), self._operand_sig,
                      self.with_index)
         try:
-            hit = _PLAN_CACHE.get(cache_key)
+            store = _plan_store(self.replicate_fn)
+            hit = store.get(cache_key)
         except TypeError:  # unhashable replicate_fn
             hit, cache_key = None, None
         if hit is not None:
-            _PLAN_CACHE.move_to_end(cache_key)
+            store.move_to_end(cache_key)
             return hit
         replicate_fn = self.replicate_fn
 
@@ -335,9 +364,9 @@ class ReplicatePlan:
         )
         fn = jax.jit(sharded)
         if cache_key is not None:
-            _PLAN_CACHE[cache_key] = fn
-            while len(_PLAN_CACHE) > _PLAN_CACHE_SIZE:
-                _PLAN_CACHE.popitem(last=False)
+            store[cache_key] = fn
+            while len(store) > _PLAN_CACHE_SIZE:
+                store.popitem(last=False)
         return fn
 
     def _global(self, x: Any, sharding: NamedSharding) -> jax.Array:
@@ -371,9 +400,10 @@ class ReplicatePlan:
         """
         key = default_impl_key(seed)
         key_data = np.asarray(jax.random.key_data(key))
-        pending: tuple[int, int, Any] | None = None
+        # every range is checked before any is computed (a bad one late in the list used
+        # to throw away the chunks before it)
+        ranges = [(int(lo), int(hi)) for lo, hi in ranges]
         for lo, hi in ranges:
-            lo, hi = int(lo), int(hi)
             if not 0 <= lo < hi or hi - lo > self.chunk_size:
                 raise ValueError(
                     f"range [{lo}, {hi}) must be non-empty, non-negative and hold at most "
@@ -381,7 +411,18 @@ class ReplicatePlan:
                 )
             if hi > 2**32:
                 raise ValueError(f"replicate indices must stay below 2**32, got {hi}")
-            out = self._dispatch(key_data, lo)
+        pending: tuple[int, int, Any] | None = None
+        for lo, hi in ranges:
+            try:
+                out = self._dispatch(key_data, lo)
+            except BaseException:
+                # (an interrupt or a failed dispatch: the chunk already computed is
+                # handed to the caller first, then the error goes on)
+                if pending is not None:
+                    plo, phi, pout = pending
+                    pending = None
+                    yield plo, phi, self._to_host(pout, phi - plo)
+                raise
             if progress is not None:
                 progress.compiled()  # dispatch returns once the program is compiled
             if pending is not None:
@@ -400,6 +441,9 @@ class ReplicatePlan:
 
     def run(self, seed: Any, start: int, n_replicates: int, *, progress: bool = True) -> Any:
         """Replicates ``start .. start + n_replicates - 1`` as numpy arrays."""
+        if int(start) + int(n_replicates) > 2**32:
+            raise ValueError(f"start + n_replicates must stay at most 2**32 (replicate indices "
+                             f"are uint32), got start={start} and n_replicates={n_replicates}")
         ranges = chunk_ranges(start, start + n_replicates, self.chunk_size)
         out = jax.tree.map(
             lambda s: np.empty((n_replicates,) + tuple(s.shape), s.dtype), self.out_shapes
@@ -483,6 +527,11 @@ def run_replicates(
         chunk_size = int(n_replicates)
     elif isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)):
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+    if int(start) + int(n_replicates) > 2**32:
+        raise ValueError(f"start + n_replicates must stay at most 2**32 (replicate indices are "
+                         f"uint32), got start={start} and n_replicates={n_replicates}")
+    # (a chunk larger than the run would only compute padding; results do not depend on it)
+    chunk_size = min(int(chunk_size), int(n_replicates)) if chunk_size >= 1 else chunk_size
     plan = ReplicatePlan(
         replicate_fn, int(chunk_size), devices=devices, operands=operands, lanes=lanes,
         with_index=with_index,

@@ -253,13 +253,15 @@ def load_table(
         try:
             sm_args = _wide(header, rows, src, model_col, target_col, notes, flags)
         except ValueError as e:
-            if guessed and len(header) in (3, 4) and "is not a number" in str(e):
-                # e.g. "Model,Item,Score" or "model,question,correct": read as wide
+            named = {model_col, item_col, score_col} & set(header)
+            if guessed and len(header) in (3, 4) and not named and "is not a number" in str(e):
+                # e.g. "Model,Item,Score": read as wide
                 raise ValueError(
                     f"{e}; read as a wide table (models as rows, items as columns) since "
-                    f"the header lacks '{model_col}', '{item_col}' and '{score_col}': for a "
-                    f"long table (one row per model, item and score) name its columns so, or "
-                    f"pass layout='long' with model_col=, item_col=, score_col="
+                    f"the header has none of '{model_col}', '{item_col}', '{score_col}': for "
+                    f"a long table (one row per model, item and score) name its columns so "
+                    f"(in Python, or pass layout='long' with model_col=, item_col=, "
+                    f"score_col=)"
                 ) from None
             raise
     if flags.get("bool"):

@@ -11,8 +11,12 @@
 #   the directory the script is called from. `bash scripts/main.sh --quick` works too.
 # Environment: JAXEVAL_COMPILATION_CACHE (default .venv/xla-cache) speeds up reruns.
 set -euo pipefail
-case "${1:-}" in
-    "" | -*) OUT=jaxeval-out ;;
+case "${1-}" in
+    "")  # no argument, or an empty one (an unset variable): the default
+        OUT=jaxeval-out
+        [ $# -gt 0 ] && shift
+        ;;
+    -*) OUT=jaxeval-out ;;
     *)
         OUT="$1"
         shift

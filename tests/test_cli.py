@@ -241,9 +241,26 @@ def test_relative_data_path_is_found_from_another_directory(tmp_path, capsys, mo
     capsys.readouterr()
     assert main(["summary", whole]) == 0
     assert "ucbe" in capsys.readouterr().out
-    # a file named like the data here is not taken for it ...
-    assert Path(out).exists() and not Path("small.npz").exists()
+    # a file named like the data here is not taken for it (the recorded one, whose
+    # checksum is the study's, is read) ...
+    np.savez("small.npz", scores=np.zeros((3, 3), np.float32))
+    assert main(["summary", whole]) == 0
+    # ... a merged folder keeps every part's location (the first node's copy may be gone)
+    for node, rng in (("nodeA", "0:4"), ("nodeB", "4:8")):
+        (tmp_path / node).mkdir()
+        _small_npz(tmp_path / node)
+        monkeypatch.chdir(tmp_path / node)
+        Path("s.json").write_text((tmp_path / "work" / "s.json").read_text())
+        assert main(["run", "s.json", "--out", "part", "--range", rng, "--no-report",
+                     "--quiet"]) == 0
+    monkeypatch.chdir(tmp_path)
+    assert main(["merge", "nodeA/part", "nodeB/part", "--out", "merged"]) == 0
+    (tmp_path / "nodeA" / "small.npz").unlink()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    capsys.readouterr()
+    assert main(["summary", str(tmp_path / "merged")]) == 0, capsys.readouterr().err
     # ... and a changed data file is refused, wherever it is read from
+    Path("small.npz").unlink()
     f = tmp_path / "work" / "small.npz"
     z = dict(np.load(f))
     z["scores"] = 1.0 - z["scores"]
@@ -608,6 +625,34 @@ def test_anchors_fit_reads_lm_eval_output_with_its_options(tmp_path, capsys, mon
     assert "pass --duplicate-names rename" in capsys.readouterr().err
     assert main(["anchors", "fit", "dup.npz", "--k", "5", "--method", "random_mean", "--out",
                  "d.npz", "--duplicate-names", "rename"]) == 0
+    assert main(["anchors", "fit", "dup.npz", "--k", "5", "--method", "random_mean", "--out",
+                 "e.npz", "--duplicate-names", "rename", "--sep", ";"]) == 2
+    assert "--sep / --filter / --metric / --runs: not for an .npz file" in \
+        capsys.readouterr().err
+    # every model lacks a document (another one each): --drop-incomplete has nothing left
+    for m in range(12):
+        d = Path("gaps") / f"org__m{m}"
+        d.mkdir(parents=True)
+        lines = [json.dumps({"doc_id": i, "acc": float(rng.random() < 0.5)})
+                 for i in range(12) if i != m]
+        (d / "samples_arc_2025-01-01T00-00-00.000001.jsonl").write_text("\n".join(lines))
+    assert main(["anchors", "fit", "gaps", "--k", "3", "--method", "random_mean", "--out",
+                 "f.npz", "--drop-incomplete"]) == 2
+    assert "--drop-incomplete: every model of gaps has unscored items" in \
+        capsys.readouterr().err
+    # campaign new: the same options for --history, refused without it
+    cbase = ["campaign", "new", "c.npz", "--candidates", "x1", "x2", "--policy", "ucbe"]
+    assert main(cbase + ["--history", "dup.npz"]) == 2
+    assert "pass --history-duplicate-names rename" in capsys.readouterr().err
+    assert main(cbase + ["--history", "dup.npz", "--history-duplicate-names", "rename"]) == 2
+    assert "pass --exclude-candidates to drop them from --history" in capsys.readouterr().err
+    cbase[4:6] = ["new1", "new2"]
+    assert main(cbase + ["--history", "dup.npz", "--history-duplicate-names", "rename"]) == 0
+    cbase[2] = "c2.npz"
+    assert main(cbase + ["--items-file", "x", "--history-runs", "latest"]) == 2
+    assert "--history-runs: need --history" in capsys.readouterr().err
+    assert main(cbase + ["--items-file", "x", "--history-duplicate-names", "rename"]) == 2
+    assert "--history-duplicate-names: needs --history" in capsys.readouterr().err
 
 
 def test_refused_campaign_new_leaves_nothing_behind(tmp_path, capsys, monkeypatch):

@@ -208,3 +208,20 @@ def test_to_npz_is_atomic_and_a_failed_write_keeps_the_old_file(tmp_path, monkey
     assert sorted(x.name for x in tmp_path.iterdir()) == ["m.npz"]
     monkeypatch.undo()
     assert jaxeval.load(p).shape == (2, 2)
+
+
+def test_anchor_predictor_save_is_atomic(tmp_path, monkeypatch):
+    sm = jaxeval.load("oll2_musr").drop_duplicates().take(models=np.arange(60))
+    pred = jaxeval.fit_anchors(sm, 5, method="random_mean", seed=0)
+    p = pred.save(tmp_path / "p.npz")
+    before = p.read_bytes()
+
+    def broken(fh, **arrays):
+        fh.write(b"PK\x03\x04 half a zip")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", broken)
+    with pytest.raises(OSError, match="No space left"):
+        pred.save(p)
+    assert p.read_bytes() == before
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["p.npz"]

@@ -479,6 +479,10 @@ def test_long_table_with_other_column_names_says_it_was_read_as_wide(tmp_path):
              r"pass layout='long' with model_col=, item_col=, score_col="], jaxeval.load, p)
     sm = jaxeval.load(p, layout="long", model_col="Model", item_col="Item", score_col="Score")
     assert sm.shape == (2, 2) and sm.mask.tolist() == [[True, True], [True, False]]
+    # a wide table (it has the model column) with a bad cell is not sent to the long layout
+    w = _write(tmp_path / "w.csv", "model,q1,q2\nm1,1,abc\nm2,0,1\n")
+    msg = _raises([r"column 'q2' is not a number: 'abc'"], jaxeval.load, w)
+    assert "read as a wide table" not in msg
 
 
 def test_table_index_columns_are_not_items(tmp_path):

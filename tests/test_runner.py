@@ -320,3 +320,80 @@ def test_importing_jaxeval_starts_no_backend():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_chunk_larger_than_the_run_computes_no_padding():
+    """chunk_size beyond n_replicates compiled and ran the whole padded chunk (1 024
+    evaluations for one replicate at chunk_size=1000)."""
+    def fn(key):  # a fresh function: its own plans
+        return jax.random.uniform(key)
+
+    one = run_replicates(fn, 3, 1, chunk_size=1000, devices=jax.devices()[:1], lanes=4,
+                         progress=False)
+    (key,) = fn._jaxeval_plans  # (fn, per-device chunk, lanes, devices, operands, index)
+    assert one.shape == (1,)
+    assert key[1] == 4  # one block of 4 lanes, not 1 000 replicates
+
+
+def test_index_bound_refused_before_any_work():
+    calls = []
+
+    def fn(key):
+        return jax.random.uniform(key)
+
+    plan = ReplicatePlan(fn, 4, devices=jax.devices()[:1], lanes=4)
+    orig = plan._dispatch
+    plan._dispatch = lambda *a: calls.append(a) or orig(*a)
+    with pytest.raises(ValueError, match=r"start \+ n_replicates must stay at most 2\*\*32"):
+        plan.run(0, 2**32 - 8, 12, progress=False)
+    with pytest.raises(ValueError, match=r"start=4294967288 and n_replicates=12"):
+        run_replicates(fn, 0, 12, start=2**32 - 8, progress=False)
+    with pytest.raises(ValueError, match=r"range \[8, 8\) must be non-empty"):
+        list(plan.iter_ranges(0, [(0, 4), (4, 8), (8, 8)]))
+    assert calls == []  # every range is checked before the first is computed
+
+
+def test_a_failed_dispatch_hands_back_the_chunk_already_computed():
+    """An interrupt while the next chunk is dispatched used to lose the previous one,
+    which had been computed but not yet handed to the caller (a study would redo it)."""
+    def fn(key):
+        return jax.random.uniform(key)
+
+    plan = ReplicatePlan(fn, 4, devices=jax.devices()[:1], lanes=4)
+    orig, n = plan._dispatch, []
+
+    def dispatch(*a):
+        n.append(1)
+        if len(n) == 3:
+            raise KeyboardInterrupt("while dispatching the third chunk")
+        return orig(*a)
+
+    plan._dispatch = dispatch
+    got = []
+    with pytest.raises(KeyboardInterrupt):
+        for lo, hi, res in plan.iter_ranges(0, [(0, 4), (4, 8), (8, 12)]):
+            got.append((lo, hi, res))
+    assert [(lo, hi) for lo, hi, _ in got] == [(0, 4), (4, 8)]
+    ref = run_replicates(fn, 0, 8, devices=jax.devices()[:1], lanes=4, progress=False)
+    np.testing.assert_array_equal(np.concatenate([r for _, _, r in got]), ref)
+
+
+def test_compiled_plans_die_with_their_function():
+    """Plans were kept in a module cache keyed by the function: a fresh closure per call
+    (over a large array, say) stayed alive with its program, up to 32 of them."""
+    import gc
+    import weakref
+
+    big = np.ones((1000,), np.float32)
+
+    def make():
+        data = big.copy()
+        return lambda key: jax.random.uniform(key) + data[0]
+
+    f = make()
+    run_replicates(f, 0, 4, devices=jax.devices()[:1], lanes=4, progress=False)
+    ref = weakref.ref(f)
+    assert len(f._jaxeval_plans) == 1
+    del f
+    gc.collect()
+    assert ref() is None

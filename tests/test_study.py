@@ -190,6 +190,22 @@ def test_study_equals_in_memory_runner(tmp_path, toy_reference):
     assert [f.stat().st_mtime_ns for f in files] == mtimes
 
 
+def test_chunks_fill_every_device_block(tmp_path, toy_reference):
+    """A study chunk of 16 replicates at 8 lanes on 8 devices ran a padded chunk of 64:
+    4x the work. Chunks now hold whole blocks of lanes on every device (the results do
+    not depend on it)."""
+    import jax
+
+    study = study_from_dict(toy_config(chunk_size=16))
+    (task,) = study.tasks()
+    assert task.chunk_size == 8 * len(jax.devices())
+    run_study(study, tmp_path / "a", progress=False)
+    _, res = load_results(tmp_path / "a")
+    assert_same(res["replicates"], toy_reference)
+    files = list((tmp_path / "a" / "chunks" / "replicates").iterdir())
+    assert len(files) == -(-300 // task.chunk_size)
+
+
 def test_other_study_in_folder_is_refused_and_untouched(tmp_path):
     out = tmp_path / "a"
     run_study(study_from_dict(toy_config()), out, progress=False)
@@ -802,7 +818,8 @@ def test_an_edited_or_damaged_manifest_is_refused(tmp_path):
     mix two studies' replicates in one folder), whose chunk rows disagree with its
     files, or that lacks the entries every reader uses is refused with the file named,
     instead of read (or failing with a KeyError)."""
-    s = study_from_dict(toy_config(n_replicates=40, chunk_size=8))
+    # (lanes 1: chunks of 8 on 8 devices, five of them)
+    s = study_from_dict(toy_config(n_replicates=40, chunk_size=8, lanes=1))
     run_study(s, tmp_path / "a", progress=False)
     import shutil
 
