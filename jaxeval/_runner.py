@@ -21,6 +21,7 @@ and prints one progress line per chunk to stderr.
 from __future__ import annotations
 
 import collections
+import inspect
 import math
 import sys
 import time
@@ -45,35 +46,68 @@ AXIS = "rep"
 # Replicates vmapped together on one device. Results are bit-identical for a fixed
 # lane count (XLA may vectorise a reduction differently for another batch width).
 DEFAULT_LANES = 32
-# Compiled chunk programs, keyed by (replicate_fn, per-device chunk, devices, operand avals).
-# Kept on the replicate function itself (attribute _PLANS_ATTR), so a program and what
-# its function captures (a closure over a large array, say) go away with the function;
-# this shared cache is for callables that take no attributes. Each holds at most
-# _PLAN_CACHE_SIZE programs.
+# Compiled chunk programs, keyed by (per-device chunk, lanes, devices, operand avals, ...)
+# under their replicate function, at most _PLAN_CACHE_SIZE in all (least recently used
+# dropped first). A program refers to its function weakly and is held in a weak-keyed
+# map, so a function and what it captures (a closure over a large array, say) are
+# freed with the caller's last reference, program included. Functions that cannot be
+# weakly referenced, and bound methods (a new object at every attribute access), go to
+# _PLAN_CACHE, which holds them strongly (bounded by the same total).
+_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _PLAN_CACHE: collections.OrderedDict = collections.OrderedDict()
+_PLAN_ORDER: collections.OrderedDict = collections.OrderedDict()  # LRU over both
 _PLAN_CACHE_SIZE = 32
-_PLANS_ATTR = "_jaxeval_plans"
-_WITH_PLANS: weakref.WeakSet = weakref.WeakSet()
 
 
-def _plan_store(fn: Any) -> collections.OrderedDict:
-    store = getattr(fn, "__dict__", None)
-    if not isinstance(store, dict):
-        return _PLAN_CACHE
-    if _PLANS_ATTR not in store:
-        store[_PLANS_ATTR] = collections.OrderedDict()
-        try:
-            _WITH_PLANS.add(fn)
-        except TypeError:  # (not weak-referenceable: still freed with the function)
-            pass
-    return store[_PLANS_ATTR]
+def _weakly_held(fn: Any) -> bool:
+    if inspect.ismethod(fn):
+        return False
+    try:
+        weakref.ref(fn)
+        hash(fn)
+    except TypeError:
+        return False
+    return True
+
+
+def _order_key(fn: Any, key: tuple) -> tuple:
+    return ("weak", id(fn), key) if _weakly_held(fn) else ("strong", fn) + key
+
+
+def _plan_get(fn: Any, key: tuple) -> Callable | None:
+    if _weakly_held(fn):
+        hit = _PLANS.get(fn, {}).get(key)
+    else:
+        hit = _PLAN_CACHE.get((fn,) + key)
+    if hit is not None and _order_key(fn, key) in _PLAN_ORDER:
+        _PLAN_ORDER.move_to_end(_order_key(fn, key))
+    return hit
+
+
+def _plan_put(fn: Any, key: tuple, plan: Callable) -> None:
+    okey = _order_key(fn, key)
+    if _weakly_held(fn):
+        _PLANS.setdefault(fn, {})[key] = plan
+        _PLAN_ORDER[okey] = (weakref.ref(fn), key)
+    else:
+        _PLAN_CACHE[(fn,) + key] = plan
+        _PLAN_ORDER[okey] = None
+    _PLAN_ORDER.move_to_end(okey)
+    while len(_PLAN_ORDER) > _PLAN_CACHE_SIZE:
+        old, where = _PLAN_ORDER.popitem(last=False)
+        if where is None:  # a strongly held plan
+            _PLAN_CACHE.pop(old[1:], None)
+        else:
+            f = where[0]()
+            if f is not None and f in _PLANS:
+                _PLANS[f].pop(where[1], None)
 
 
 def _cached_plans() -> list[Callable]:
     """Every compiled chunk program still held (for tests and diagnostics)."""
     out = list(_PLAN_CACHE.values())
-    for fn in list(_WITH_PLANS):
-        out += list(getattr(fn, _PLANS_ATTR, {}).values())
+    for plans in list(_PLANS.values()):
+        out += list(plans.values())
     return out
 
 
@@ -320,24 +354,32 @@ class ReplicatePlan:
 
     # ------------------------------------------------------------------ compile
     def _compiled(self) -> Callable:
-        cache_key = (self.replicate_fn, self.per_device, self.lanes,
-                     _devices_key(self.devices), self._operand_sig,
-                     self.with_index)
+        cache_key = (self.per_device, self.lanes, _devices_key(self.devices),
+                     self._operand_sig, self.with_index)
         try:
-            store = _plan_store(self.replicate_fn)
-            hit = store.get(cache_key)
+            hit = _plan_get(self.replicate_fn, cache_key)
         except TypeError:  # unhashable replicate_fn
             hit, cache_key = None, None
         if hit is not None:
-            store.move_to_end(cache_key)
             return hit
-        replicate_fn = self.replicate_fn
+        if cache_key is not None and _weakly_held(self.replicate_fn):
+            # (held weakly: the cached program must not keep its function alive; it is
+            # dropped from the cache with the function, so the reference never dies
+            # while the program can still be traced)
+            ref = weakref.ref(self.replicate_fn)
+        else:
+            fn_strong = self.replicate_fn
+
+            def ref():
+                return fn_strong
 
         lanes = self.lanes
         with_index = self.with_index
 
         def local(key_data, idx, *ops):
             base = jax.random.wrap_key_data(key_data)
+
+            replicate_fn = ref()
 
             def block(ib):
                 keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(ib)
@@ -364,9 +406,7 @@ class ReplicatePlan:
         )
         fn = jax.jit(sharded)
         if cache_key is not None:
-            store[cache_key] = fn
-            while len(store) > _PLAN_CACHE_SIZE:
-                store.popitem(last=False)
+            _plan_put(self.replicate_fn, cache_key, fn)
         return fn
 
     def _global(self, x: Any, sharding: NamedSharding) -> jax.Array:
@@ -415,14 +455,21 @@ class ReplicatePlan:
         for lo, hi in ranges:
             try:
                 out = self._dispatch(key_data, lo)
-            except BaseException:
+            except BaseException as err:
                 # (an interrupt or a failed dispatch: the chunk already computed is
-                # handed to the caller first, then the error goes on)
-                if pending is not None:
-                    plo, phi, pout = pending
-                    pending = None
-                    yield plo, phi, self._to_host(pout, phi - plo)
-                raise
+                # handed to the caller first, then the error goes on -- also when the
+                # caller stops there, e.g. closes the generator)
+                if pending is None:
+                    raise
+                plo, phi, pout = pending
+                pending = None
+                res = self._to_host(pout, phi - plo)
+                if progress is not None:
+                    progress.update(phi - plo)
+                try:
+                    yield plo, phi, res
+                finally:
+                    raise err
             if progress is not None:
                 progress.compiled()  # dispatch returns once the program is compiled
             if pending is not None:
@@ -454,6 +501,23 @@ class ReplicatePlan:
             for dst, src in zip(jax.tree.leaves(out), jax.tree.leaves(res)):
                 dst[sl] = src
         return out
+
+
+def capped_chunk(chunk_size: int, n: int, lanes: int, n_devices: int) -> int:
+    """The replicates one dispatched chunk computes for a run of ``n``: ``chunk_size``
+    rounded up to whole blocks of ``lanes`` on every device, and no larger than a
+    power-of-two number of such steps holding ``n`` (a chunk beyond the run would
+    compute padding only; powers of two keep runs of many sizes to a few compiled
+    programs). Results do not depend on it.
+
+    Example:
+      >>> capped_chunk(1000, 1, 4, 1), capped_chunk(1000, 100, 4, 1), capped_chunk(64, 300, 8, 8)
+      (4, 128, 64)
+    """
+    step = max(int(lanes), 1) * max(int(n_devices), 1)
+    blocks = -(-int(n) // step)
+    cap = step * (1 << max(blocks - 1, 0).bit_length())
+    return min(-(-int(chunk_size) // step) * step, cap)
 
 
 def chunk_ranges(lo: int, hi: int, chunk_size: int) -> list[tuple[int, int]]:
@@ -530,8 +594,9 @@ def run_replicates(
     if int(start) + int(n_replicates) > 2**32:
         raise ValueError(f"start + n_replicates must stay at most 2**32 (replicate indices are "
                          f"uint32), got start={start} and n_replicates={n_replicates}")
-    # (a chunk larger than the run would only compute padding; results do not depend on it)
-    chunk_size = min(int(chunk_size), int(n_replicates)) if chunk_size >= 1 else chunk_size
+    if chunk_size >= 1:
+        n_dev = len(jax.devices() if devices is None else devices)
+        chunk_size = capped_chunk(int(chunk_size), int(n_replicates), lanes, max(n_dev, 1))
     plan = ReplicatePlan(
         replicate_fn, int(chunk_size), devices=devices, operands=operands, lanes=lanes,
         with_index=with_index,

@@ -569,7 +569,8 @@ def simulate_identification(
       factors: a fitted :class:`~jaxeval.LowRankLogistic` (or ``ItemFactors``) to use
         instead of fitting one on the training models.
       fit_steps: Adam steps of the offline fit.
-      chunk_size: replicates per compiled chunk (bounds memory).
+      chunk_size: replicates per compiled chunk (bounds memory; rounded up to whole
+        blocks of ``lanes`` on every device, capped near ``n_replicates``).
       lanes: replicates vmapped together per device step (default 32). Results are
         bit-identical for a fixed ``lanes`` whatever the chunk size or device count; a
         wider vmap can change float sums in the last bit. Wider is faster for the

@@ -333,7 +333,10 @@ class IdentificationStudy:
       alpha: family-wise error level of the intervals.
       n_replicates: Monte Carlo replicates per policy.
       seed: the study's seed (model split, instances, replicate keys).
-      chunk_size: replicates per chunk (bounds memory; one file per chunk).
+      chunk_size: replicates per chunk (bounds memory; one file per chunk), rounded
+        up to whole blocks of ``lanes`` on every device (a device computes whole
+        blocks, so a smaller chunk would only add padding) and capped near the study's
+        size.
       lanes: replicates vmapped together per device step (results are
         bit-identical for a fixed ``lanes``).
       n_instances: distinct K-subsets drawn from the pool (real data).
@@ -623,7 +626,8 @@ class ReplicateStudy:
       target: ``"module:function"``.
       n_replicates: replicates.
       seed: base seed.
-      chunk_size: replicates per chunk file.
+      chunk_size: replicates per chunk file (rounded up to whole blocks of ``lanes``
+        on every device, capped near ``n_replicates``).
       lanes: replicates vmapped together per device step.
     """
 
@@ -696,7 +700,7 @@ class ReplicateStudy:
         def compute(ranges, progress):
             from jaxeval._runner import Progress, ReplicatePlan
 
-            plan = ReplicatePlan(fn, chunk, lanes=self.lanes)
+            plan = ReplicatePlan(fn, chunk(), lanes=self.lanes)
             prog = _progress(Progress, ranges, progress, "replicates")
             for lo, hi, res in plan.iter_ranges(self.seed, ranges, progress=prog):
                 yield lo, hi, flatten_tree(res)
@@ -788,7 +792,7 @@ class Task:
 
     name: str
     n: int
-    chunk_size: int
+    chunk_size: int | Callable[[], int]  # (a function: the size needs the device count)
     compute: Callable[[list[tuple[int, int]], Any], Iterator[tuple[int, int, dict]]]
 
 
@@ -1257,7 +1261,7 @@ def _todo_ranges(
         pos = max(pos, b)
     if pos < hi:
         free.append((pos, hi))
-    cs = task.chunk_size
+    cs = task.chunk_size() if callable(task.chunk_size) else task.chunk_size
     todo = []
     for a, b in free:
         x = a
@@ -2078,17 +2082,22 @@ def identification_problem(study: IdentificationStudy, spec: PolicySpec):
     return config, data, params, dict(info, budgets=list(budgets), calls_full=kn)
 
 
-def _dispatch_chunk(chunk_size: int, lanes: int, n_units: int) -> int:
-    """The replicates one chunk of a study runs: ``chunk_size`` (at most the study's
-    size) rounded up to whole blocks of ``lanes`` on every device. A compiled chunk
-    computes that many whatever range it is given, so smaller ranges would compute
-    padding (4x the work for 64 replicates at 32 lanes on 8 devices); results do not
-    depend on the chunking."""
-    import jax
+def _dispatch_chunk(chunk_size: int, lanes: int, n_units: int) -> Callable[[], int]:
+    """The replicates one chunk of a study runs (:func:`jaxeval._runner.capped_chunk`:
+    ``chunk_size`` rounded up to whole blocks of ``lanes`` on every device, capped near
+    the study's size). A compiled chunk computes that many whatever range it is given,
+    so smaller ranges would compute padding (4x the work for 64 replicates at 32 lanes
+    on 8 devices); results do not depend on the chunking. Returned as a function:
+    counting devices starts a backend, which reading a folder's status must not."""
 
-    step = lanes * len(jax.devices())
-    c = min(chunk_size, n_units)
-    return -(-c // step) * step
+    def size() -> int:
+        import jax
+
+        from jaxeval._runner import capped_chunk
+
+        return capped_chunk(chunk_size, n_units, lanes, len(jax.devices()))
+
+    return size
 
 
 def _identification_tasks(study: IdentificationStudy) -> list[Task]:
@@ -2103,7 +2112,7 @@ def _identification_tasks(study: IdentificationStudy) -> list[Task]:
             config, data, params, _ = identification_problem(study, spec)
             balanced = study.instance_assignment == "balanced"
             fn = _cached_kernel(idn.run_identification, config, balanced)
-            plan = ReplicatePlan(fn, chunk, operands=(data, params), lanes=study.lanes,
+            plan = ReplicatePlan(fn, chunk(), operands=(data, params), lanes=study.lanes,
                                  with_index=balanced)
             prog = _progress(Progress, ranges, progress, f"replicates [{spec.name}]")
             for lo, hi, res in plan.iter_ranges(study.seed, ranges, progress=prog):

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxeval import _runner
 from jaxeval._runner import ReplicatePlan, as_key, chunk_ranges, run_replicates
 
 REPO = Path(__file__).resolve().parents[1]
@@ -330,9 +331,14 @@ def test_chunk_larger_than_the_run_computes_no_padding():
 
     one = run_replicates(fn, 3, 1, chunk_size=1000, devices=jax.devices()[:1], lanes=4,
                          progress=False)
-    (key,) = fn._jaxeval_plans  # (fn, per-device chunk, lanes, devices, operands, index)
+    (key,) = _runner._PLANS[fn]  # (per-device chunk, lanes, devices, operands, index)
     assert one.shape == (1,)
-    assert key[1] == 4  # one block of 4 lanes, not 1 000 replicates
+    assert key[0] == 4  # one block of 4 lanes, not 1 000 replicates
+    # runs of other sizes below the chunk share a few programs (powers of two of blocks)
+    for n in (3, 5, 6, 7, 8, 9):
+        run_replicates(fn, 3, n, chunk_size=1000, devices=jax.devices()[:1], lanes=4,
+                       progress=False)
+    assert sorted(k[0] for k in _runner._PLANS[fn]) == [4, 8, 16]
 
 
 def test_index_bound_refused_before_any_work():
@@ -393,7 +399,48 @@ def test_compiled_plans_die_with_their_function():
     f = make()
     run_replicates(f, 0, 4, devices=jax.devices()[:1], lanes=4, progress=False)
     ref = weakref.ref(f)
-    assert len(f._jaxeval_plans) == 1
+    assert len(_runner._PLANS[f]) == 1
     del f
     gc.collect()
     assert ref() is None
+    # ... while a live function keeps its program (compiled once), nothing is added to
+    # the function object (it still pickles), and the cache holds at most 32 programs
+    import functools
+    import pickle
+
+    g = functools.partial(_scaled, 2.0)
+    run_replicates(g, 0, 4, devices=jax.devices()[:1], lanes=4, progress=False)
+    (plan,) = _runner._PLANS[g].values()
+    run_replicates(g, 5, 4, devices=jax.devices()[:1], lanes=4, progress=False)
+    assert plan._cache_size() == 1 and pickle.loads(pickle.dumps(g)).args == (2.0,)
+    keep = [functools.partial(_scaled, float(i)) for i in range(40)]
+    for h in keep:
+        run_replicates(h, 0, 4, devices=jax.devices()[:1], lanes=4, progress=False)
+    assert len(_runner._cached_plans()) <= _runner._PLAN_CACHE_SIZE
+
+
+def _scaled(c, key):
+    return c * jax.random.uniform(key)
+
+
+def test_an_interrupt_while_handing_back_a_chunk_reaches_the_caller():
+    """The chunk computed before a failed dispatch is handed back; a caller that stops
+    there (closes the generator) still gets the interrupt, which used to be swallowed."""
+    def fn(key):
+        return jax.random.uniform(key)
+
+    plan = ReplicatePlan(fn, 4, devices=jax.devices()[:1], lanes=4)
+    orig, n = plan._dispatch, []
+
+    def dispatch(*a):
+        n.append(1)
+        if len(n) == 2:
+            raise KeyboardInterrupt("while dispatching the second chunk")
+        return orig(*a)
+
+    plan._dispatch = dispatch
+    gen = plan.iter_ranges(0, [(0, 4), (4, 8), (8, 12)])
+    lo, hi, _ = next(gen)
+    assert (lo, hi) == (0, 4)
+    with pytest.raises(KeyboardInterrupt):
+        gen.close()

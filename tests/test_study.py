@@ -198,12 +198,12 @@ def test_chunks_fill_every_device_block(tmp_path, toy_reference):
 
     study = study_from_dict(toy_config(chunk_size=16))
     (task,) = study.tasks()
-    assert task.chunk_size == 8 * len(jax.devices())
+    assert task.chunk_size() == 8 * len(jax.devices())
     run_study(study, tmp_path / "a", progress=False)
     _, res = load_results(tmp_path / "a")
     assert_same(res["replicates"], toy_reference)
     files = list((tmp_path / "a" / "chunks" / "replicates").iterdir())
-    assert len(files) == -(-300 // task.chunk_size)
+    assert len(files) == -(-300 // task.chunk_size())
 
 
 def test_other_study_in_folder_is_refused_and_untouched(tmp_path):
