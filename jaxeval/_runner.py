@@ -453,23 +453,7 @@ class ReplicatePlan:
                 raise ValueError(f"replicate indices must stay below 2**32, got {hi}")
         pending: tuple[int, int, Any] | None = None
         for lo, hi in ranges:
-            try:
-                out = self._dispatch(key_data, lo)
-            except BaseException as err:
-                # (an interrupt or a failed dispatch: the chunk already computed is
-                # handed to the caller first, then the error goes on -- also when the
-                # caller stops there, e.g. closes the generator)
-                if pending is None:
-                    raise
-                plo, phi, pout = pending
-                pending = None
-                res = self._to_host(pout, phi - plo)
-                if progress is not None:
-                    progress.update(phi - plo)
-                try:
-                    yield plo, phi, res
-                finally:
-                    raise err
+            out = self._dispatch(key_data, lo)
             if progress is not None:
                 progress.compiled()  # dispatch returns once the program is compiled
             if pending is not None:

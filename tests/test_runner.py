@@ -359,31 +359,6 @@ def test_index_bound_refused_before_any_work():
     assert calls == []  # every range is checked before the first is computed
 
 
-def test_a_failed_dispatch_hands_back_the_chunk_already_computed():
-    """An interrupt while the next chunk is dispatched used to lose the previous one,
-    which had been computed but not yet handed to the caller (a study would redo it)."""
-    def fn(key):
-        return jax.random.uniform(key)
-
-    plan = ReplicatePlan(fn, 4, devices=jax.devices()[:1], lanes=4)
-    orig, n = plan._dispatch, []
-
-    def dispatch(*a):
-        n.append(1)
-        if len(n) == 3:
-            raise KeyboardInterrupt("while dispatching the third chunk")
-        return orig(*a)
-
-    plan._dispatch = dispatch
-    got = []
-    with pytest.raises(KeyboardInterrupt):
-        for lo, hi, res in plan.iter_ranges(0, [(0, 4), (4, 8), (8, 12)]):
-            got.append((lo, hi, res))
-    assert [(lo, hi) for lo, hi, _ in got] == [(0, 4), (4, 8)]
-    ref = run_replicates(fn, 0, 8, devices=jax.devices()[:1], lanes=4, progress=False)
-    np.testing.assert_array_equal(np.concatenate([r for _, _, r in got]), ref)
-
-
 def test_compiled_plans_die_with_their_function():
     """Plans were kept in a module cache keyed by the function: a fresh closure per call
     (over a large array, say) stayed alive with its program, up to 32 of them."""
@@ -421,26 +396,3 @@ def test_compiled_plans_die_with_their_function():
 
 def _scaled(c, key):
     return c * jax.random.uniform(key)
-
-
-def test_an_interrupt_while_handing_back_a_chunk_reaches_the_caller():
-    """The chunk computed before a failed dispatch is handed back; a caller that stops
-    there (closes the generator) still gets the interrupt, which used to be swallowed."""
-    def fn(key):
-        return jax.random.uniform(key)
-
-    plan = ReplicatePlan(fn, 4, devices=jax.devices()[:1], lanes=4)
-    orig, n = plan._dispatch, []
-
-    def dispatch(*a):
-        n.append(1)
-        if len(n) == 2:
-            raise KeyboardInterrupt("while dispatching the second chunk")
-        return orig(*a)
-
-    plan._dispatch = dispatch
-    gen = plan.iter_ranges(0, [(0, 4), (4, 8), (8, 12)])
-    lo, hi, _ = next(gen)
-    assert (lo, hi) == (0, 4)
-    with pytest.raises(KeyboardInterrupt):
-        gen.close()
