@@ -895,14 +895,15 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
         out = _new_npz("out", args.out)
         sm = _load_table_arg("DATA", args.data, args.sep, _lm_eval_options(args, ""),
                              args.duplicate_names, prefix="").drop_duplicates()
-        if args.drop_incomplete and not sm.is_complete:
+        if args.drop_incomplete:
             keep = np.flatnonzero(sm.mask.all(axis=1))
             print(f"--drop-incomplete: left out {sm.n_models - keep.size} of {sm.n_models} "
                   "models with unscored items", file=sys.stderr)
             if keep.size == 0:
                 raise ValueError(f"--drop-incomplete: every model of {args.data} has "
                                  "unscored items")
-            sm = sm.take(models=keep)
+            if keep.size < sm.n_models:
+                sm = sm.take(models=keep)
         if not sm.is_complete:
             rows = int((~sm.mask.all(axis=1)).sum())
             raise ValueError(
@@ -1051,6 +1052,9 @@ def main(argv: list[str] | None = None) -> int:
 
             study, results = _results_for_report(args.dir)
             paths = plot_study(summarize(study, results), args.out or Path(args.dir) / "plots")
+            if not paths:
+                print(f"{args.dir}: nothing to plot for a {study.kind} study (its results: "
+                      "jaxeval.load_results)", file=sys.stderr)
             print("\n".join(str(p) for p in paths))
             return 0
     except BrokenPipeError:

@@ -656,10 +656,10 @@ def plot_study(summary: Mapping[str, Any], out: str | Path) -> list[Path]:
     vs budget with the nominal level and a binomial band, interval widths, and
     calls-to-95% bars. Anchors: MAE and τ-b vs k.
     """
+    if summary["kind"] not in ("identification", "anchors"):
+        return []  # (a replicates study: its fields are the user's own; nothing to draw)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if summary["kind"] == "identification":
         return _identification_plots(summary, out)
-    if summary["kind"] == "anchors":
-        return _anchor_plots(summary, out)
-    return []
+    return _anchor_plots(summary, out)

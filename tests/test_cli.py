@@ -93,6 +93,9 @@ def test_run_range_merge_summary(tmp_path, capsys, monkeypatch):
     assert "cli-toy" in capsys.readouterr().out
     s = json.loads((tmp_path / "m" / "summary.json").read_text())
     assert s["replicates"] == 100 and s["fields"]["mean"]["shape"] == [100]
+    assert main(["plot", m]) == 0  # a replicates study: nothing to draw, said so
+    assert "nothing to plot for a replicates study" in capsys.readouterr().err
+    assert not (tmp_path / "m" / "plots").exists()
     # the same folder with another study is refused (exit code 2, nothing written)
     p.write_text(json.dumps(dict(cfg, seed=2)))
     assert main(["run", str(p), "--out", a, "--range", "0:40", "--quiet"]) == 2
