@@ -254,6 +254,9 @@ class Progress:
             f"({100.0 * self.done / max(self.total, 1):5.1f}%)  {_fmt_rate(rate)}  "
             f"elapsed {_fmt_s(now - self.t0)}  ETA {_fmt_s(eta)}"
         )
+        if self.t_compiled is None and self.n_chunks == 1 and left > 0:
+            # (no compile report: the first rate counts compiling as work)
+            line += " (first chunk, compilation included)"
         stream = self.stream if self.stream is not None else sys.stderr
         print(line, file=stream, flush=True)
 
@@ -335,6 +338,12 @@ class ReplicatePlan:
         self._rep = NamedSharding(self.mesh, P())
         self._split = NamedSharding(self.mesh, P(AXIS))
         leaves, treedef = jax.tree.flatten(tuple(operands))
+        for x in leaves:
+            if jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key):
+                raise TypeError(
+                    "operands: a typed PRNG key cannot be an operand (it is copied to "
+                    "every device as an array); pass jax.random.key_data(key) and "
+                    "rebuild it with jax.random.wrap_key_data inside replicate_fn")
         leaves = [x if isinstance(x, jax.Array) else np.asarray(x) for x in leaves]
         avals = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves]
         self._operand_avals = jax.tree.unflatten(treedef, avals)

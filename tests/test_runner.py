@@ -194,6 +194,10 @@ def test_bad_arguments_named():
         run_replicates(f, "zero", 3)
     with pytest.raises(ValueError, match="seed"):
         as_key(-1)
+    # a typed key among the operands failed in np.asarray with JAX's own message
+    with pytest.raises(TypeError, match="operands: a typed PRNG key cannot be an operand"):
+        run_replicates(lambda k, kk: jax.random.uniform(k), 0, 2,
+                       operands=(jax.random.key(1),), progress=False)
 
 
 def test_seeds_above_2_pow_32_get_their_own_stream():
@@ -299,6 +303,8 @@ def test_progress_rate_excludes_compilation_and_smooths_concurrent_chunks(monkey
     q = _runner.Progress(16, stream=out2)
     q.update(4)
     assert "  0.5/s  " in out2.getvalue() and "ETA 24.0s" in out2.getvalue()
+    assert out2.getvalue().rstrip().endswith("(first chunk, compilation included)")
+    assert "compilation included" not in out.getvalue()  # (reported: excluded)
     assert _runner._fmt_rate(1 / 52) == "52.0s each" and _runner._fmt_rate(0.0) == "0/s"
     # a task of one chunk whose work ran before the dispatch returned (compiled() just
     # before the update): its one line gives the whole run's rate, not a burst
