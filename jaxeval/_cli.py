@@ -154,19 +154,7 @@ def _parser() -> argparse.ArgumentParser:
     cn.add_argument("--history", metavar="DATA",
                     help="models already scored on the benchmark: a bundled name or a file "
                     "jaxeval.load reads (needed by pulse_ucb, pulse and naive)")
-    cn.add_argument("--sep", help="field separator of a --history table (default: ',', or "
-                    "tab for .tsv)")
-    cn.add_argument("--history-metric", metavar="NAME",
-                    help="lm-evaluation-harness --history: the per-sample metric to read")
-    cn.add_argument("--history-filter", metavar="[TASK=]FILTER", action="append",
-                    help="lm-evaluation-harness --history: the filter to keep where a task "
-                    "logs several (e.g. strict-match); TASK=FILTER for one task, repeatable")
-    cn.add_argument("--history-runs", choices=("error", "latest"),
-                    help="lm-evaluation-harness --history: with several runs of a task per "
-                    "model, 'latest' keeps the newest (default: refuse)")
-    cn.add_argument("--history-duplicate-names", choices=("error", "rename"),
-                    help=".npz --history: repeated model or item names are refused "
-                    "(default) or renamed with '#2', '#3', ...")
+    _add_data_options(cn, "--history", "history-")
     cn.add_argument("--exclude-candidates", action="store_true",
                     help="drop the candidates' rows from --history first (e.g. to try a "
                     "campaign on bundled data, whose history holds every model)")
@@ -230,19 +218,7 @@ def _parser() -> argparse.ArgumentParser:
                          "choices made on validation and the interval), save the predictor, "
                          "print the anchor items one per line")
     af.add_argument("data", help="scored models: a bundled name or a file jaxeval.load reads")
-    af.add_argument("--sep", help="field separator of a DATA table (default: ',', or tab "
-                    "for .tsv)")
-    af.add_argument("--metric", metavar="NAME",
-                    help="lm-evaluation-harness DATA: the per-sample metric to read")
-    af.add_argument("--filter", metavar="[TASK=]FILTER", action="append",
-                    help="lm-evaluation-harness DATA: the filter to keep where a task logs "
-                    "several (e.g. strict-match); TASK=FILTER for one task, repeatable")
-    af.add_argument("--runs", choices=("error", "latest"),
-                    help="lm-evaluation-harness DATA: with several runs of a task per model, "
-                    "'latest' keeps the newest (default: refuse)")
-    af.add_argument("--duplicate-names", choices=("error", "rename"),
-                    help=".npz DATA: repeated model or item names are refused (default) or "
-                    "renamed with '#2', '#3', ...")
+    _add_data_options(af, "DATA", "")
     af.add_argument("--drop-incomplete", action="store_true",
                     help="leave out the models of DATA with unscored items (the fit needs "
                     "complete rows); their number is printed")
@@ -750,6 +726,26 @@ def _campaign_action(args: argparse.Namespace, answers) -> int:
     print(f"{st.calls} of {st.budget} calls; leader {st.recommended}"
           + (f"; done ({st.reason})" if st.done else ""))
     return 0
+
+
+def _add_data_options(p: argparse.ArgumentParser, what: str, prefix: str) -> None:
+    """The loading options of a data argument ``what`` (``--sep``, and ``--{prefix}metric``,
+    ``filter``, ``runs``, ``duplicate-names``; read back by :func:`_lm_eval_options` and
+    :func:`_load_table_arg` with the same prefix)."""
+    p.add_argument("--sep", help=f"field separator of a {what} table (default: ',', or tab "
+                   "for .tsv)")
+    lm = f"lm-evaluation-harness {what}:"
+    p.add_argument(f"--{prefix}metric", metavar="NAME",
+                   help=f"{lm} the per-sample metric to read")
+    p.add_argument(f"--{prefix}filter", metavar="[TASK=]FILTER", action="append",
+                   help=f"{lm} the filter to keep where a task logs several (e.g. "
+                   "strict-match); TASK=FILTER for one task, repeatable")
+    p.add_argument(f"--{prefix}runs", choices=("error", "latest"),
+                   help=f"{lm} with several runs of a task per model, 'latest' keeps the "
+                   "newest (default: refuse)")
+    p.add_argument(f"--{prefix}duplicate-names", choices=("error", "rename"),
+                   help=f".npz {what}: repeated model or item names are refused (default) or "
+                   "renamed with '#2', '#3', ...")
 
 
 def _lm_eval_options(args: argparse.Namespace, prefix: str = "history_") -> dict:

@@ -7,12 +7,13 @@ Scores live in ``[0, 1]``; a boolean ``mask`` says which cells were observed
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
 import os
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -559,16 +560,25 @@ class Split:
     seed: int
 
 
-def atomic_savez(path: Path, arrays: Mapping[str, Any], *, compressed: bool = False) -> None:
-    """``np.savez`` of ``arrays`` to ``path``, written beside it and renamed into place:
-    an interrupted write (a kill, a full disk) never leaves half a file under ``path``."""
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike) -> Iterator[Any]:
+    """A binary file to write ``path`` through: written beside it (``.tmp-<pid>-<name>``),
+    synced and renamed into place on success, removed on failure, so an interrupted
+    write (a kill, a full disk) never leaves half a file under ``path``."""
     path = Path(path)
     tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
     try:
         with open(tmp, "wb") as fh:
-            (np.savez_compressed if compressed else np.savez)(fh, **arrays)
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def atomic_savez(path: Path, arrays: Mapping[str, Any], *, compressed: bool = False) -> None:
+    """``np.savez`` (or ``savez_compressed``) of ``arrays`` to ``path`` through
+    :func:`atomic_open`."""
+    with atomic_open(path) as fh:
+        (np.savez_compressed if compressed else np.savez)(fh, **arrays)

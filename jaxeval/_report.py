@@ -281,16 +281,11 @@ def summarize(study: Any, results: Mapping[str, Mapping[str, np.ndarray]]) -> di
 
 def write_summary(summary: Mapping[str, Any], out: str | Path) -> Path:
     """Write ``summary.json`` in folder ``out``."""
-    import os
+    from jaxeval._data import atomic_open
 
     p = Path(out) / "summary.json"
-    # (written beside, then renamed: an interrupted write never leaves half a file)
-    tmp = p.with_name(f".tmp-{os.getpid()}-{p.name}")
-    try:
-        tmp.write_text(json.dumps(summary, indent=1) + "\n")
-        os.replace(tmp, p)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_open(p) as f:  # (an interrupted write never leaves half a file)
+        f.write((json.dumps(summary, indent=1) + "\n").encode())
     return p
 
 

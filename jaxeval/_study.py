@@ -827,12 +827,10 @@ def _sha256(path: Path) -> str:
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
-    with open(tmp, "wb") as f:
+    from jaxeval._data import atomic_open
+
+    with atomic_open(path) as f:
         f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _atomic_write_json(path: Path, obj: Any) -> None:

@@ -57,9 +57,8 @@ def _sep_hint(path: Path, sep: str) -> str:
 
 def _check_row_lengths(path: Path, sep: str, src: str) -> None:
     """Refuse a row with fewer fields than the header (pandas pads it with empty
-    cells, which would read as unscored items: a truncated file would lose data)."""
-    if len(sep) != 1:
-        return
+    cells, which would read as unscored items: a truncated file would lose data).
+    ``sep`` is one character (checked by the caller)."""
     import csv
 
     with open(path, encoding="utf-8-sig", newline="") as fh:

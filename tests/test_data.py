@@ -190,6 +190,12 @@ def test_drop_duplicates_can_compare_the_external_target():
         sm.drop_duplicates(include_target="yes")
 
 
+def _half_a_zip_then_disk_full(fh, **arrays):
+    """Stands in for np.savez: writes part of a file, then fails as a full disk does."""
+    fh.write(b"PK\x03\x04 half a zip")
+    raise OSError(28, "No space left on device")
+
+
 def test_to_npz_is_atomic_and_a_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
     """A write that fails half-way (a kill, a full disk) leaves the previous file as it
     was and no partial one (the file was opened in place and written through)."""
@@ -197,11 +203,7 @@ def test_to_npz_is_atomic_and_a_failed_write_keeps_the_old_file(tmp_path, monkey
     p = sm.to_npz(tmp_path / "m.npz")
     before = p.read_bytes()
 
-    def broken(fh, **arrays):
-        fh.write(b"PK\x03\x04 half a zip")
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(np, "savez_compressed", broken)
+    monkeypatch.setattr(np, "savez_compressed", _half_a_zip_then_disk_full)
     with pytest.raises(OSError, match="No space left"):
         ScoreMatrix(np.zeros((3, 2), np.float32)).to_npz(p)
     assert p.read_bytes() == before
@@ -216,11 +218,7 @@ def test_anchor_predictor_save_is_atomic(tmp_path, monkeypatch):
     p = pred.save(tmp_path / "p.npz")
     before = p.read_bytes()
 
-    def broken(fh, **arrays):
-        fh.write(b"PK\x03\x04 half a zip")
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(np, "savez", broken)
+    monkeypatch.setattr(np, "savez", _half_a_zip_then_disk_full)
     with pytest.raises(OSError, match="No space left"):
         pred.save(p)
     assert p.read_bytes() == before
