@@ -472,7 +472,7 @@ def _canonical_budgets(budgets, fractions, total, warn=True):
 
 def simulate_identification(
     data: ScoreMatrix | SyntheticSpec,
-    policy: str = "pulse",
+    policy: str = "pulse_ucb",
     *,
     K: int = 10,
     budgets: Sequence[int] | None = None,
@@ -521,8 +521,11 @@ def simulate_identification(
     Args:
       data: a :class:`~jaxeval.ScoreMatrix` (candidate rows must be fully observed) or a
         :class:`SyntheticSpec`.
-      policy: ``"uniform"``, ``"ucbe"``, ``"naive"``, ``"pulse"``, ``"pulse_ucb"`` or
-        ``"sysrs"``.
+      policy: ``"pulse_ucb"`` (the default, as in :class:`~jaxeval.IdentificationCampaign`
+        and a study's first policy: PULSE's difference estimate + ``sqrt(a / N)``, the
+        index measured in BUILD_NOTES.md "PULSE against the peers"), ``"pulse"`` (the
+        interval's upper bound as the index), ``"ucbe"``, ``"naive"``, ``"sysrs"`` or
+        ``"uniform"``.
       K: candidates per instance (>= 2).
       budgets: checkpoint budgets in LLM calls (sorted, within ``[1, K*n]``); default the
         SPEC 6.1 grid of ``budget_fractions``.

@@ -416,3 +416,13 @@ def test_alpha_too_small_for_float32_is_refused(alpha):
     with pytest.raises(ValueError, match="alpha must be at least 1e-30"):
         jaxeval.simulate_identification(jaxeval.SyntheticSpec(n_items=20), "ucbe", K=2,
                                         n_replicates=2, budgets=[4], alpha=alpha)
+
+
+def test_default_policy_is_the_recommended_one():
+    """simulate_identification, a campaign and a study start from the same policy."""
+    import inspect
+
+    default = inspect.signature(simulate_identification).parameters["policy"].default
+    campaign = inspect.signature(jaxeval.IdentificationCampaign).parameters["policy"].default
+    assert default == campaign == "pulse_ucb"
+    assert jaxeval.IdentificationStudy().policies[0].policy == default
