@@ -54,7 +54,8 @@ DEFAULT_METRICS = (
     "mc1",
 )
 
-_NAME = re.compile(r"^samples_(?P<task>.+?)_(?P<ts>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl$")
+_NAME = re.compile(r"^samples_(?P<task>.+?)_(?P<ts>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl$",
+                   re.IGNORECASE)
 _BOOKKEEPING = {
     "doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "filter", "metrics",
     "doc_hash", "prompt_hash", "target_hash",
@@ -65,7 +66,7 @@ def _task_of(path: Path) -> tuple[str, str]:
     m = _NAME.match(path.name)
     if m:
         return m["task"], m["ts"]
-    stem = path.name[: -len(".jsonl")] if path.name.endswith(".jsonl") else path.stem
+    stem = path.name[: -len(".jsonl")] if path.name.lower().endswith(".jsonl") else path.stem
     return (stem[len("samples_"):] if stem.startswith("samples_") else stem), ""
 
 
@@ -171,7 +172,10 @@ def _read_run(
                 f"{path}, line {lineno}: field '{used}' is not a number for doc_id {doc!r}: "
                 f"{str(v)[:60]!r}; pick another field with metric="
             )
-        v = float(v)
+        try:
+            v = float(v)
+        except OverflowError:  # an int too large for a float
+            v = math.inf
         if math.isnan(v) or not 0.0 <= v <= 1.0:
             raise ValueError(
                 f"{path}, line {lineno}: field '{used}' must lie in [0, 1], got {v!r} for "
@@ -183,21 +187,22 @@ def _read_run(
     return used, values, hashes
 
 
-def _runs_in(folder: Path, task: Any, runs: str, dropped: list[str]) -> dict[str, Path]:
-    """{task: file} for the samples files of one model folder (older runs -> dropped)."""
+def _runs_in(folder: Path, task: Any, runs: str, dropped: list[str],
+             present: set[str]) -> dict[str, Path]:
+    """{task: file} for the samples files of one model folder (older runs -> dropped).
+
+    With ``task``, only those tasks; one this folder lacks is left out (its documents
+    are then unobserved for this model, as without ``task``; :func:`load_lm_eval`
+    refuses a task no folder has). Every task found is added to ``present``."""
     files = sorted(folder.glob("samples_*.jsonl"))
     by_task: dict[str, list[tuple[str, Path]]] = {}
     for f in files:
         t, ts = _task_of(f)
         by_task.setdefault(t, []).append((ts, f))
+    present.update(by_task)
     if task is not None:
         wanted = [task] if isinstance(task, str) else list(task)
-        absent = [t for t in wanted if t not in by_task]
-        if absent:
-            raise ValueError(
-                f"{folder}: no samples file for task(s) {absent}; tasks present: {sorted(by_task)}"
-            )
-        by_task = {t: by_task[t] for t in wanted}
+        by_task = {t: by_task[t] for t in wanted if t in by_task}
     out = {}
     for t, lst in by_task.items():
         if len(lst) > 1 and runs != "latest":
@@ -232,7 +237,10 @@ def load_lm_eval(
         (e.g. ``"strict-match"`` or ``"flexible-extract"``); one name for every task,
         or a mapping ``{task: filter}`` for a folder whose tasks log different filters
         (tasks not in it are read as without ``filter``).
-      task: task name(s) to keep when a folder holds several (default: all).
+      task: task name(s) to keep when a folder holds several (default: all). A model
+        folder that lacks one of them leaves its documents unobserved for that model
+        (as without ``task``; refused under ``missing="error"``); a task that no
+        folder has is refused.
       runs: ``"error"`` (default) refuses several runs of one task for one model;
         ``"latest"`` keeps the newest timestamp and records it.
       missing: ``"mask"`` (default) leaves documents a model lacks unobserved;
@@ -264,10 +272,11 @@ def load_lm_eval(
         raise ValueError(f"load_lm_eval: missing must be 'mask' or 'error', got {missing!r}")
     # model name -> {task: file}
     dropped: list[str] = []
+    present: set[str] = set()  # every task found in the model folders
     skipped: list[str] = []
     skipped_why = ""
     if path.is_file():
-        if not path.name.endswith(".jsonl"):
+        if not path.name.lower().endswith(".jsonl"):
             raise ValueError(
                 f"{path}: not a samples_*.jsonl file; lm-evaluation-harness results_*.json "
                 "files hold aggregates only. Run with --log_samples and pass the samples file "
@@ -279,7 +288,7 @@ def load_lm_eval(
         layout = {model or path.parent.name or "model_0": {t: path}}
     elif path.is_dir():
         if any(path.glob("samples_*.jsonl")):
-            layout = {model or path.name: _runs_in(path, task, runs, dropped)}
+            layout = {model or path.name: _runs_in(path, task, runs, dropped, present)}
             skipped = sorted(d.name for d in path.iterdir()
                              if d.is_dir() and any(d.glob("samples_*.jsonl")))
             if skipped:
@@ -306,9 +315,20 @@ def load_lm_eval(
                     f"{path}: no samples_*.jsonl files here or in its subfolders "
                     "(run lm-evaluation-harness with --log_samples)"
                 )
-            layout = {d.name: _runs_in(d, task, runs, dropped) for d in subs}
+            layout = {d.name: _runs_in(d, task, runs, dropped, present) for d in subs}
     else:
         raise FileNotFoundError(f"load_lm_eval: {str(path)!r} does not exist")
+    if task is not None and path.is_dir():
+        wanted = [task] if isinstance(task, str) else list(task)
+        absent = [t for t in wanted if t not in present]
+        if absent:
+            raise ValueError(
+                f"{path}: no samples file for task(s) {absent}; tasks present: {sorted(present)}"
+            )
+        empty = [m for m, per in layout.items() if not per]
+        if empty:
+            warnings.warn(f"load_lm_eval: model folders {empty[:5]} have none of the tasks "
+                          f"{wanted}: their rows are unobserved", stacklevel=2)
     notes: dict[str, Any] = {"format": "lm-evaluation-harness samples", "conversions": []}
     if skipped:
         notes["conversions"].append(skipped_why)

@@ -19,6 +19,8 @@ are read as 1/0 and recorded. Needs pandas (and pyarrow for Parquet):
 from __future__ import annotations
 
 import os
+import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,27 @@ def _check_row_lengths(path: Path, sep: str, src: str) -> None:
                     f"{src}: line {line} has {len(row)} fields, the header {width} (a "
                     "truncated row?); leave a cell empty, not out, for a missing score"
                 )
+
+
+def _check_final_line_break(path: Path, src: str) -> None:
+    """Warn when a text table does not end with a line break: every common writer ends
+    one, and a file cut off while being written loses the end of its last cell
+    (``0.75`` read as ``0.``, i.e. 0) without any other sign."""
+    try:
+        with open(path, "rb") as fh:
+            if fh.seek(0, os.SEEK_END) == 0:
+                return
+            fh.seek(-1, os.SEEK_END)
+            last = fh.read(1)
+    except OSError:
+        return
+    if last not in (b"\n", b"\r"):
+        warnings.warn(
+            f"{src}: the file does not end with a line break; if it was cut off while "
+            "being written, the last cell of its last line may be incomplete (check that "
+            "line; a file ending with a newline does not warn)",
+            stacklevel=5,
+        )
 
 
 def _check_header(header: list[str], src: str) -> None:
@@ -131,10 +154,21 @@ def _read_cells(path: Path, sep: str | None, model_col: str = "model"
     except pd.errors.EmptyDataError as e:
         raise ValueError(f"{src}: the table is empty") from e
     except pd.errors.ParserError as e:
+        if "EOF inside string" in str(e):
+            raise ValueError(
+                f"{src}: a quoted cell is never closed (the file ends inside it: cut off "
+                f"while being written?) ({e})"
+            ) from e
         raise ValueError(
             f"{src}: malformed table, rows of different lengths ({e})" + _sep_hint(path, sep)
         ) from e
     except UnicodeDecodeError as e:
+        try:  # pandas decodes in chunks: its offset is within a chunk, not the file
+            path.read_bytes().decode("utf-8-sig")
+        except UnicodeDecodeError as whole:
+            e = whole
+        except OSError:
+            pass
         raise ValueError(
             f"{src}: not UTF-8 text ({e.reason} at byte {e.start}); re-save the table as "
             "UTF-8, or check that it is a CSV at all"
@@ -143,6 +177,7 @@ def _read_cells(path: Path, sep: str | None, model_col: str = "model"
     if not rows:
         raise ValueError(f"{src}: the table is empty")
     _check_row_lengths(path, sep, src)
+    _check_final_line_break(path, src)
     header = [str(h).strip() for h in rows[0]]
     _check_header(header, src)
     if len(header) == 1:
@@ -331,16 +366,29 @@ def _long(header, rows, src, model_col, item_col, score_col, target_col, notes, 
     return dict(scores=scores, mask=mask, models=list(models), items=list(items), target=target)
 
 
+_NAME_WORDS = {"model", "models", "id", "ids", "name", "names", "index", "llm", "unnamed"}
+
+
+def _names_header(h: Any) -> bool:
+    """Whether a column header reads as a column of names or ids (empty, ``index``,
+    ``Unnamed: 0``, ``model_id``, ``name`` ...) rather than as an item's name."""
+    h = str(h).strip().lower()
+    return h == "" or any(w in _NAME_WORDS for w in re.split(r"[^a-z0-9]+", h))
+
+
 def _wide(header, rows, src, model_col, target_col, notes, flags):
     im = header.index(model_col) if model_col in header else 0
     first = [_number(row[0]) for row in rows]
+    index_like = _names_header(header[0])
     if model_col not in header and first and all(v is not None and 0 <= v <= 1 for v in first) \
-            and (len(first) >= 3 or not all(v.is_integer() for v in first)):
+            and (len(first) >= 3 or not all(v.is_integer() for v in first) or not index_like):
         # no model column: the first column is taken for the names, but every value in
         # it is a score, so it is an item (pd.DataFrame(S).to_csv(index=False)) and
         # taking it would silently drop that item. (Integer ids 0 / 1 of one or two
-        # models, e.g. a parquet pivot's index, are names; three or more 0 / 1 values
-        # cannot be distinct names.)
+        # models under a header of names -- empty or 'Unnamed: 0' from to_csv with the
+        # index, 'index' from a parquet pivot's, 'model_id', 'name' -- are names; three
+        # or more 0 / 1 values cannot be distinct names, and under an item's name, such
+        # as 'q1' or '0', they are an item.)
         raise ValueError(
             f"{src}: no '{model_col}' column, and the first column {header[0]!r}, which "
             "would name the models, holds only scores in [0, 1] (an item?); add a column "

@@ -584,3 +584,88 @@ def test_wide_table_whose_first_column_holds_scores_is_refused(tmp_path):
     # three 0 / 1 values cannot be distinct names: an item column
     _raises(["no 'model' column"], jaxeval.load,
             _write(tmp_path / "bin.csv", "q1,q2\n1,0\n0,1\n1,1\n"))
+
+
+def test_a_table_cut_off_mid_cell_warns(tmp_path):
+    """A CSV ending without a line break may have lost the end of its last cell (0.75
+    cut to "0." reads as 0 with nothing else amiss): the loader says so; a file ending
+    with a newline (any style) and Parquet say nothing."""
+    import warnings
+
+    cut = _write(tmp_path / "cut.csv", "model,q1,q2\na,1,0\nb,0,0.")
+    with pytest.warns(UserWarning, match=r"cut\.csv: the file does not end with a line break"):
+        sm = jaxeval.load(cut)
+    assert sm.scores.tolist() == [[1.0, 0.0], [0.0, 0.0]]  # loaded all the same
+    long_cut = _write(tmp_path / "long.csv", "model,item,score\na,q1,1\na,q2,0.")
+    with pytest.warns(UserWarning, match="does not end with a line break"):
+        jaxeval.load(long_cut)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i, end in enumerate(("\n", "\r\n", "\r")):
+            ok = tmp_path / f"ok{i}.csv"
+            ok.write_bytes(f"model,q1,q2{end}a,1,0{end}b,0,0.75{end}".encode())
+            assert jaxeval.load(ok).scores[1, 1] == pytest.approx(0.75)
+        pd = pytest.importorskip("pandas")
+        pytest.importorskip("pyarrow")
+        pq = tmp_path / "t.parquet"
+        pd.DataFrame({"model": ["a", "b"], "q1": [1.0, 0.0]}).to_parquet(pq)
+        assert jaxeval.load(pq).shape == (2, 1)
+
+
+def test_wide_table_of_one_or_two_models_keeps_its_first_item(tmp_path):
+    """A first column of 0/1 scores under an item's header is an item even with one or
+    two rows (it was taken for model names "1" / "0" and dropped); under an index's
+    header (empty, 'index') it stays the names."""
+    for text in ("q1,q2,q3\n1,0,1\n", "q1,q2,q3\n1,0,1\n0,1,1\n", "0,1,2\n1,0,1\n"):
+        p = _write(tmp_path / "w.csv", text)
+        _raises([r"first column '(q1|0)', which would name the models, holds only scores"],
+                jaxeval.load, p)
+    named = _write(tmp_path / "n.csv", "model,q1,q2,q3\nm1,1,0,1\n")
+    assert jaxeval.load(named).items.tolist() == ["q1", "q2", "q3"]
+    for head in ("", "index", "Unnamed: 0", "model id", "name"):
+        p = _write(tmp_path / "i.csv", f"{head},q1,q2\n0,1,0\n1,0,1\n")
+        sm = jaxeval.load(p)
+        assert sm.models.tolist() == ["0", "1"] and sm.items.tolist() == ["q1", "q2"]
+
+
+def test_lm_eval_task_a_model_lacks_is_unobserved_like_without_task(tmp_path):
+    """task= with a model folder lacking one of the tasks masks that model's documents
+    (as the same folder does without task=), refuses it under missing='error', and
+    refuses a task no folder has."""
+    _run(tmp_path, "m1", "t1", [_sample(i, 1.0) for i in range(2)])
+    _run(tmp_path, "m1", "t2", [_sample(i, 0.0) for i in range(2)])
+    _run(tmp_path, "m2", "t1", [_sample(i, 0.0) for i in range(2)])
+    every = jaxeval.load(tmp_path)
+    both = jaxeval.load(tmp_path, task=["t1", "t2"])
+    assert both.items.tolist() == every.items.tolist() == ["t1/0", "t1/1", "t2/0", "t2/1"]
+    assert both.mask.tolist() == every.mask.tolist() == [[True] * 4, [True, True, False, False]]
+    assert np.array_equal(both.scores, every.scores)
+    _raises(["not aligned", "missing='mask'"], jaxeval.load, tmp_path, task=["t1", "t2"],
+            missing="error")
+    _raises([r"no samples file for task\(s\) \['t3'\]", r"tasks present: \['t1', 't2'\]"],
+            jaxeval.load, tmp_path, task=["t1", "t3"])
+    with pytest.warns(UserWarning, match=r"\['m2'\] have none of the tasks \['t2'\]"):
+        only = jaxeval.load(tmp_path, task="t2")
+    assert only.mask.tolist() == [[True, True], [False, False]]
+
+
+def test_lm_eval_odd_values_and_names(tmp_path):
+    """An integer too large for a float is refused as out of range (it raised a bare
+    OverflowError); an upper-case .JSONL file is a samples file."""
+    p = _run(tmp_path, "m", "t", [{"doc_id": 0, "acc": 10**400}])
+    _raises([r"line 1: field 'acc' must lie in \[0, 1\], got inf"], jaxeval.load, p)
+    up = tmp_path / "u" / f"samples_t_{TS}.JSONL"
+    up.parent.mkdir()
+    up.write_text(json.dumps({"doc_id": 0, "acc": 1.0}) + "\n")
+    sm = jaxeval.load(up)
+    assert sm.scores.tolist() == [[1.0]] and sm.metadata["tasks"] == ["t"]
+
+
+def test_table_error_positions_are_the_file_s(tmp_path):
+    """A bad byte past pandas' first decode chunk is reported at its offset in the
+    file; a file ending inside a quoted cell is said to be cut off."""
+    bad = tmp_path / "u.csv"
+    bad.write_bytes(b"model,q1\n" + b"a,1\n" * 3000 + b"m\xe9,1\n")
+    _raises([r"not UTF-8 text \(invalid continuation byte at byte 12010\)"], jaxeval.load, bad)
+    cut = _write(tmp_path / "q.csv", 'model,q1\nm0,1\nm1,"b')
+    _raises([r"q\.csv: a quoted cell is never closed", "cut off"], jaxeval.load, cut)
