@@ -78,6 +78,65 @@ def _json_default(obj: Any) -> Any:
     return str(obj)
 
 
+def _plain(obj: Any) -> Any:
+    """Mappings (a read-only ``MappingProxyType`` included, which cannot be deep-copied)
+    as dicts, recursively; lists and tuples walked; anything else as is."""
+    if isinstance(obj, Mapping):
+        return {k: _plain(v) for k, v in obj.items()}
+    if type(obj) in (list, tuple):
+        return type(obj)(_plain(v) for v in obj)
+    return obj
+
+
+def _str_keys(obj: Any) -> Any:
+    """``obj`` with every mapping's keys JSON can write (numpy scalars and tuples as
+    their ``str``), recursively, for ``metadata_json``."""
+    if isinstance(obj, Mapping):
+        return {(k if isinstance(k, (str, int, float, bool)) or k is None else str(k)):
+                _str_keys(v) for k, v in obj.items()}
+    if type(obj) in (list, tuple):
+        return [_str_keys(v) for v in obj]
+    return obj
+
+
+def _realigned(meta: Mapping[str, Any], r: np.ndarray, c: np.ndarray, m: int,
+               n: int) -> dict[str, Any]:
+    """``meta`` after :meth:`ScoreMatrix.take` kept rows ``r`` of ``m`` and columns ``c``
+    of ``n``: the per-model and per-item notes the loaders write (``is_source``; the
+    synthetic truth's ``probabilities``, ``U``, ``V``, ``c``) follow the selection, and
+    the synthetic truth's ``best`` / ``gap`` / ``status``, which describe the whole
+    matrix, are set to None with a note saying so."""
+    same_r = r.size == m and bool(np.all(r == np.arange(m)))
+    same_c = c.size == n and bool(np.all(c == np.arange(n)))
+    if same_r and same_c:
+        return dict(meta)
+    out = dict(meta)
+    src = out.get("is_source")
+    if isinstance(src, (list, tuple, np.ndarray)) and len(src) == m:
+        out["is_source"] = np.asarray(src)[r].tolist()
+    truth = out.get("synthetic")
+    if isinstance(truth, Mapping):
+        t = dict(truth)
+        for key, rows, cols in (("probabilities", True, True), ("U", True, False),
+                                ("V", False, None), ("c", False, None)):
+            a = t.get(key)
+            if not isinstance(a, np.ndarray):
+                continue
+            if rows and a.ndim >= 1 and a.shape[0] == m:
+                a = a[r]
+            if cols and a.ndim == 2 and a.shape[1] == n:
+                a = a[:, c]
+            if cols is None and a.ndim >= 1 and a.shape[0] == n:
+                a = a[c]
+            t[key] = a
+        if any(t.get(k) is not None for k in ("best", "gap", "status")):
+            t.update(best=None, gap=None, status=None)
+            t["subset_note"] = ("best, gap and status described the whole synthetic matrix "
+                                "and were cleared when models or items were taken from it")
+        out["synthetic"] = t
+    return out
+
+
 def _readonly(a: np.ndarray) -> np.ndarray:
     a = np.array(a, copy=True)
     a.setflags(write=False)
@@ -138,8 +197,20 @@ class ScoreMatrix:
 
     def __post_init__(self) -> None:
         src = self.source
-        notes = copy.deepcopy(dict(self.metadata))  # each matrix owns its notes' lists
-        raw = np.asarray(self.scores)
+        if self.metadata is None:
+            meta: Any = {}
+        elif isinstance(self.metadata, Mapping):
+            meta = self.metadata
+        else:
+            raise TypeError(f"{src}: field 'metadata' must be a mapping, got "
+                            f"{type(self.metadata).__name__}")
+        notes = copy.deepcopy(_plain(meta))  # each matrix owns its notes' lists
+        hidden = None  # the cells a numpy masked array masks
+        if np.ma.isMaskedArray(self.scores):
+            hidden = np.ma.getmaskarray(self.scores)
+            raw = np.asarray(np.ma.getdata(self.scores))
+        else:
+            raw = np.asarray(self.scores)
         if raw.ndim != 2:
             raise ValueError(
                 f"{src}: field 'scores' must be 2-D [models, items], got shape {raw.shape}"
@@ -154,13 +225,19 @@ class ScoreMatrix:
                 f"{src}: field 'scores' must be real numbers, got dtype {raw.dtype}"
             )
         scores = raw.astype(np.float64)
+        if hidden is not None and hidden.any():
+            notes["conversions"] = list(notes.get("conversions", [])) + [
+                f"{int(hidden.sum())} masked cells of a numpy masked array read as "
+                "unobserved (mask=False)"
+            ]
+            scores = np.where(hidden, np.nan, scores)
         nan = np.isnan(scores)
         if self.mask is None:
             mask = ~nan
-            if nan.any():
-                notes.setdefault("conversions", [])
-                notes["conversions"] = list(notes["conversions"]) + [
-                    f"{int(nan.sum())} NaN cells read as unobserved (mask=False)"
+            if nan.any() and (hidden is None or (nan & ~hidden).any()):
+                notes["conversions"] = list(notes.get("conversions", [])) + [
+                    f"{int((nan if hidden is None else nan & ~hidden).sum())} NaN cells "
+                    "read as unobserved (mask=False)"
                 ]
         else:
             mask = np.asarray(self.mask)
@@ -172,6 +249,8 @@ class ScoreMatrix:
                 if not np.isin(mask, (0, 1)).all():
                     raise ValueError(f"{src}: field 'mask' must be boolean (0/1)")
                 mask = mask.astype(bool)
+            if hidden is not None:
+                mask = mask & ~hidden
             bad = nan & mask
             if bad.any():
                 i, j = np.argwhere(bad)[0]
@@ -299,6 +378,8 @@ class ScoreMatrix:
             raise ValueError(f"{what}: expected a 1-D selection ({e})") from None
         if sel.ndim == 0:  # one name or one index
             sel = sel.reshape(1)
+        if sel.dtype == object and sel.size and all(isinstance(x, str) for x in sel.ravel()):
+            sel = sel.astype(str)  # names in an object array (a pandas Series or Index)
         if sel.ndim != 1:
             raise ValueError(f"{what}: expected a 1-D selection, got shape {sel.shape}")
         if sel.size == 0:
@@ -343,6 +424,7 @@ class ScoreMatrix:
             models=self.models[r],
             items=self.items[c],
             target=None if self.target is None else self.target[r],
+            metadata=_realigned(self.metadata, r, c, self.n_models, self.n_items),
         )
 
     def drop_duplicates(self, *, include_target: bool = False) -> ScoreMatrix:
@@ -406,6 +488,12 @@ class ScoreMatrix:
         _check_seed(seed, "split")
         if isinstance(sizes, np.ndarray):
             sizes = sizes.tolist()
+        elif not isinstance(sizes, (str, bytes)):
+            try:
+                sizes = list(sizes)  # a generator would be used up by the checks below
+            except TypeError:
+                raise TypeError(f"split: 'sizes' must be a sequence of group sizes, got "
+                                f"{sizes!r}") from None
         if not sizes:
             raise ValueError("split: 'sizes' is empty")
         if any(isinstance(s, bool) or not isinstance(s, (int, float, np.integer, np.floating))
@@ -513,7 +601,7 @@ class ScoreMatrix:
             models=self.models,
             items=self.items,
             source=np.array(self.source),
-            metadata_json=np.array(json.dumps(dict(self.metadata), default=_json_default)),
+            metadata_json=np.array(json.dumps(_str_keys(self.metadata), default=_json_default)),
         )
         if self.target is not None:
             arrays["target"] = self.target

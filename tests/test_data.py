@@ -223,3 +223,69 @@ def test_anchor_predictor_save_is_atomic(tmp_path, monkeypatch):
         pred.save(p)
     assert p.read_bytes() == before
     assert sorted(x.name for x in tmp_path.iterdir()) == ["p.npz"]
+
+
+def test_numpy_masked_array_cells_are_unobserved():
+    """A numpy masked array's mask is honoured (it read as observed), alone or with an
+    explicit mask, and noted."""
+    ma = np.ma.masked_array([[1.0, 0.5], [0.0, 1.0]], mask=[[0, 1], [0, 0]])
+    sm = ScoreMatrix(ma)
+    assert sm.mask.tolist() == [[True, False], [True, True]]
+    assert sm.accuracy().tolist() == [1.0, 0.5]
+    assert any("masked cells of a numpy masked array" in c for c in sm.metadata["conversions"])
+    both = ScoreMatrix(ma, mask=np.array([[1, 1], [0, 1]], bool))
+    assert both.mask.tolist() == [[True, False], [False, True]]
+    # a masked cell may hold anything, even NaN or a value outside [0, 1]
+    odd = np.ma.masked_array([[np.nan, 7.0], [0.0, 1.0]], mask=[[1, 1], [0, 0]])
+    assert ScoreMatrix(odd).mask.tolist() == [[False, False], [True, True]]
+
+
+def test_take_and_split_carry_per_model_metadata_along():
+    """Per-model notes follow the rows taken (is_source) and the synthetic truth's
+    arrays the rows and items taken; its whole-matrix best/gap/status are cleared."""
+    sm = ScoreMatrix(np.eye(4), metadata={"is_source": [True, False, False, True], "x": 1})
+    sub = sm.take(models=[3, 1])
+    assert sub.metadata["is_source"] == [True, False] and sub.metadata["x"] == 1
+    assert sm.take().metadata["is_source"] == [True, False, False, True]
+    syn = jaxeval.synthetic_score_matrix(seed=3, n_models=10, n_items=50, gap=0.1)
+    truth = syn.metadata["synthetic"]
+    rows, cols = np.array([7, 2, 5]), np.arange(0, 50, 2)
+    part = syn.take(models=rows, items=cols).metadata["synthetic"]
+    np.testing.assert_array_equal(part["probabilities"], truth["probabilities"][np.ix_(rows, cols)])
+    np.testing.assert_array_equal(part["U"], truth["U"][rows])
+    np.testing.assert_array_equal(part["V"], truth["V"][cols])
+    np.testing.assert_array_equal(part["c"], truth["c"][cols])
+    assert part["best"] is None and part["gap"] is None and "cleared" in part["subset_note"]
+    assert truth["best"] is not None  # the original is untouched
+    for group in syn.split([5]):
+        assert group.metadata["synthetic"]["probabilities"].shape == (5, 50)
+
+
+def test_split_sizes_from_a_generator_and_names_from_an_object_array():
+    sm = ScoreMatrix(np.eye(10))
+    assert [g.n_models for g in sm.split(x for x in [3, 3])] == [3, 3, 4]
+    with pytest.raises(TypeError, match="split: 'sizes' must be a sequence"):
+        sm.split(None)
+    names = np.array(["model_4", "model_0"], dtype=object)  # as a pandas Series holds them
+    assert sm.take(models=names).models.tolist() == ["model_4", "model_0"]
+
+
+def test_metadata_none_read_only_and_odd_keys():
+    """metadata=None is no metadata; a read-only mapping nested inside is copied; keys
+    JSON cannot write (numpy ints, tuples) are saved as their str."""
+    import types
+
+    assert dict(ScoreMatrix(np.eye(2), metadata=None).metadata) == {}
+    with pytest.raises(TypeError, match="field 'metadata' must be a mapping"):
+        ScoreMatrix(np.eye(2), metadata=[1])
+    inner = ScoreMatrix(np.eye(2), metadata={"a": [1]}).metadata
+    assert isinstance(inner, types.MappingProxyType)
+    outer = ScoreMatrix(np.eye(2), metadata={"parent": inner})
+    assert outer.metadata["parent"]["a"] == [1]
+
+
+def test_to_npz_writes_odd_metadata_keys_as_text(tmp_path):
+    sm = ScoreMatrix(np.eye(2), metadata={"per_model": {np.int64(0): "x"}, "t": {(1, 2): 3}})
+    sm.to_npz(tmp_path / "m.npz")
+    back = jaxeval.load(tmp_path / "m.npz")
+    assert back.metadata["per_model"] == {"0": "x"} and back.metadata["t"] == {"(1, 2)": 3}
