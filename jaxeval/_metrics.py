@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 __all__ = [
     "TIE_ATOL",
@@ -177,7 +178,19 @@ def identification_correct(
       >>> identification_correct(jnp.array([1, 2, 0]), jnp.array([0.5, 0.7, 0.7])).tolist()
       [True, True, False]
     """
-    rec = jnp.asarray(recommended).astype(jnp.int32)
+    if isinstance(recommended, jax.Array):
+        if not jnp.issubdtype(recommended.dtype, jnp.integer):
+            raise TypeError(f"recommended: expected integer arm indices, got dtype "
+                            f"{recommended.dtype} (a float would be truncated, NaN read as 0)")
+        rec = recommended.astype(jnp.int32)
+    else:
+        r = np.asarray(recommended)
+        if not np.issubdtype(r.dtype, np.integer):
+            raise TypeError(f"recommended: expected integer arm indices, got dtype {r.dtype} "
+                            "(a float would be truncated, NaN read as 0)")
+        # an index past int32 is out of range (wrong), not wrapped around onto an arm
+        big = (r < 0) | (r > np.iinfo(np.int32).max)
+        rec = jnp.asarray(np.where(big, -1, r).astype(np.int32))
     best = best_arms(true_scores, atol)
     k = best.shape[-1]
     lead = jnp.broadcast_shapes(rec.shape, best.shape[:-1])

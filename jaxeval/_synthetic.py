@@ -23,11 +23,13 @@ highest realised accuracy (the first one on ties) is adjusted so that its
 accuracy is exactly ``second + gap`` where ``second`` is the best accuracy among
 the other rows:
 
-- binary: the target count is ``second_count + round(gap * n)``; the best row
+- binary: the target count is ``second_count + g`` with ``g = round(gap * n)``
+  rounded half up, and at least 1 when ``gap > 0`` (so that the best row is unique:
+  half an item, or less, would otherwise make a tie); the best row
   flips the minimal number of cells ``|target - count|``, chosen at random
   without replacement, favouring cells the model finds surprising (to lower the
   count it turns 1s to 0s with weights ``1 - P_ij``; to raise it, 0s to 1s with
-  weights ``P_ij``; Gumbel top-k). The realised gap is ``round(gap * n) / n``.
+  weights ``P_ij``; Gumbel top-k). The realised gap is ``g / n``.
 - graded: every cell of the best row moves by the same fraction of its room,
   ``s + lam (1 - s)`` to raise or ``s (1 - lam)`` to lower, with ``lam`` solving
   for the exact mean; the realised gap equals ``gap`` up to float32 rounding.
@@ -125,7 +127,11 @@ def _adjust_binary(key, scores, probs, gap, first):
     counts = jnp.sum(scores, axis=1).astype(jnp.int32)
     best, second = _top_two(counts, first)
     second = second.astype(jnp.int32)
-    want = second + jnp.round(gap * n).astype(jnp.int32)
+    # gap * n rounded half up (not half to even: 0.5 item must not become a tie), and
+    # at least one item when a gap > 0 is asked for, so the best row is unique
+    items = jnp.floor(gap * n + 0.5)
+    items = jnp.where(gap > 0, jnp.maximum(items, 1.0), items)
+    want = second + items.astype(jnp.int32)
     target = jnp.minimum(want, n)
     status = jnp.where(want > n, GAP_CLIPPED, OK).astype(jnp.int32)
     s, p = scores[best], probs[best]
@@ -237,7 +243,8 @@ def synthetic_matrix(
       n_items: number of items ``n`` (>= 1).
       rank: rank ``r`` of the interaction ``U V^T`` (>= 1).
       gap: exact gap between the best two true accuracies, in [0, 1]; binary
-        matrices realise ``round(gap * n) / n``. None leaves the draw as is.
+        matrices realise ``g / n``, ``g`` = ``gap * n`` rounded half up and at least 1
+        when ``gap > 0``. None leaves the draw as is.
       graded: False for 0/1 scores (Bernoulli); True for graded scores.
       model_scale: spread of model abilities (logits).
       item_scale: spread of item loadings around the general ability direction.
@@ -273,6 +280,11 @@ def synthetic_matrix(
     if isinstance(concentration, (int, float, np.number)) and not float(concentration) > 0:
         raise ValueError(
             f"synthetic_matrix: 'concentration' must be > 0, got {concentration!r}"
+        )
+    if concentration is not None and not graded:
+        raise ValueError(
+            "synthetic_matrix: 'concentration' shapes graded scores only (binary ones are "
+            "Bernoulli draws); pass graded=True, or leave concentration=None"
         )
     n_candidates = n_models if n_candidates is None else n_candidates
     if not isinstance(n_candidates, (int, np.integer)) or not 2 <= n_candidates <= n_models:

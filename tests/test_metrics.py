@@ -179,3 +179,16 @@ def test_kendall_tau_b_compares_in_float32_unless_x64():
         big = np.array([10**17, 10**17 + 1, 2 * 10**17], np.int64)
         assert float(metrics.kendall_tau_b(big, np.arange(3.0, dtype=np.float32))) == \
             pytest.approx(1.0)
+
+
+def test_identification_correct_refuses_float_recommendations():
+    """A float recommendation was truncated (NaN became arm 0 and counted as right);
+    an integer past int32 wrapped onto an arm. Now: floats refused, such an integer
+    out of range (wrong), as the docstring says."""
+    truth = jnp.array([0.9, 0.1])
+    for rec in (jnp.array([np.nan]), jnp.array([0.9]), np.array([0.0])):
+        with pytest.raises(TypeError, match="recommended: expected integer arm indices"):
+            metrics.identification_correct(rec, truth)
+    assert metrics.identification_correct(np.array([2**32, 0, -1]), truth).tolist() == [
+        False, True, False]
+    assert metrics.identification_correct([0], truth).tolist() == [True]

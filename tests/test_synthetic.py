@@ -47,7 +47,9 @@ def test_binary_gap_is_exact_for_every_replicate():
     t = _batch(keys, gaps)
     counts = np.asarray(t.scores).sum(-1).astype(int)  # [64, M]
     top, second = _top_two(counts)
-    np.testing.assert_array_equal(top - second, np.round(np.asarray(gaps) * N).astype(int))
+    g = np.asarray(gaps, np.float32)
+    items = np.floor(g * np.float32(N) + np.float32(0.5))  # half up, as the kernel rounds
+    np.testing.assert_array_equal(top - second, np.where(g > 0, np.maximum(items, 1), items))
     assert set(np.unique(t.scores).tolist()) <= {0.0, 1.0}
     np.testing.assert_array_equal(t.status, OK)
     np.testing.assert_allclose(t.gap, (top - second) / N, atol=1e-7)
@@ -243,3 +245,21 @@ def test_gap_and_rank_grid(m, n, r, graded):
         lg = np.einsum("bmr,bnr->bmn", np.asarray(t.U, np.float64), np.asarray(t.V, np.float64))
         sv = np.linalg.svd(lg, compute_uv=False)
         assert np.all(sv[:, r - 1] / sv[:, 0] > 1e-4) and np.all(sv[:, r] / sv[:, 0] < 1e-6)
+
+
+def test_binary_gap_of_half_an_item_or_less_is_one_item():
+    """gap * n = 0.5 rounded half to even made an exact tie for best (status OK); a gap
+    > 0 now always leaves a unique best row: half up, at least one item."""
+    for n, gap, items in ((100, 0.005, 1), (10, 0.05, 1), (20, 0.025, 1), (10, 0.25, 3),
+                          (100, 0.001, 1), (10, 0.0, 0)):
+        t = synthetic_matrix(0, 10, n, 2, gap=gap)
+        counts = np.sort(np.asarray(t.scores).sum(1))
+        assert counts[-1] - counts[-2] == items, (n, gap)
+        assert float(t.gap) == pytest.approx(items / n) and int(t.status) == OK
+
+
+def test_concentration_needs_graded_scores():
+    with pytest.raises(ValueError, match="'concentration' shapes graded scores only"):
+        synthetic_matrix(0, 5, 10, 2, concentration=5.0)
+    with pytest.raises(ValueError, match="'concentration' shapes graded scores only"):
+        synthetic_score_matrix(seed=0, n_models=5, n_items=10, concentration=5.0)
