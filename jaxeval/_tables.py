@@ -163,14 +163,15 @@ def _read_cells(path: Path, sep: str | None, model_col: str = "model"
             f"{src}: malformed table, rows of different lengths ({e})" + _sep_hint(path, sep)
         ) from e
     except UnicodeDecodeError as e:
+        err = e
         try:  # pandas decodes in chunks: its offset is within a chunk, not the file
             path.read_bytes().decode("utf-8-sig")
         except UnicodeDecodeError as whole:
-            e = whole
+            err = whole
         except OSError:
             pass
         raise ValueError(
-            f"{src}: not UTF-8 text ({e.reason} at byte {e.start}); re-save the table as "
+            f"{src}: not UTF-8 text ({err.reason} at byte {err.start}); re-save the table as "
             "UTF-8, or check that it is a CSV at all"
         ) from None
     rows = df.values.tolist()
