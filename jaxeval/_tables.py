@@ -57,24 +57,39 @@ def _sep_hint(path: Path, sep: str) -> str:
         sep not in first) else ""
 
 
-def _check_row_lengths(path: Path, sep: str, src: str) -> None:
+def _check_row_lengths(path: Path, sep: str, src: str) -> list[int]:
     """Refuse a row with fewer fields than the header (pandas pads it with empty
     cells, which would read as unscored items: a truncated file would lose data).
-    ``sep`` is one character (checked by the caller)."""
+    ``sep`` is one character (checked by the caller).
+
+    Returns the line of the file each non-blank record (the header first) starts on,
+    for messages: blank lines and line breaks inside quoted cells make it differ from
+    the record's position."""
     import csv
 
+    starts: list[int] = []
     with open(path, encoding="utf-8-sig", newline="") as fh:
         width = None
-        for line, row in enumerate(csv.reader(fh, delimiter=sep), start=1):
+        reader = csv.reader(fh, delimiter=sep)
+        while True:
+            first = reader.line_num + 1
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            except csv.Error:
+                return []  # pandas read it; the positions are then not known
             if not row:
                 continue  # blank lines are skipped, as pandas does
+            starts.append(first)
             if width is None:
                 width = len(row)
             elif len(row) < width:
                 raise ValueError(
-                    f"{src}: line {line} has {len(row)} fields, the header {width} (a "
+                    f"{src}: line {first} has {len(row)} fields, the header {width} (a "
                     "truncated row?); leave a cell empty, not out, for a missing score"
                 )
+    return starts
 
 
 def _check_final_line_break(path: Path, src: str) -> None:
@@ -110,8 +125,10 @@ def _check_header(header: list[str], src: str) -> None:
 
 
 def _read_cells(path: Path, sep: str | None, model_col: str = "model"
-                ) -> tuple[list[str], list[list[Any]]]:
-    """Header and body rows of the file, every cell as text (CSV) or value (Parquet)."""
+                ) -> tuple[list[str], list[list[Any]], list[str]]:
+    """Header and body rows of the file, every cell as text (CSV) or value (Parquet),
+    and where each body row is, for messages (``line 7``; ``row 5`` of a Parquet
+    table, counting from 0)."""
     pd = _pandas()
     src = str(path)
     suffix = path.suffix.lower()
@@ -139,7 +156,8 @@ def _read_cells(path: Path, sep: str | None, model_col: str = "model"
             df = df.reset_index(drop=unnamed_rows)
         header = [str(c) for c in df.columns]
         _check_header(header, src)
-        return header, df.astype(object).where(df.notna(), "").values.tolist()
+        body = df.astype(object).where(df.notna(), "").values.tolist()
+        return header, body, [f"row {i} (from 0)" for i in range(len(body))]
     if sep is None:
         sep = "\t" if suffix == ".tsv" else ","
     if not isinstance(sep, str) or len(sep) != 1:
@@ -177,7 +195,7 @@ def _read_cells(path: Path, sep: str | None, model_col: str = "model"
     rows = df.values.tolist()
     if not rows:
         raise ValueError(f"{src}: the table is empty")
-    _check_row_lengths(path, sep, src)
+    starts = _check_row_lengths(path, sep, src)
     _check_final_line_break(path, src)
     header = [str(h).strip() for h in rows[0]]
     _check_header(header, src)
@@ -188,7 +206,9 @@ def _read_cells(path: Path, sep: str | None, model_col: str = "model"
                 f"{src}: the header is one column {header[0][:60]!r} with {other[0]!r} in it; "
                 f"pass sep={other[0]!r} (--sep on the command line)"
             )
-    return header, rows[1:]
+    if len(starts) != len(rows):  # the two readers disagree: count records instead
+        starts = list(range(1, len(rows) + 1))
+    return header, rows[1:], [f"line {line}" for line in starts[1:]]
 
 
 def _to_float(cell: Any, src: str, where: str, notes: dict) -> float:
@@ -269,7 +289,7 @@ def load_table(
     src = name or str(path)
     if layout not in ("auto", "long", "wide"):
         raise ValueError(f"load_table: layout must be 'auto', 'long' or 'wide', got {layout!r}")
-    header, rows = _read_cells(path, sep, model_col)
+    header, rows, where = _read_cells(path, sep, model_col)
     if not rows:
         raise ValueError(f"{src}: the table has a header but no rows")
     guessed = layout == "auto"
@@ -283,10 +303,11 @@ def load_table(
     notes: dict[str, Any] = {"format": f"table ({layout})", "conversions": []}
     flags: dict[str, bool] = {}
     if layout == "long":
-        sm_args = _long(header, rows, src, model_col, item_col, score_col, target_col, notes, flags)
+        sm_args = _long(header, rows, where, src, model_col, item_col, score_col, target_col,
+                        notes, flags)
     else:
         try:
-            sm_args = _wide(header, rows, src, model_col, target_col, notes, flags)
+            sm_args = _wide(header, rows, where, src, model_col, target_col, notes, flags)
         except ValueError as e:
             named = {model_col, item_col, score_col} & set(header)
             if guessed and len(header) in (3, 4) and not named and "is not a number" in str(e):
@@ -310,7 +331,7 @@ def _col(header: list[str], col: str, src: str, what: str) -> int:
     return header.index(col)
 
 
-def _long(header, rows, src, model_col, item_col, score_col, target_col, notes, flags):
+def _long(header, rows, wheres, src, model_col, item_col, score_col, target_col, notes, flags):
     im = _col(header, model_col, src, "model")
     ii = _col(header, item_col, src, "item")
     isc = _col(header, score_col, src, "score")
@@ -320,8 +341,7 @@ def _long(header, rows, src, model_col, item_col, score_col, target_col, notes, 
     first_row: dict[tuple[int, int], int] = {}
     cells = []
     targets: dict[int, tuple[float, int]] = {}
-    for r, row in enumerate(rows, start=2):  # line 1 is the header
-        where = f"row {r}"
+    for r, (row, where) in enumerate(zip(rows, wheres)):
         m_name, i_name = str(row[im]).strip(), str(row[ii]).strip()
         if m_name == "" or i_name == "":
             raise ValueError(f"{src}: {where}: empty '{model_col if m_name == '' else item_col}'")
@@ -336,8 +356,8 @@ def _long(header, rows, src, model_col, item_col, score_col, target_col, notes, 
         ii_ = items.setdefault(i_name, len(items))
         if (mi, ii_) in first_row:
             raise ValueError(
-                f"{src}: duplicate (model, item) pair ({m_name!r}, {i_name!r}) in rows "
-                f"{first_row[(mi, ii_)]} and {r}"
+                f"{src}: duplicate (model, item) pair ({m_name!r}, {i_name!r}) on "
+                f"{wheres[first_row[(mi, ii_)]]} and {where}"
             )
         first_row[(mi, ii_)] = r
         cells.append((mi, ii_, value))
@@ -347,8 +367,8 @@ def _long(header, rows, src, model_col, item_col, score_col, target_col, notes, 
                 targets[mi][0] == t or (np.isnan(t) and np.isnan(targets[mi][0]))
             ):
                 raise ValueError(
-                    f"{src}: field '{target_col}' differs between rows {targets[mi][1]} and {r} "
-                    f"of model {m_name!r} ({targets[mi][0]!r} vs {t!r})"
+                    f"{src}: field '{target_col}' differs between {wheres[targets[mi][1]]} and "
+                    f"{where} of model {m_name!r} ({targets[mi][0]!r} vs {t!r})"
                 )
             targets.setdefault(mi, (t, r))
     scores = np.zeros((len(models), len(items)), np.float32)
@@ -377,7 +397,7 @@ def _names_header(h: Any) -> bool:
     return h == "" or any(w in _NAME_WORDS for w in re.split(r"[^a-z0-9]+", h))
 
 
-def _wide(header, rows, src, model_col, target_col, notes, flags):
+def _wide(header, rows, wheres, src, model_col, target_col, notes, flags):
     im = header.index(model_col) if model_col in header else 0
     first = [_number(row[0]) for row in rows]
     index_like = _names_header(header[0])
@@ -411,18 +431,18 @@ def _wide(header, rows, src, model_col, target_col, notes, flags):
         raise ValueError(f"{src}: a wide table needs item columns beside the model column")
     scores = np.empty((len(rows), len(item_cols)), np.float64)
     models, target = [], []
-    for r, row in enumerate(rows, start=2):
+    for r, (row, where) in enumerate(zip(rows, wheres)):
         name = str(row[im]).strip()
         if name == "":
-            raise ValueError(f"{src}: row {r}: empty model name in column '{header[im]}'")
+            raise ValueError(f"{src}: {where}: empty model name in column '{header[im]}'")
         models.append(name)
         for k, j in enumerate(item_cols):
-            v = _to_float(row[j], src, f"row {r} (model {name!r}), column {header[j]!r}", flags)
+            v = _to_float(row[j], src, f"{where} (model {name!r}), column {header[j]!r}", flags)
             if not np.isnan(v):
-                _check_range(v, src, f"row {r} (model {name!r}), column {header[j]!r}", "score")
-            scores[r - 2, k] = v
+                _check_range(v, src, f"{where} (model {name!r}), column {header[j]!r}", "score")
+            scores[r, k] = v
         if it is not None:
-            t = _to_float(row[it], src, f"row {r}, column '{target_col}'", flags)
+            t = _to_float(row[it], src, f"{where}, column '{target_col}'", flags)
             target.append(t)
     return dict(
         scores=scores,
