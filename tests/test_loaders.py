@@ -90,14 +90,14 @@ def test_wide_csv_blank_cells_and_target(tmp_path):
     "text, kwargs, match",
     [
         ("model,item,score\nm1,q1,1\nm2,q1,0\nm1,q1,0\n", {},
-         [r"duplicate \(model, item\) pair \('m1', 'q1'\) in rows 2 and 4"]),
+         [r"duplicate \(model, item\) pair \('m1', 'q1'\) on line 2 and line 4"]),
         ("model,item,score\nm1,q1,1\nm1,q2,1.5\n", {},
-         [r"row 3: field 'score' must lie in \[0, 1\], got 1.5"]),
+         [r"line 3: field 'score' must lie in \[0, 1\], got 1.5"]),
         ("model,item,score\nm1,q1,75\n", {}, [r"field 'score'.*got 75.0 \(percent\?"]),
-        ("model,item,score\nm1,q1,yes\n", {}, [r"row 2, column 'score' is not a number: 'yes'"]),
-        ("model,item,score\nm1,q1,\n", {}, [r"row 2: field 'score' is empty/NaN"]),
+        ("model,item,score\nm1,q1,yes\n", {}, [r"line 2, column 'score' is not a number: 'yes'"]),
+        ("model,item,score\nm1,q1,\n", {}, [r"line 2: field 'score' is empty/NaN"]),
         ("model,item,score,t\nm1,q1,1,0.5\nm1,q2,1,0.6\n", {"target_col": "t"},
-         [r"field 't' differs between rows 2 and 3 of model 'm1'"]),
+         [r"field 't' differs between line 2 and line 3 of model 'm1'"]),
         ("model,item,score,t\nm1,q1,1,55\n", {"target_col": "t"},
          [r"field 'target' must lie in \[0, 1\] \(fractions, not percent\)"]),
         ("model,item,value\nm1,q1,1\n", {"layout": "long"},
@@ -105,7 +105,7 @@ def test_wide_csv_blank_cells_and_target(tmp_path):
         ("m,q1,q1\na,1,0\n", {}, [r"duplicate column name 'q1'"]),
         ("m,q1,q2\na,1,0\na,0,0\n", {}, [r"field 'models' has duplicate names.*'a'"]),
         ("m,q1,q2\na,1,0\nb,0,0,1\n", {}, [r"malformed table"]),
-        ("m,q1,q2\na,1,-0.5\n", {}, [r"row 2 \(model 'a'\), column 'q2': field 'score'.*-0.5"]),
+        ("m,q1,q2\na,1,-0.5\n", {}, [r"line 2 \(model 'a'\), column 'q2': field 'score'.*-0.5"]),
         ("m,q1,q2\na,1,nope\n", {}, [r"column 'q2' is not a number: 'nope'"]),
         ("m,q1,q2\n", {}, [r"header but no rows"]),
         ("m,q1,q2,q3\na,1,0,1\nb,0,1\n", {}, [r"line 3 has 3 fields, the header 4"]),
@@ -432,10 +432,14 @@ def test_every_shared_npz_loads(shared_data):
 
 
 def test_npz_full_score_pct_becomes_target(shared_data):
-    sm = jaxeval.load(shared_data / "metabench_oll1_arc_selected.npz", duplicate_names="rename")
+    path = shared_data / "metabench_oll1_arc_selected.npz"
+    sm = jaxeval.load(path, duplicate_names="rename")
     assert sm.target is not None and sm.target.shape == (sm.n_models,)
+    with np.load(path, allow_pickle=False) as raw:  # rows keep the file's order
+        pct = np.asarray(raw["full_score_pct"], np.float64)
+    np.testing.assert_allclose(sm.target, pct / 100.0, equal_nan=True)
     fin = sm.target[np.isfinite(sm.target)]
-    assert 0 <= fin.min() and fin.max() <= 1
+    assert fin.size and 0 <= fin.min() and fin.max() <= 1
     assert any("full_score_pct / 100" in c for c in sm.metadata["conversions"])
 
 
@@ -669,3 +673,20 @@ def test_table_error_positions_are_the_file_s(tmp_path):
     _raises([r"not UTF-8 text \(invalid continuation byte at byte 12010\)"], jaxeval.load, bad)
     cut = _write(tmp_path / "q.csv", 'model,q1\nm0,1\nm1,"b')
     _raises([r"q\.csv: a quoted cell is never closed", "cut off"], jaxeval.load, cut)
+
+
+def test_table_messages_name_the_file_s_lines(tmp_path):
+    """Blank lines and line breaks inside quoted cells shift records from lines: the
+    messages name the line the bad record starts on (they counted records); Parquet
+    rows are named by their position from 0."""
+    blank = _write(tmp_path / "b.csv", "model,item,score\n\n\na,q1,x\n")
+    _raises([r"b\.csv: line 4, column 'score' is not a number: 'x'"], jaxeval.load, blank)
+    quoted = _write(tmp_path / "q.csv", 'model,item,score\n"m\n1",a,1\nm2,a\n')
+    _raises([r"line 4 has 2 fields, the header 3"], jaxeval.load, quoted)
+    wide = _write(tmp_path / "w.csv", 'model,q1\n"a\nb",1\n\nc,2\n')
+    _raises([r"line 5 \(model 'c'\), column 'q1': field 'score' must lie"], jaxeval.load, wide)
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    pq = tmp_path / "t.parquet"
+    pd.DataFrame({"model": ["a", "b"], "q1": [1.0, 3.0]}).to_parquet(pq)
+    _raises([r"row 1 \(from 0\) \(model 'b'\), column 'q1'"], jaxeval.load, pq)
