@@ -250,8 +250,14 @@ def test_history_rows_without_scores_and_a_learned_prior(problem):
     want = jaxeval.learn_lam0(hist, rank=8, seed=0, num_steps=50)
     assert learned.settings["lam0"] == pytest.approx(want) and 0 <= want <= 1
     keyed = IdentificationCampaign(names, hist, fit_steps=50, budget=40, lam0="learned",
-                                   seed=jax.random.key(3))  # a key seed learns too
-    assert 0 <= keyed.settings["lam0"] <= 1
+                                   seed=jax.random.key(3))  # a key seed learns too,
+    # with the int seed the campaign draws from that key
+    from jaxeval._runner import default_impl_key
+
+    lseed = int(jax.random.randint(jax.random.fold_in(default_impl_key(jax.random.key(3)),
+                                                      0x1A30), (), 0, 2**31 - 1))
+    want_k = jaxeval.learn_lam0(hist, rank=8, seed=lseed, num_steps=50)
+    assert keyed.settings["lam0"] == pytest.approx(want_k) and 0 <= want_k <= 1
     with pytest.raises(ValueError, match="lam0='learned': history: learning"):
         IdentificationCampaign(names, hist.take(models=[0, 1, 2]), rank=1, fit_steps=20,
                                lam0="learned")

@@ -321,7 +321,8 @@ def synthetic_cases():
 
 
 @pytest.fixture(scope="module")
-def musr_cases(shared_data):
+def musr_cases():
+    # the bundled MuSR matrix: runs wherever jaxeval is installed, shared data or not
     train, rows = bench.real_rows("oll2_musr", k_rows=2)
     rows = rows[:, :N_ITEMS]  # the first 200 real items of each truth row
     return rows, bench.calibrated_predictions(train[:, :N_ITEMS], rows)
@@ -362,7 +363,9 @@ def _check_coverage(res):
             miss = o["miss"][:, ki].mean()
             stop = o["miss_stop"][:, ki].mean()
             assert miss <= ALPHA + _tol(ALPHA, R), (q, kind, miss)
-            assert stop <= miss + 1e-9, (q, kind)  # the stopping time can only do better
+            # the miss at a data-dependent stopping time, held to the level on its own
+            # (the anytime guarantee; "stop <= miss" would hold by construction)
+            assert stop <= ALPHA + _tol(ALPHA, R), (q, kind, stop)
         # fully observed: width <= 1/n from the last range; after finalize the exact
         # mean up to finalize's default rounding margin NUM_TOL on each side
         assert o["final_width"].max() <= 1.0 / N_ITEMS + 3e-5  # last range + margins

@@ -190,7 +190,37 @@ def test_fixed_confidence_stops_and_is_right():
     assert confident >= 40  # well-separated arms: most runs stop early
     assert rep.calls_used[0] < 600
     # a confident stop is a claim at level alpha: errors are rare
-    assert rep.accuracy[0] >= 0.9
+    assert rep.accuracy[0] >= 0.9 - 3 * np.sqrt(0.09 / 64)
+
+
+def test_a_confident_stop_has_separated_intervals_and_errs_at_most_alpha():
+    """Every replicate that stops as confident has the recommended arm's lower bound
+    above every other arm's upper bound at the stop (the rule itself, not only its
+    outcome), and with two close arms wrong confident stops stay within alpha."""
+    n, alpha = 200, 0.1
+    rng = np.random.default_rng(3)
+    pool = np.zeros((3, n), np.float32)
+    for row, hits in enumerate((120, 110, 80)):  # true means 0.60, 0.55, 0.40
+        pool[row, rng.choice(n, hits, replace=False)] = 1.0
+    data = idn.ProblemData(jnp.asarray(pool), jnp.asarray([[0, 1, 2]], jnp.int32),
+                           ItemFactors(jnp.zeros((n, 1)), jnp.zeros(n), jnp.zeros(1)))
+    budget = 480  # the stops fall between ~310 and ~590 calls: about half stop by 480
+    cfg = idn.Config("ucbe", 3, n, budgets=(budget,), mode="confidence", cs_kinds=("eb",))
+    params = idn.Params.make(alpha=alpha)
+    run = jax.jit(jax.vmap(lambda k: idn.run_identification(k, data, params, cfg)))
+    reps = 400
+    cp = jax.tree.map(np.asarray, run(jax.random.split(jax.random.key(2), reps))).checkpoints
+    status, rec = cp.status[:, 0], cp.recommended[:, 0]
+    lower, upper = cp.lower[:, 0, 0], cp.upper[:, 0, 0]  # [reps, K], the one kind
+    conf = status == idn.STATUS_CONFIDENT
+    assert 50 <= conf.sum() < reps  # some stop early, some do not
+    for i in np.flatnonzero(conf):
+        others = np.delete(upper[i], rec[i])
+        assert lower[i, rec[i]] > others.max(), (i, lower[i], upper[i], rec[i])
+    wrong = conf & (rec != 0)
+    assert wrong.mean() <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / reps)
+    # the runs that did not stop confident spent the whole budget
+    assert np.all(cp.calls[~conf, 0] == budget) and np.all(cp.calls[conf, 0] <= budget)
 
 
 @pytest.mark.slow

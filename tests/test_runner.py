@@ -139,15 +139,18 @@ def test_memory_bounded_by_chunk_size():
     def fn(key):
         return jnp.sort(jax.random.uniform(key, (2048,)))[:4]
 
-    sizes = {}
+    temp, outs = {}, {}
     for chunk in (256, 1024):
         plan = ReplicatePlan(fn, chunk, devices=jax.devices()[:1])
         key = plan._global(np.zeros(2, np.uint32), plan._rep)
         idx = plan._global(np.zeros(plan.chunk_size, np.uint32), plan._split)
         mem = plan._fn.lower(key, idx).compile().memory_analysis()
-        sizes[chunk] = mem.temp_size_in_bytes + mem.output_size_in_bytes
-    # Per device step only `lanes` replicates are live, so temporaries barely move.
-    assert sizes[1024] < 4.5 * sizes[256]
+        temp[chunk], outs[chunk] = mem.temp_size_in_bytes, mem.output_size_in_bytes
+    # Per device step only `lanes` replicates are live, so the temporaries stay flat
+    # (a whole chunk live at once: 8 times the 256-chunk's at 1024); the output is the
+    # chunk's own, 4 times.
+    assert temp[1024] <= 1.1 * temp[256]
+    assert outs[1024] == 4 * outs[256]
     # and the output of a 1000-replicate study streams through a fixed-size chunk
     out = run_replicates(fn, 0, 1000, chunk_size=256, devices=jax.devices()[:1], progress=False)
     assert out.shape == (1000, 4)

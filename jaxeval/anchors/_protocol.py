@@ -127,6 +127,7 @@ def protocol_kernel(
 
         est, lo, hi = jax.vmap(one)(jnp.arange(s_te.shape[0]), preds, s_te)
         out["dr"] = jnp.stack([est, lo, hi])
+        out["dr_pick"] = jnp.asarray(auto, jnp.int32)[pick]  # index into ``methods``
     return out
 
 
@@ -181,10 +182,13 @@ class ProtocolResult:
       coverage, width: ``[methods, seeds]`` test coverage and mean width of the
         split-conformal ``1 - alpha`` intervals.
       anchors: ``[methods, seeds, k]`` anchor indices.
+      predictions: ``[methods, seeds, test models]`` the test models' predicted scores
+        (clipped to [0, 1]), in the order of each seed's test split.
       dr: optional dict with the unbiased estimate's ``mae_pp``, ``coverage`` and
-        ``width`` per seed.
+        ``width`` per seed, and ``anchors_of``: the method whose anchors it used, per seed.
       info: dataset, k, settings, seconds, how the seeds ran (``seeds_batched``), auto's
-        choices.
+        choices, ``val_mse`` (``[seeds][methods]`` validation MSE of the clipped
+        predictions), ``radius`` (``[methods][seeds]`` the intervals' conformal radius).
     """
 
     methods: tuple
@@ -196,6 +200,7 @@ class ProtocolResult:
     anchors: np.ndarray
     dr: dict | None
     info: dict
+    predictions: np.ndarray | None = None
 
     def summary(self) -> str:
         """One line per method: MAE and tau-b mean +- sd, coverage, width."""
@@ -391,6 +396,8 @@ def evaluate_protocol(
             "coverage": ((dlo <= y_te) & (y_te <= dhi)).mean(-1),
             "width": (dhi - dlo).mean(-1),
             "m": dr_m,
+            # whose anchors (and item predictions) the estimate used, per seed
+            "anchors_of": [fit_names[int(i)] for i in np.asarray(out["dr_pick"]).ravel()],
         }
     info = {
         "dataset": sm.source,
@@ -405,6 +412,10 @@ def evaluate_protocol(
         "auto_choice": "cv" if use_cv else "validation",
         "auto_picks": [names[i] for i in pick] if "auto" in methods else None,
         "cv_mse": None if cv_mse is None else cv_mse.tolist(),
+        # validation MSE of each reported method's clipped predictions, [seeds][methods]
+        "val_mse": ((val - y_val[:, None]) ** 2).mean(-1).tolist(),
+        # the conformal radius of each method's interval, [methods][seeds]
+        "radius": rad.tolist(),
         "auto_calibration": None if "auto" not in methods else (
             "cross-fitted folds" if use_cv else
             "validation halves" if halves is not None else "validation models"),
@@ -413,5 +424,5 @@ def evaluate_protocol(
     }
     return ProtocolResult(
         tuple(methods), tuple(int(s) for s in seeds), mae, tau, cov, width,
-        np.transpose(anchors, (1, 0, 2)), dr, info,
+        np.transpose(anchors, (1, 0, 2)), dr, info, np.transpose(test, (1, 0, 2)),
     )
