@@ -697,12 +697,23 @@ def test_campaign_tell_waits_for_the_file_lock(tmp_path, capsys, monkeypatch):
     Path("one.json").write_text("[1, 0]")
     Path("two.json").write_text("[0, 0]")
     codes = []
+    fcntl = pytest.importorskip("fcntl")
+    real_flock, asked = fcntl.flock, threading.Event()
+
+    def watched(fd, op):  # the tell asking for the lock file's exclusive lock
+        if op == fcntl.LOCK_EX and threading.current_thread() is t \
+                and os.fstat(fd).st_ino == os.stat("c.npz.lock").st_ino:
+            asked.set()
+        return real_flock(fd, op)
+
     with _file_lock(Path("c.npz")):  # another process is in the middle of its tell
         t = threading.Thread(target=lambda: codes.append(  # "c" means c.npz: same lock
             main(["campaign", "tell", "c", "one.json", "--step", "0"])))
+        monkeypatch.setattr(fcntl, "flock", watched)
         t.start()
-        t.join(timeout=3.0)
-        assert t.is_alive() and codes == []  # it waits; it does not load the old file
+        assert asked.wait(timeout=120.0)  # it asks for the same lock (a no-op lock never does)
+        t.join(timeout=0.5)
+        assert t.is_alive() and codes == []  # and waits; it has not loaded the old file
         assert jaxeval.IdentificationCampaign.load("c.npz").calls == 0
     t.join(timeout=120.0)
     assert codes == [0]
