@@ -344,7 +344,13 @@ class ScoreMatrix:
         )
 
     def accuracy(self) -> np.ndarray:
-        """Per-model mean over observed items (float32 ``[m]``; NaN for an empty row)."""
+        """Per-model mean over observed items (float32 ``[m]``; NaN for an empty row).
+
+        Example:
+          >>> import numpy as np, jaxeval
+          >>> jaxeval.ScoreMatrix(np.array([[1, np.nan, 0, 1]])).accuracy().tolist()
+          [0.6666666865348816]
+        """
         cnt = self.mask.sum(axis=1)
         tot = self.scores.sum(axis=1, dtype=np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -352,11 +358,30 @@ class ScoreMatrix:
         return acc.astype(np.float32)
 
     def true_score(self) -> np.ndarray:
-        """The quantity to predict per model: ``target`` when present, else the row mean."""
+        """The quantity to predict per model: ``target`` when present, else the row mean.
+
+        Example:
+          >>> import numpy as np, jaxeval
+          >>> sm = jaxeval.ScoreMatrix(np.array([[1, 0], [1, 1]]), target=np.array([0.25, 0.75]))
+          >>> sm.true_score().tolist(), sm.accuracy().tolist()
+          ([0.25, 0.75], [0.5, 1.0])
+        """
         return self.target if self.target is not None else self.accuracy()
 
     def require_complete(self, what: str = "this operation") -> ScoreMatrix:
-        """Raise a clear error if any cell is missing; returns self otherwise."""
+        """Raise a clear error if any cell is missing; returns self otherwise.
+
+        Example:
+          >>> import numpy as np, jaxeval
+          >>> sm = jaxeval.ScoreMatrix(np.array([[1, np.nan], [0, 1]]))
+          >>> sm.take(models=[1]).require_complete().shape
+          (1, 2)
+          >>> try:
+          ...     sm.require_complete("the factorization")
+          ... except ValueError as e:
+          ...     print(str(e)[:58])
+          <array>: the factorization needs a fully observed matrix
+        """
         if not self.is_complete:
             rows = np.flatnonzero(~self.mask.all(axis=1))
             raise ValueError(
@@ -412,7 +437,18 @@ class ScoreMatrix:
         return idx
 
     def take(self, models: Any = None, items: Any = None) -> ScoreMatrix:
-        """Restrict to some rows and/or columns (indices, boolean masks or names)."""
+        """Restrict to some rows and/or columns (indices, boolean masks or names).
+
+        Per-model and per-item notes in ``metadata`` that the loaders write (the
+        synthetic truth's arrays, ``is_source``) follow the selection.
+
+        Example:
+          >>> import numpy as np, jaxeval
+          >>> sm = jaxeval.ScoreMatrix(np.eye(3), models=["a", "b", "c"])
+          >>> sub = sm.take(models=["c", "a"], items=[0, 2])
+          >>> sub.models.tolist(), sub.scores.tolist()
+          (['c', 'a'], [[0.0, 1.0], [1.0, 0.0]])
+        """
         r = self._index(models, self.models, "models")
         c = self._index(items, self.items, "items")
         if r.size == 0 or c.size == 0:
@@ -478,6 +514,12 @@ class ScoreMatrix:
 
         Returns:
           One ScoreMatrix per group, in order.
+
+        Example:
+          >>> import numpy as np, jaxeval
+          >>> sm = jaxeval.ScoreMatrix(np.eye(10))
+          >>> [g.n_models for g in sm.split([3, 5])], [g.n_models for g in sm.split([0.5])]
+          ([3, 5, 2], [5, 5])
         """
         m = self.n_models
         if isinstance(sizes, (int, float, np.integer, np.floating)):
