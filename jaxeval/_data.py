@@ -379,7 +379,7 @@ class ScoreMatrix:
           >>> try:
           ...     sm.require_complete("the factorization")
           ... except ValueError as e:
-          ...     print(str(e)[:58])
+          ...     print(str(e)[:56])
           <array>: the factorization needs a fully observed matrix
         """
         if not self.is_complete:
