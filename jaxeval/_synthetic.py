@@ -210,7 +210,9 @@ def _synthetic(key, gap, model_scale, item_scale, difficulty_mean, difficulty_sc
 
 
 def _check_int(value: Any, name: str, lo: int) -> int:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < lo:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+        raise TypeError(f"synthetic_matrix: '{name}' must be an int >= {lo}, got {value!r}")
+    if value < lo:
         raise ValueError(f"synthetic_matrix: '{name}' must be an int >= {lo}, got {value!r}")
     return int(value)
 
@@ -274,7 +276,7 @@ def synthetic_matrix(
     n_items = _check_int(n_items, "n_items", 1)
     rank = _check_int(rank, "rank", 1)
     if not isinstance(graded, (bool, np.bool_)):
-        raise ValueError(f"synthetic_matrix: 'graded' must be a bool, got {graded!r}")
+        raise TypeError(f"synthetic_matrix: 'graded' must be a bool, got {graded!r}")
     if isinstance(gap, (int, float, np.number)) and not 0.0 <= float(gap) <= 1.0:
         raise ValueError(f"synthetic_matrix: 'gap' must lie in [0, 1], got {gap!r}")
     if isinstance(concentration, (int, float, np.number)) and not float(concentration) > 0:
@@ -344,7 +346,7 @@ def synthetic_score_matrix(
       0.1
     """
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-        raise ValueError(f"synthetic_score_matrix: 'seed' must be an int, got {seed!r}")
+        raise TypeError(f"synthetic_score_matrix: 'seed' must be an int, got {seed!r}")
     allowed = {"model_scale", "item_scale", "difficulty_mean", "difficulty_scale", "concentration",
                "n_candidates"}
     unknown = sorted(set(scales) - allowed)

@@ -195,26 +195,28 @@ def test_numpy_helper_returns_score_matrix_with_truth():
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
+    "kwargs, error, match",
     [
-        (dict(n_models=1), "'n_models' must be an int >= 2, got 1"),
-        (dict(n_items=2.5), "'n_items' must be an int >= 1, got 2.5"),
-        (dict(rank=0), "'rank' must be an int >= 1, got 0"),
-        (dict(gap=1.5), r"'gap' must lie in \[0, 1\], got 1.5"),
-        (dict(graded=True, concentration=-1.0), "'concentration' must be > 0"),
-        (dict(graded="yes"), "'graded' must be a bool"),
+        (dict(n_models=1), ValueError, "'n_models' must be an int >= 2, got 1"),
+        (dict(n_items=2.5), TypeError, "'n_items' must be an int >= 1, got 2.5"),
+        (dict(rank=0), ValueError, "'rank' must be an int >= 1, got 0"),
+        (dict(gap=1.5), ValueError, r"'gap' must lie in \[0, 1\], got 1.5"),
+        (dict(graded=True, concentration=-1.0), ValueError, "'concentration' must be > 0"),
+        (dict(graded="yes"), TypeError, "'graded' must be a bool"),
     ],
 )
-def test_bad_arguments_refused(kwargs, match):
+def test_bad_arguments_refused(kwargs, error, match):
+    """A value of the wrong type is a TypeError (as SyntheticSpec says), a value out of
+    range a ValueError."""
     args = dict(n_models=5, n_items=10) | kwargs
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(error, match=match):
         synthetic_matrix(0, **args)
 
 
 def test_bad_helper_arguments_refused():
     with pytest.raises(TypeError, match=r"unknown arguments \['modelscale'\]"):
         synthetic_score_matrix(0, 5, 10, modelscale=2.0)
-    with pytest.raises(ValueError, match="'seed' must be an int"):
+    with pytest.raises(TypeError, match="'seed' must be an int"):
         synthetic_score_matrix(0.5, 5, 10)
     with pytest.raises(TypeError, match="'key_or_seed' must be an int seed or a PRNG key"):
         synthetic_matrix(jnp.zeros(3), 5, 10)
