@@ -120,6 +120,12 @@ def _realigned(meta: Mapping[str, Any], r: np.ndarray, c: np.ndarray, m: int,
         for key, rows, cols in (("probabilities", True, True), ("U", True, False),
                                 ("V", False, None), ("c", False, None)):
             a = t.get(key)
+            listed = isinstance(a, (list, tuple))  # as a saved and reloaded .npz holds it
+            if listed:
+                try:
+                    a = np.asarray(a, dtype=np.float64)
+                except (TypeError, ValueError):
+                    continue
             if not isinstance(a, np.ndarray):
                 continue
             if rows and a.ndim >= 1 and a.shape[0] == m:
@@ -128,7 +134,7 @@ def _realigned(meta: Mapping[str, Any], r: np.ndarray, c: np.ndarray, m: int,
                 a = a[:, c]
             if cols is None and a.ndim >= 1 and a.shape[0] == n:
                 a = a[c]
-            t[key] = a
+            t[key] = a.tolist() if listed else a
         if any(t.get(k) is not None for k in ("best", "gap", "status")):
             t.update(best=None, gap=None, status=None)
             t["subset_note"] = ("best, gap and status described the whole synthetic matrix "

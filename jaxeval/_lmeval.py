@@ -187,6 +187,12 @@ def _read_run(
     return used, values, hashes
 
 
+def _samples_files(folder: Path) -> list[Path]:
+    """The ``samples_*.jsonl`` files of a folder, the suffix in any case (sorted)."""
+    return sorted(f for f in folder.glob("samples_*")
+                  if f.name.lower().endswith(".jsonl") and f.is_file())
+
+
 def _runs_in(folder: Path, task: Any, runs: str, dropped: list[str],
              present: set[str]) -> dict[str, Path]:
     """{task: file} for the samples files of one model folder (older runs -> dropped).
@@ -194,7 +200,7 @@ def _runs_in(folder: Path, task: Any, runs: str, dropped: list[str],
     With ``task``, only those tasks; one this folder lacks is left out (its documents
     are then unobserved for this model, as without ``task``; :func:`load_lm_eval`
     refuses a task no folder has). Every task found is added to ``present``."""
-    files = sorted(folder.glob("samples_*.jsonl"))
+    files = _samples_files(folder)
     by_task: dict[str, list[tuple[str, Path]]] = {}
     for f in files:
         t, ts = _task_of(f)
@@ -287,10 +293,10 @@ def load_lm_eval(
             raise ValueError(f"{path}: file holds task {t!r}, not {task!r}")
         layout = {model or path.parent.name or "model_0": {t: path}}
     elif path.is_dir():
-        if any(path.glob("samples_*.jsonl")):
+        if _samples_files(path):
             layout = {model or path.name: _runs_in(path, task, runs, dropped, present)}
             skipped = sorted(d.name for d in path.iterdir()
-                             if d.is_dir() and any(d.glob("samples_*.jsonl")))
+                             if d.is_dir() and _samples_files(d))
             if skipped:
                 skipped_why = (f"{path} holds samples files itself, so it is read as one "
                                f"model; its subfolders with samples files {skipped[:5]} are "
@@ -303,7 +309,7 @@ def load_lm_eval(
                     f"files; {path} is a folder of model folders (each named by its folder)"
                 )
             subs = sorted(
-                d for d in path.iterdir() if d.is_dir() and any(d.glob("samples_*.jsonl"))
+                d for d in path.iterdir() if d.is_dir() and _samples_files(d)
             )
             skipped = sorted(d.name for d in path.iterdir() if d.is_dir() and d not in subs
                              and any(d.glob("results_*.json")))
@@ -328,11 +334,11 @@ def load_lm_eval(
         empty = [m for m, per in layout.items() if not per]
         if empty:
             warnings.warn(f"load_lm_eval: model folders {empty[:5]} have none of the tasks "
-                          f"{wanted}: their rows are unobserved", stacklevel=2)
+                          f"{wanted}: their rows are unobserved", stacklevel=3)
     notes: dict[str, Any] = {"format": "lm-evaluation-harness samples", "conversions": []}
     if skipped:
         notes["conversions"].append(skipped_why)
-        warnings.warn(f"load_lm_eval: {skipped_why}", stacklevel=2)
+        warnings.warn(f"load_lm_eval: {skipped_why}", stacklevel=3)
     flags: dict[str, bool] = {}
     tasks = sorted({t for per in layout.values() for t in per})
     multi = len(tasks) > 1
@@ -397,7 +403,8 @@ def load_lm_eval(
             j = int(np.flatnonzero(~mask[i])[0])
             raise ValueError(
                 f"{src}: doc_ids are not aligned across runs: model {models[i]!r} lacks "
-                f"doc_id {_item_name(keys[j], multi)!r} ({files[models[i]][0]}) among "
+                f"doc_id {_item_name(keys[j], multi)!r} "
+                f"({files.get(models[i], ['no samples file of the tasks asked for'])[0]}) among "
                 f"{lacking} missing cells; use missing='mask' to keep them unobserved"
             )
         notes["conversions"].append(

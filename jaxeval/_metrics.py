@@ -16,6 +16,8 @@ axis, which indexes models ("arms").
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -157,6 +159,16 @@ def best_arms(true_scores: jax.Array, atol: float | jax.Array = TIE_ATOL) -> jax
     return s >= top - jnp.asarray(atol, dtype=s.dtype)
 
 
+def _check_indices(dtype: Any, size: int) -> None:
+    """Refuse recommendations that are not integer arm indices (an empty array passes)."""
+    if size == 0 or np.issubdtype(dtype, np.integer):
+        return
+    why = {"f": "a float would be truncated, NaN read as arm 0", "b": "a bool is not an arm",
+           "O": "Python ints beyond 64 bits, or mixed values?"}.get(np.dtype(dtype).kind, "")
+    raise TypeError(f"recommended: expected integer arm indices, got dtype {dtype}"
+                    + (f" ({why})" if why else ""))
+
+
 def identification_correct(
     recommended: jax.Array, true_scores: jax.Array, atol: float | jax.Array = TIE_ATOL
 ) -> jax.Array:
@@ -178,19 +190,20 @@ def identification_correct(
       >>> identification_correct(jnp.array([1, 2, 0]), jnp.array([0.5, 0.7, 0.7])).tolist()
       [True, True, False]
     """
+    top = np.iinfo(np.int32).max
     if isinstance(recommended, jax.Array):
-        if not jnp.issubdtype(recommended.dtype, jnp.integer):
-            raise TypeError(f"recommended: expected integer arm indices, got dtype "
-                            f"{recommended.dtype} (a float would be truncated, NaN read as 0)")
-        rec = recommended.astype(jnp.int32)
+        _check_indices(recommended.dtype, recommended.size)
+        r = recommended
+        if r.size == 0 or not jnp.issubdtype(r.dtype, jnp.integer):
+            r = r.astype(jnp.int32)
+        # an index past int32 (x64) is out of range, not wrapped around onto an arm
+        rec = jnp.where((r < 0) | (r > top), -1, r).astype(jnp.int32)
     else:
         r = np.asarray(recommended)
-        if not np.issubdtype(r.dtype, np.integer):
-            raise TypeError(f"recommended: expected integer arm indices, got dtype {r.dtype} "
-                            "(a float would be truncated, NaN read as 0)")
-        # an index past int32 is out of range (wrong), not wrapped around onto an arm
-        big = (r < 0) | (r > np.iinfo(np.int32).max)
-        rec = jnp.asarray(np.where(big, -1, r).astype(np.int32))
+        _check_indices(r.dtype, r.size)
+        if r.size == 0:
+            r = r.astype(np.int32)
+        rec = jnp.asarray(np.where((r < 0) | (r > top), -1, r).astype(np.int32))
     best = best_arms(true_scores, atol)
     k = best.shape[-1]
     lead = jnp.broadcast_shapes(rec.shape, best.shape[:-1])

@@ -209,6 +209,23 @@ def _synthetic(key, gap, model_scale, item_scale, difficulty_mean, difficulty_sc
     return SyntheticTruth(scores, acc, probs, U, V, c, best, gap_real, status)
 
 
+def _check_real(name: str, value: Any, none_ok: bool = False) -> None:
+    """A real number or a real array (a traced one included), else a TypeError naming
+    the argument (``'x'`` failed deep in the conversion to float32)."""
+    if value is None and none_ok:
+        return
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"synthetic_matrix: '{name}' must be a real number, got {value!r}")
+    if isinstance(value, (int, float, np.number)):
+        return
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and (jnp.issubdtype(dtype, jnp.floating)
+                              or jnp.issubdtype(dtype, jnp.integer)):
+        return
+    raise TypeError(f"synthetic_matrix: '{name}' must be a real number or array, got "
+                    f"{value!r}")
+
+
 def _check_int(value: Any, name: str, lo: int) -> int:
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
         raise TypeError(f"synthetic_matrix: '{name}' must be an int >= {lo}, got {value!r}")
@@ -277,6 +294,10 @@ def synthetic_matrix(
     rank = _check_int(rank, "rank", 1)
     if not isinstance(graded, (bool, np.bool_)):
         raise TypeError(f"synthetic_matrix: 'graded' must be a bool, got {graded!r}")
+    for name, v in (("gap", gap), ("model_scale", model_scale), ("item_scale", item_scale),
+                    ("difficulty_mean", difficulty_mean),
+                    ("difficulty_scale", difficulty_scale), ("concentration", concentration)):
+        _check_real(name, v, none_ok=name in ("gap", "concentration"))
     if isinstance(gap, (int, float, np.number)) and not 0.0 <= float(gap) <= 1.0:
         raise ValueError(f"synthetic_matrix: 'gap' must lie in [0, 1], got {gap!r}")
     if isinstance(concentration, (int, float, np.number)) and not float(concentration) > 0:
@@ -289,7 +310,12 @@ def synthetic_matrix(
             "Bernoulli draws); pass graded=True, or leave concentration=None"
         )
     n_candidates = n_models if n_candidates is None else n_candidates
-    if not isinstance(n_candidates, (int, np.integer)) or not 2 <= n_candidates <= n_models:
+    if not isinstance(n_candidates, (int, np.integer)) or isinstance(n_candidates, bool):
+        raise TypeError(
+            f"synthetic_matrix: 'n_candidates' must be an int in [2, n_models={n_models}], "
+            f"got {n_candidates!r}"
+        )
+    if not 2 <= n_candidates <= n_models:
         raise ValueError(
             f"synthetic_matrix: 'n_candidates' must be an int in [2, n_models={n_models}], "
             f"got {n_candidates!r}"

@@ -18,6 +18,7 @@ are read as 1/0 and recorded. Needs pandas (and pyarrow for Parquet):
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 import warnings
@@ -104,7 +105,7 @@ def _check_final_line_break(path: Path, src: str) -> None:
             last = fh.read(1)
     except OSError:
         return
-    if last not in (b"\n", b"\r"):
+    if last not in (b"\n", b"\r", b'"'):  # (a closed quote ends a whole cell)
         warnings.warn(
             f"{src}: the file does not end with a line break; if it was cut off while "
             "being written, the last cell of its last line may be incomplete (check that "
@@ -172,24 +173,26 @@ def _read_cells(path: Path, sep: str | None, model_col: str = "model"
     except pd.errors.EmptyDataError as e:
         raise ValueError(f"{src}: the table is empty") from e
     except pd.errors.ParserError as e:
-        if "EOF inside string" in str(e):
+        if "EOF inside string" in str(e):  # (pandas' "row" there counts from 0)
             raise ValueError(
                 f"{src}: a quoted cell is never closed (the file ends inside it: cut off "
-                f"while being written?) ({e})"
+                "while being written?)"
             ) from e
         raise ValueError(
             f"{src}: malformed table, rows of different lengths ({e})" + _sep_hint(path, sep)
         ) from e
     except UnicodeDecodeError as e:
-        err = e
+        reason, at = e.reason, e.start
         try:  # pandas decodes in chunks: its offset is within a chunk, not the file
-            path.read_bytes().decode("utf-8-sig")
+            data = path.read_bytes()
+            bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+            data[bom:].decode("utf-8")
         except UnicodeDecodeError as whole:
-            err = whole
+            reason, at = whole.reason, whole.start + bom
         except OSError:
             pass
         raise ValueError(
-            f"{src}: not UTF-8 text ({err.reason} at byte {err.start}); re-save the table as "
+            f"{src}: not UTF-8 text ({reason} at byte {at}); re-save the table as "
             "UTF-8, or check that it is a CSV at all"
         ) from None
     rows = df.values.tolist()
@@ -387,14 +390,16 @@ def _long(header, rows, wheres, src, model_col, item_col, score_col, target_col,
     return dict(scores=scores, mask=mask, models=list(models), items=list(items), target=target)
 
 
-_NAME_WORDS = {"model", "models", "id", "ids", "name", "names", "index", "llm", "unnamed"}
+_NAMES_HEADER = re.compile(
+    r"(unnamed: ?\d+|index|(model|llm)s?( ?(id|name)s?)?|(id|name)s?)?", re.IGNORECASE)
 
 
 def _names_header(h: Any) -> bool:
-    """Whether a column header reads as a column of names or ids (empty, ``index``,
-    ``Unnamed: 0``, ``model_id``, ``name`` ...) rather than as an item's name."""
-    h = str(h).strip().lower()
-    return h == "" or any(w in _NAME_WORDS for w in re.split(r"[^a-z0-9]+", h))
+    """Whether a column header as a whole reads as a column of names or ids (empty,
+    ``index``, ``Unnamed: 0``, ``model``, ``model_id``, ``ModelName``, ``name``, ``ids``)
+    rather than as an item's name (``q1``, ``0``, ``id_3``)."""
+    h = re.sub(r"([a-z])([A-Z])", r"\1 \2", str(h).strip())  # camelCase -> two words
+    return _NAMES_HEADER.fullmatch(re.sub(r"[\s_\-]+", " ", h)) is not None
 
 
 def _wide(header, rows, wheres, src, model_col, target_col, notes, flags):

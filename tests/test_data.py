@@ -289,3 +289,15 @@ def test_to_npz_writes_odd_metadata_keys_as_text(tmp_path):
     sm.to_npz(tmp_path / "m.npz")
     back = jaxeval.load(tmp_path / "m.npz")
     assert back.metadata["per_model"] == {"0": "x"} and back.metadata["t"] == {"(1, 2)": 3}
+
+
+def test_saved_synthetic_truth_still_follows_take(tmp_path):
+    """After to_npz and load the truth's arrays are lists; take still realigns them."""
+    syn = jaxeval.synthetic_score_matrix(seed=1, n_models=4, n_items=6, gap=0.2)
+    syn.to_npz(tmp_path / "s.npz")
+    back = jaxeval.load(tmp_path / "s.npz")
+    part = back.take(models=[2, 0], items=[1, 3, 5]).metadata["synthetic"]
+    want = np.asarray(syn.metadata["synthetic"]["probabilities"])[np.ix_([2, 0], [1, 3, 5])]
+    np.testing.assert_allclose(np.asarray(part["probabilities"]), want, rtol=1e-6)
+    assert np.asarray(part["U"]).shape[0] == 2 and np.asarray(part["V"]).shape[0] == 3
+    assert part["best"] is None

@@ -620,13 +620,14 @@ def test_wide_table_of_one_or_two_models_keeps_its_first_item(tmp_path):
     """A first column of 0/1 scores under an item's header is an item even with one or
     two rows (it was taken for model names "1" / "0" and dropped); under an index's
     header (empty, 'index') it stays the names."""
-    for text in ("q1,q2,q3\n1,0,1\n", "q1,q2,q3\n1,0,1\n0,1,1\n", "0,1,2\n1,0,1\n"):
+    for text in ("q1,q2,q3\n1,0,1\n", "q1,q2,q3\n1,0,1\n0,1,1\n", "0,1,2\n1,0,1\n",
+                 "id_3,q2,q3\n1,0,1\n0,1,1\n", "name_1,q2\n1,0\n"):
         p = _write(tmp_path / "w.csv", text)
-        _raises([r"first column '(q1|0)', which would name the models, holds only scores"],
+        _raises([r"first column '(q1|0|id_3|name_1)', which would name the models, holds "],
                 jaxeval.load, p)
     named = _write(tmp_path / "n.csv", "model,q1,q2,q3\nm1,1,0,1\n")
     assert jaxeval.load(named).items.tolist() == ["q1", "q2", "q3"]
-    for head in ("", "index", "Unnamed: 0", "model id", "name"):
+    for head in ("", "index", "Unnamed: 0", "model id", "ModelName", "name", "ids"):
         p = _write(tmp_path / "i.csv", f"{head},q1,q2\n0,1,0\n1,0,1\n")
         sm = jaxeval.load(p)
         assert sm.models.tolist() == ["0", "1"] and sm.items.tolist() == ["q1", "q2"]
@@ -690,3 +691,40 @@ def test_table_messages_name_the_file_s_lines(tmp_path):
     pq = tmp_path / "t.parquet"
     pd.DataFrame({"model": ["a", "b"], "q1": [1.0, 3.0]}).to_parquet(pq)
     _raises([r"row 1 \(from 0\) \(model 'b'\), column 'q1'"], jaxeval.load, pq)
+
+
+def test_lm_eval_review_follow_ups(tmp_path):
+    """missing='error' with a model folder holding none of the tasks asked for names it
+    (it raised a bare KeyError); upper-case .JSONL files inside folders are read (one
+    model was dropped silently)."""
+    _run(tmp_path / "a", "m1", "t1", [_sample(i, 1.0) for i in range(2)])
+    _run(tmp_path / "a", "m1", "t2", [_sample(i, 0.0) for i in range(2)])
+    _run(tmp_path / "a", "m2", "t1", [_sample(i, 0.0) for i in range(2)])
+    with pytest.warns(UserWarning, match="none of the tasks"):
+        _raises(["model 'm2' lacks", "no samples file of the tasks asked for"],
+                jaxeval.load, tmp_path / "a", task="t2", missing="error")
+    root = tmp_path / "b"
+    _run(root, "m1", "t", [_sample(i, 1.0) for i in range(2)])
+    up = root / "m2" / f"samples_t_{TS}.JSONL"
+    up.parent.mkdir()
+    up.write_text("".join(json.dumps(_sample(i, 0.0)) + "\n" for i in range(2)))
+    sm = jaxeval.load(root)
+    assert sm.models.tolist() == ["m1", "m2"] and sm.scores.tolist() == [[1, 1], [0, 0]]
+
+
+def test_table_review_follow_ups(tmp_path):
+    """The byte offset counts a UTF-8 BOM; the unterminated-quote message leaves out
+    pandas' 0-based "row"; a file ending with a closing quote does not warn."""
+    import warnings
+
+    bad = tmp_path / "bom.csv"
+    bad.write_bytes(b"\xef\xbb\xbfmodel,q1\nm\xe9,1\n")
+    _raises([r"not UTF-8 text \(invalid continuation byte at byte 13\)"], jaxeval.load, bad)
+    cut = _write(tmp_path / "q.csv", 'model,q1\nm0,1\nm1,"b')
+    with pytest.raises(ValueError) as exc:
+        jaxeval.load(cut)
+    assert "never closed" in str(exc.value) and "row 2" not in str(exc.value)
+    quoted = _write(tmp_path / "end.csv", 'model,q1\n"a",1\n"b","0"')
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert jaxeval.load(quoted).scores.tolist() == [[1.0], [0.0]]

@@ -192,3 +192,17 @@ def test_identification_correct_refuses_float_recommendations():
     assert metrics.identification_correct(np.array([2**32, 0, -1]), truth).tolist() == [
         False, True, False]
     assert metrics.identification_correct([0], truth).tolist() == [True]
+
+
+def test_identification_correct_review_follow_ups():
+    """An empty selection is an empty result; bools and huge Python ints are refused by
+    name; under x64 a JAX index past int32 is wrong (not wrapped onto an arm)."""
+    truth = jnp.array([0.9, 0.1])
+    assert metrics.identification_correct([], truth).shape == (0,)
+    with pytest.raises(TypeError, match="got dtype bool"):
+        metrics.identification_correct([True], truth)
+    with pytest.raises(TypeError, match="got dtype object"):
+        metrics.identification_correct([2**70], truth)
+    with jax.enable_x64(True):
+        rec = jnp.array([2**32, 0], jnp.int64)
+        assert metrics.identification_correct(rec, truth).tolist() == [False, True]

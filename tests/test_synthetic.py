@@ -203,6 +203,11 @@ def test_numpy_helper_returns_score_matrix_with_truth():
         (dict(gap=1.5), ValueError, r"'gap' must lie in \[0, 1\], got 1.5"),
         (dict(graded=True, concentration=-1.0), ValueError, "'concentration' must be > 0"),
         (dict(graded="yes"), TypeError, "'graded' must be a bool"),
+        (dict(gap="x"), TypeError, "'gap' must be a real number or array, got 'x'"),
+        (dict(graded=True, concentration="x"), TypeError, "'concentration' must be a real"),
+        (dict(model_scale=None), TypeError, "'model_scale' must be a real number"),
+        (dict(n_candidates=2.5), TypeError, "'n_candidates' must be an int in"),
+        (dict(n_candidates=9), ValueError, "'n_candidates' must be an int in"),
     ],
 )
 def test_bad_arguments_refused(kwargs, error, match):
