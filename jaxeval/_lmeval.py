@@ -189,8 +189,10 @@ def _read_run(
 
 def _samples_files(folder: Path) -> list[Path]:
     """The ``samples_*.jsonl`` files of a folder, the suffix in any case (sorted)."""
+    # (not is_dir() rather than is_file(): a dangling link is a samples file that
+    # cannot be read, to be reported, not skipped)
     return sorted(f for f in folder.glob("samples_*")
-                  if f.name.lower().endswith(".jsonl") and f.is_file())
+                  if f.name.lower().endswith(".jsonl") and not f.is_dir())
 
 
 def _runs_in(folder: Path, task: Any, runs: str, dropped: list[str],
@@ -401,11 +403,13 @@ def load_lm_eval(
         if missing == "error":
             i = int(np.flatnonzero(~mask.all(1))[0])
             j = int(np.flatnonzero(~mask[i])[0])
+            task_j = keys[j][0] if multi else tasks[0]
+            run = layout[models[i]].get(task_j)
+            where = str(run) if run is not None else f"no samples file of task {task_j!r}"
             raise ValueError(
                 f"{src}: doc_ids are not aligned across runs: model {models[i]!r} lacks "
-                f"doc_id {_item_name(keys[j], multi)!r} "
-                f"({files.get(models[i], ['no samples file of the tasks asked for'])[0]}) among "
-                f"{lacking} missing cells; use missing='mask' to keep them unobserved"
+                f"doc_id {_item_name(keys[j], multi)!r} ({where}) among {lacking} missing "
+                "cells; use missing='mask' to keep them unobserved"
             )
         notes["conversions"].append(
             f"{lacking} (model, doc_id) cells absent from the runs of {short[:3]}"

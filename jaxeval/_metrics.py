@@ -196,8 +196,12 @@ def identification_correct(
         r = recommended
         if r.size == 0 or not jnp.issubdtype(r.dtype, jnp.integer):
             r = r.astype(jnp.int32)
-        # an index past int32 (x64) is out of range, not wrapped around onto an arm
-        rec = jnp.where((r < 0) | (r > top), -1, r).astype(jnp.int32)
+        if jnp.iinfo(r.dtype).max > top:
+            # an index past int32 (uint32, or int64 under x64) is out of range, not
+            # wrapped around onto an arm (a narrower dtype cannot hold one, and the
+            # bound itself would wrap in it)
+            r = jnp.where((r < 0) | (r > top), -1, r)
+        rec = r.astype(jnp.int32)
     else:
         r = np.asarray(recommended)
         _check_indices(r.dtype, r.size)

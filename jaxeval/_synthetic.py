@@ -216,7 +216,7 @@ def _check_real(name: str, value: Any, none_ok: bool = False) -> None:
         return
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"synthetic_matrix: '{name}' must be a real number, got {value!r}")
-    if isinstance(value, (int, float, np.number)):
+    if isinstance(value, (int, float, np.integer, np.floating)):
         return
     dtype = getattr(value, "dtype", None)
     if dtype is not None and (jnp.issubdtype(dtype, jnp.floating)

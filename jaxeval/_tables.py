@@ -391,7 +391,8 @@ def _long(header, rows, wheres, src, model_col, item_col, score_col, target_col,
 
 
 _NAMES_HEADER = re.compile(
-    r"(unnamed: ?\d+|index|(model|llm)s?( ?(id|name)s?)?|(id|name)s?)?", re.IGNORECASE)
+    r"(unnamed: ?\d+|index|(hf ?)?(model|llm|run)s?( ?(id|name|idx|index)(e?s)?)?|(id|name)s?)?",
+    re.IGNORECASE)
 
 
 def _names_header(h: Any) -> bool:
@@ -399,7 +400,7 @@ def _names_header(h: Any) -> bool:
     ``index``, ``Unnamed: 0``, ``model``, ``model_id``, ``ModelName``, ``name``, ``ids``)
     rather than as an item's name (``q1``, ``0``, ``id_3``)."""
     h = re.sub(r"([a-z])([A-Z])", r"\1 \2", str(h).strip())  # camelCase -> two words
-    return _NAMES_HEADER.fullmatch(re.sub(r"[\s_\-]+", " ", h)) is not None
+    return _NAMES_HEADER.fullmatch(re.sub(r"[\s_\-.]+", " ", h)) is not None
 
 
 def _wide(header, rows, wheres, src, model_col, target_col, notes, flags):

@@ -627,7 +627,8 @@ def test_wide_table_of_one_or_two_models_keeps_its_first_item(tmp_path):
                 jaxeval.load, p)
     named = _write(tmp_path / "n.csv", "model,q1,q2,q3\nm1,1,0,1\n")
     assert jaxeval.load(named).items.tolist() == ["q1", "q2", "q3"]
-    for head in ("", "index", "Unnamed: 0", "model id", "ModelName", "name", "ids"):
+    for head in ("", "index", "Unnamed: 0", "model id", "ModelName", "name", "ids", "run_id",
+                 "hf_model_id", "model.name"):
         p = _write(tmp_path / "i.csv", f"{head},q1,q2\n0,1,0\n1,0,1\n")
         sm = jaxeval.load(p)
         assert sm.models.tolist() == ["0", "1"] and sm.items.tolist() == ["q1", "q2"]
@@ -701,8 +702,15 @@ def test_lm_eval_review_follow_ups(tmp_path):
     _run(tmp_path / "a", "m1", "t2", [_sample(i, 0.0) for i in range(2)])
     _run(tmp_path / "a", "m2", "t1", [_sample(i, 0.0) for i in range(2)])
     with pytest.warns(UserWarning, match="none of the tasks"):
-        _raises(["model 'm2' lacks", "no samples file of the tasks asked for"],
+        _raises(["model 'm2' lacks", "no samples file of task 't2'"],
                 jaxeval.load, tmp_path / "a", task="t2", missing="error")
+    # a model with some of the tasks: the message names the task it lacks, not a file of
+    # another task
+    _raises(["model 'm2' lacks doc_id 't2/0' \\(no samples file of task 't2'\\)"],
+            jaxeval.load, tmp_path / "a", missing="error")
+    # a dangling link where a samples file should be is reported, not skipped
+    (tmp_path / "a" / "m2" / f"samples_t2_{TS}.jsonl").symlink_to(tmp_path / "gone.jsonl")
+    _raises(["cannot read the file"], jaxeval.load, tmp_path / "a")
     root = tmp_path / "b"
     _run(root, "m1", "t", [_sample(i, 1.0) for i in range(2)])
     up = root / "m2" / f"samples_t_{TS}.JSONL"

@@ -199,10 +199,18 @@ def test_identification_correct_review_follow_ups():
     name; under x64 a JAX index past int32 is wrong (not wrapped onto an arm)."""
     truth = jnp.array([0.9, 0.1])
     assert metrics.identification_correct([], truth).shape == (0,)
-    with pytest.raises(TypeError, match="got dtype bool"):
+    with pytest.raises(TypeError, match=r"got dtype bool \(a bool is not an arm\)"):
         metrics.identification_correct([True], truth)
-    with pytest.raises(TypeError, match="got dtype object"):
+    with pytest.raises(TypeError, match=r"got dtype object \(Python ints beyond 64 bits"):
         metrics.identification_correct([2**70], truth)
+    # narrow and unsigned dtypes, plain and jitted (the int32 bound wrapped in int8)
+    for dt in (jnp.int8, jnp.int16, jnp.uint8, jnp.uint32, jnp.int32):
+        rec = jnp.array([1, 0], dt)
+        t3 = jnp.array([0.1, 0.9, 0.2])
+        assert metrics.identification_correct(rec, t3).tolist() == [True, False], dt
+        assert jax.jit(metrics.identification_correct)(rec, t3).tolist() == [True, False]
+    assert metrics.identification_correct(jnp.array([2**32 - 1], jnp.uint32), truth).tolist() \
+        == [False]
     with jax.enable_x64(True):
         rec = jnp.array([2**32, 0], jnp.int64)
         assert metrics.identification_correct(rec, truth).tolist() == [False, True]
