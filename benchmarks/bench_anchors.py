@@ -148,10 +148,18 @@ def _seed_maes(paths, pick, missing_ok: bool = False) -> dict:
 
 
 def _sparseeval_seeds(paths) -> dict:
-    """Per-seed MAEs of the faithful SparseEval in ``anchors_grid.py`` results files
-    (absent files are skipped: the defaults name files a checkout may not have)."""
-    return _seed_maes(paths, lambda g: g.get("results", {}).get("sparseeval", {}).get("mae_pp"),
-                      missing_ok=True)
+    """Per-seed MAEs of the faithful SparseEval in ``anchors_grid.py`` results files, or in
+    this script's own (a record with ``sparseeval`` among its methods, e.g. the SPEC-step
+    rerun ``anchors_sparseeval_specsteps_k100.jsonl``); absent files are skipped (the
+    defaults name files a checkout may not have)."""
+    def pick(g):
+        if "results" in g:
+            return g["results"].get("sparseeval", {}).get("mae_pp")
+        if "sparseeval" in g.get("methods", ()):
+            return g["mae_pp"][g["methods"].index("sparseeval")]
+        return None
+
+    return _seed_maes(paths, pick, missing_ok=True)
 
 
 def _auto_seeds(paths) -> dict:
