@@ -365,6 +365,10 @@ class IdentificationCampaign:
             raise ValueError(f"policy: expected one of {_policies.POLICIES}, got {policy!r}")
         if isinstance(candidates, (str, bytes)):
             raise TypeError("candidates: expected a sequence of model names, got one string")
+        for name, v in (("candidates", candidates), ("items", items)):
+            if isinstance(v, (set, frozenset)):  # no order: the same seed, other requests
+                raise TypeError(f"{name}: expected an ordered sequence of names, got a "
+                                f"{type(v).__name__} (its order changes between runs)")
         cands = np.asarray([str(c) for c in candidates])
         if cands.ndim != 1 or cands.size < 2:
             raise ValueError(f"candidates: expected at least 2 model names, got {cands.size}")
@@ -759,14 +763,23 @@ class IdentificationCampaign:
                            models=self.candidates, items=self.items, source="campaign")
 
     # --------------------------------------------------------------- persistence
-    def save(self, path: str | os.PathLike) -> Path:
+    def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
         """Write the campaign (settings, item factors, every answer, the kernel's state)
         to ``path`` (.npz).
 
         Written to a temporary file, flushed to disk and renamed over ``path``, so an
         interrupted save never leaves a broken file in place of the previous one. A
         request asked but not answered is not saved (:meth:`ask` gives it again).
+
+        An existing file is replaced only when its answers are the first answers of this
+        campaign (the same candidates and items): saving after every answer, or saving a
+        campaign loaded from that file, is fine; saving a *new* campaign over one that
+        holds answers, or a stale copy over a file that was told more since it was
+        loaded, is refused naming ``path`` (it would delete answers paid for). Pass
+        ``overwrite=True`` to replace the file whatever it holds.
         """
+        if not isinstance(overwrite, (bool, np.bool_)):
+            raise TypeError(f"overwrite: expected a bool, got {overwrite!r}")
         path = Path(path)
         if path.suffix != ".npz" and not path.exists():
             path = path.with_suffix(path.suffix + ".npz")
@@ -778,6 +791,8 @@ class IdentificationCampaign:
                 "(loaded with strict=False); saving there would delete them: save to "
                 "another path"
             )
+        if path.exists() and not overwrite:
+            self._check_extends(path)
         arms = np.asarray([a for a, _, _ in self._log], np.int64)
         lens = np.asarray([len(i) for _, i, _ in self._log], np.int64)
         idx = np.concatenate([i for _, i, _ in self._log]) if self._log else np.zeros(0, np.int64)
@@ -822,6 +837,41 @@ class IdentificationCampaign:
             os.close(fd)
         return path
 
+    def _check_extends(self, path: Path) -> None:
+        """Refuse to replace ``path`` unless its answers are this campaign's first ones."""
+        try:
+            _, meta, a = self._read(path)
+        except ValueError:
+            raise ValueError(
+                f"path: {path} exists and is not a readable saved campaign; saving would "
+                "replace it: save to another path, or pass overwrite=True"
+            ) from None
+        n_saved = int(a["arms"].size)
+        why = ""
+        if meta["candidates"] != self.candidates.tolist() or meta["items"] != self.items.tolist():
+            why = "another campaign's (other candidates or items)"
+        elif n_saved > len(self._log):
+            why = f"{n_saved - len(self._log)} more than this campaign has"
+        else:
+            log = self._log[:n_saved]
+            lens = np.asarray([len(i) for _, i, _ in log], np.int64)
+            same = (np.array_equal(a["arms"], np.asarray([x for x, _, _ in log], np.int64))
+                    and np.array_equal(a["lens"], lens))
+            if same and n_saved:
+                same = (np.array_equal(a["index"], np.concatenate([i for _, i, _ in log]))
+                        and np.array_equal(a["scores"],
+                                           np.concatenate([v for _, _, v in log])
+                                           .astype(np.float32)))
+            if not same:
+                why = "other answers than this campaign's"
+        if why:
+            raise ValueError(
+                f"path: {path} holds {n_saved} answers, {why}; saving would delete them "
+                "(a new campaign over an old file, or a copy loaded before answers were "
+                "told elsewhere?): load that file, save to another path, or pass "
+                "overwrite=True"
+            )
+
     @staticmethod
     def _read(path: str | os.PathLike, state: bool = False) -> tuple[Path, dict, dict]:
         """``(path, meta, arrays)``; with ``state``, ``arrays["state"]`` holds the saved
@@ -841,6 +891,8 @@ class IdentificationCampaign:
                             arrays["state"].append(np.asarray(z[name]))
                     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
                         arrays["state"] = []
+            if not isinstance(meta, dict):
+                raise ValueError(f"its meta entry is a {type(meta).__name__}, not a mapping")
             if meta.get("format") != _FORMAT:
                 raise ValueError(f"format {meta.get('format')!r}, expected {_FORMAT!r}")
             for k in ("settings", "candidates", "items"):
@@ -861,11 +913,26 @@ class IdentificationCampaign:
         to the campaign's state."""
         path, meta, a = cls._read(path)
         cands, items = np.asarray(meta["candidates"]), np.asarray(meta["items"])
-        scores = np.zeros((cands.size, items.size), np.float32)
-        mask = np.zeros_like(scores, bool)
+        K, n = cands.size, items.size
         rows = np.repeat(a["arms"], a["lens"])
-        scores[rows, a["index"]] = a["scores"]
-        mask[rows, a["index"]] = True
+        idx = a["index"]
+        if rows.size and (rows.min() < 0 or rows.max() >= K or idx.min() < 0
+                          or idx.max() >= n):
+            raise ValueError(f"{path}: a damaged campaign file: answers name models or items "
+                             f"outside its {K} candidates and {n} items")
+        try:
+            val = a["scores"].astype(np.float32)
+        except (TypeError, ValueError):
+            raise ValueError(f"{path}: a damaged campaign file: its scores are not "
+                             "numbers") from None
+        bad = ~np.isfinite(val)
+        if bad.any():  # keep every readable answer; the damaged cells stay unobserved
+            warnings.warn(f"{path}: {int(bad.sum())} saved scores are not finite (a "
+                          "damaged file): left unobserved", stacklevel=2)
+        scores = np.zeros((K, n), np.float32)
+        mask = np.zeros_like(scores, bool)
+        scores[rows[~bad], idx[~bad]] = val[~bad]
+        mask[rows[~bad], idx[~bad]] = True
         return ScoreMatrix(scores, mask=mask, models=cands, items=items, source=str(path))
 
     @classmethod
@@ -905,8 +972,9 @@ class IdentificationCampaign:
           >>> fast.calls, slow.calls, fast.ask().index.tolist() == slow.ask().index.tolist()
           (20, 20, True)
         """
-        if not isinstance(replay, (bool, np.bool_)):
-            raise TypeError(f"replay: expected True or False, got {replay!r}")
+        for name, v in (("strict", strict), ("replay", replay)):
+            if not isinstance(v, (bool, np.bool_)):
+                raise TypeError(f"{name}: expected True or False, got {v!r}")
         path, meta, arrays = cls._read(path, state=not replay)
         self = cls.__new__(cls)
         try:
@@ -942,8 +1010,15 @@ class IdentificationCampaign:
                 break
             try:
                 self.tell(req, arrays["scores"][sl])
-            except (ValueError, RuntimeError) as e:
-                raise ValueError(f"{path}: saved answer {j} is refused on replay ({e})") from None
+            except (TypeError, ValueError, RuntimeError) as e:
+                msg = f"{path}: saved answer {j} is refused on replay ({e})"
+                if strict:
+                    raise ValueError(msg + "; load(path, strict=False) continues from "
+                                     "the answers before it") from None
+                # a damaged file: keep what replays, as for an answer that does not
+                warnings.warn(msg + f"; continuing after {j} answers", stacklevel=2)
+                self._dropped = (path.resolve(), int(arrays["arms"].size - j))
+                break
         if self._dropped is None and meta.get("policy_done") is True:
             self.ask()  # the policy's last steps, which drew nothing (SySRs' last rejections)
         self.path = path

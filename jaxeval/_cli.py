@@ -650,7 +650,8 @@ def _new_campaign(args: argparse.Namespace):
         )
     except ValueError as e:  # the library's argument names -> this command's flags
         flags = {a: "--" + a.replace("_", "-") for a in
-                 ("rank", "fit_steps", "lam0", "budget", "batch_size", "alpha", "history")}
+                 ("rank", "fit_steps", "lam0", "budget", "batch_size", "alpha", "history",
+                  "policy", "seed")}
         msg = _renamed(str(e), flags, forms=(":", "=", " must "))
         msg = msg.replace("drop them from history (history.take(models=...)) or from "
                           "candidates", "pass --exclude-candidates to drop them from "

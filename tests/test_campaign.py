@@ -540,3 +540,92 @@ def test_status_of_naive_ranks_by_its_own_estimate_and_sysrs_ends_with_its_last_
     again = IdentificationCampaign.load(path)
     assert again.status().done and again.status().reason == "policy"
     assert again.ask() is None
+
+
+def test_save_never_deletes_answers_it_does_not_hold(problem, tmp_path):
+    """Saving after every answer and saving a loaded campaign back are fine; a new
+    campaign saved over a file holding answers, or a stale copy saved over a file told
+    more since, is refused naming path (it deleted the paid answers); overwrite=True
+    replaces the file on purpose."""
+    hist, cands, lr = problem
+    names = cands.models.tolist()
+    p = tmp_path / "c.npz"
+    camp = IdentificationCampaign(names, hist, factors=lr, budget=60, batch_size=4)
+    for _ in range(3):
+        _oracle(camp, cands, stop_after=1)
+        camp.save(p)  # after every answer
+    stale = IdentificationCampaign.load(p)
+    live = IdentificationCampaign.load(p)
+    _oracle(live, cands, stop_after=2)
+    live.save(p)
+    assert IdentificationCampaign.saved_scores(p).mask.sum() == 5 * 4
+    with pytest.raises(ValueError, match=r"path: .*c\.npz holds 5 answers, 2 more than this"):
+        stale.save(p)
+    _oracle(stale, cands, stop_after=2)  # the same answers again: a prefix, fine
+    stale.save(p)
+    fresh = IdentificationCampaign(names, hist, factors=lr, budget=60, batch_size=4)
+    with pytest.raises(ValueError, match="holds 5 answers, 5 more than this campaign has"):
+        fresh.save(p)
+    _oracle(fresh, cands, stop_after=5)  # the same five answers: a prefix, but edit one
+    fresh._log[0] = (fresh._log[0][0], fresh._log[0][1], 1.0 - fresh._log[0][2])
+    with pytest.raises(ValueError, match="other answers than this campaign's"):
+        fresh.save(p)
+    other = IdentificationCampaign(names[::-1], hist, factors=lr, budget=60, batch_size=4)
+    with pytest.raises(ValueError, match=r"another campaign's \(other candidates or items\)"):
+        other.save(p)
+    np.savez(tmp_path / "x.npz", a=np.zeros(3))
+    with pytest.raises(ValueError, match="exists and is not a readable saved campaign"):
+        other.save(tmp_path / "x.npz")
+    with pytest.raises(TypeError, match="overwrite: expected a bool"):
+        other.save(p, overwrite="yes")
+    other.save(p, overwrite=True)
+    assert IdentificationCampaign.saved_scores(p).mask.sum() == 0
+    assert IdentificationCampaign.load(p).candidates.tolist() == names[::-1]
+
+
+def test_damaged_files_and_unordered_or_ignored_arguments(problem, tmp_path):
+    """A damaged saved score: load(strict=False) keeps the answers before it (strict
+    raised either way), saved_scores keeps every finite answer; answers naming models or
+    items outside the campaign and a meta entry that is not a mapping are refused naming
+    the file; sets for candidates / items (no order) and a non-bool strict are refused
+    by name."""
+    hist, cands, lr = problem
+    names = cands.models.tolist()
+    camp = IdentificationCampaign(names, hist, factors=lr, budget=60, batch_size=4)
+    _oracle(camp, cands, stop_after=3)
+    good = camp.save(tmp_path / "good.npz")
+    with np.load(good) as z:
+        arrays = {k: z[k] for k in z.files}
+
+    def damaged(name, **changes):
+        p = tmp_path / name
+        np.savez(p, **{**arrays, **changes})
+        return p
+
+    nan = arrays["scores"].copy()
+    nan[5] = np.nan  # in the second answer
+    p = damaged("nan.npz", scores=nan)
+    with pytest.raises(ValueError, match=r"saved answer 1 is refused on replay"):
+        IdentificationCampaign.load(p, replay=True)
+    with pytest.warns(UserWarning, match="continuing after 1 answers"):
+        kept = IdentificationCampaign.load(p, strict=False, replay=True)
+    assert kept.calls == 4
+    with pytest.warns(UserWarning, match="1 saved scores are not finite"):
+        told = IdentificationCampaign.saved_scores(p)
+    assert told.mask.sum() == 11
+    arms = arrays["arms"].copy()
+    arms[0] = -1
+    with pytest.raises(ValueError, match=r"bad\.npz: a damaged campaign file: answers name"):
+        IdentificationCampaign.saved_scores(damaged("bad.npz", arms=arms))
+    idx = arrays["index"].copy()
+    idx[0] = 999
+    with pytest.raises(ValueError, match="outside its 4 candidates and 90 items"):
+        IdentificationCampaign.saved_scores(damaged("idx.npz", index=idx))
+    with pytest.raises(ValueError, match=r"meta\.npz: not a saved jaxeval campaign \(its meta"):
+        IdentificationCampaign.load(damaged("meta.npz", meta=np.asarray("[1, 2]")))
+    with pytest.raises(TypeError, match="strict: expected True or False"):
+        IdentificationCampaign.load(good, strict="False")
+    with pytest.raises(TypeError, match="candidates: expected an ordered sequence"):
+        IdentificationCampaign(set(names), hist, factors=lr)
+    with pytest.raises(TypeError, match="items: expected an ordered sequence"):
+        IdentificationCampaign(names, items={"q1", "q2"}, policy="ucbe")
