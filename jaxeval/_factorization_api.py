@@ -152,6 +152,9 @@ class LowRankLogistic:
                 f"scores: expected shape [K, {self.n_items}] (one column per fitted item), "
                 f"got {np.shape(scores)}"
             )
+        if s.shape[0] == 0:
+            raise ValueError(f"scores: no model (shape {np.shape(scores)}); give at least one "
+                             "row")
         if mask is None:
             m = ~np.isnan(s)
         else:
@@ -227,7 +230,8 @@ class LowRankLogistic:
           u_init: optional ``[K, r]`` warm start (default ``u_mean``).
           rho: prior strength (default ``online_rho``; larger pulls harder towards
             ``u_mean``).
-          num_newton: Newton steps; ``None`` (default): until every row has converged
+          num_newton: Newton steps (1 to 10 000); ``None`` (default): until every row has
+            converged
             (the largest change of a factor entry below ``1e-5 (1 + |u|)``, checked every
             :data:`NEWTON_ROUND` steps, at most :data:`NEWTON_MAX` steps). Each step is
             damped (backtracking), and from ``u_mean`` on a high-rank fit a handful of
@@ -248,8 +252,9 @@ class LowRankLogistic:
         """
         if num_newton is not None and (
                 isinstance(num_newton, bool) or not isinstance(num_newton, (int, np.integer))
-                or num_newton < 1):
-            raise ValueError(f"num_newton: expected a positive integer or None, got "
+                or not 1 <= num_newton <= 10_000):
+            # (an unbounded count ran for minutes inside XLA, beyond Ctrl-C's reach)
+            raise ValueError(f"num_newton: expected an integer in [1, 10000] or None, got "
                              f"{num_newton!r}")
         s, m = self._canon(scores, mask)
         K = s.shape[0]
@@ -749,6 +754,9 @@ def learn_lam0(
         raise ValueError(f"n_observed: expected positive ints, got {n_observed!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed: expected an int >= 0, got {seed!r}")
+    if int(seed) + folds - 1 >= 2**63:  # fold f fits with seed + f
+        raise ValueError(f"seed: the folds' fits use seed .. seed + {folds - 1}, which must "
+                         f"stay below 2**63; got {seed!r}")
     for name, v in (("rank", rank), ("num_steps", num_steps)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name}: expected a positive int, got {v!r}")

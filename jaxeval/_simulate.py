@@ -340,6 +340,9 @@ def item_factors_of(factors) -> tuple[ItemFactors, float | None]:
     with np.errstate(over="ignore"):  # (values beyond float32 are refused below)
         if isinstance(factors, ItemFactors):
             f, rho = ItemFactors(*(np.asarray(x, np.float32) for x in factors)), None
+        elif not all(hasattr(factors, a) for a in ("V", "c", "u_mean")):
+            raise TypeError(f"factors: expected a fitted LowRankLogistic (or ItemFactors), "
+                            f"got {type(factors).__name__}")
         else:
             f = ItemFactors(
                 *(np.asarray(getattr(factors, a), np.float32) for a in ("V", "c", "u_mean"))
@@ -625,6 +628,15 @@ def simulate_identification(
         horizon = _check_int("horizon", horizon, 1)
     if chunk_size is not None:
         chunk_size = _check_int("chunk_size", chunk_size, 1)
+    for name, v in (("refit", refit), ("use_predictions", use_predictions),
+                    ("synchronized", synchronized)):
+        if not (isinstance(v, (bool, np.bool_)) or (v is None and name != "refit")):
+            # (a string such as "False" is truthy: it ran with the flag on)
+            raise TypeError(f"{name}: expected True or False"
+                            + ("" if name == "refit" else " (or None)") + f", got {v!r}")
+    if isinstance(cs_kinds, str) or not isinstance(cs_kinds, (tuple, list)):
+        raise TypeError(f"cs_kinds: expected a tuple of interval kinds such as ('eb',), got "
+                        f"{cs_kinds!r}")
     cs_kinds = tuple(cs_kinds)
     if not cs_kinds:  # the report's coverage and widths need intervals
         raise ValueError("cs_kinds: expected at least one interval kind, got none")

@@ -473,6 +473,14 @@ def test_load_refuses_inconsistent_contents(small_sm, tmp_path):
     keys = json.loads(str(good["meta"]))["param_keys"]
     w = keys.index("['lin'].w")  # the linear map's weights: for 9 anchors, k = 5
     cases["anchors"] = {f"leaf_{w}": np.zeros(9, np.float32)}
+    nan_w = good[f"leaf_{w}"].copy()
+    nan_w[0] = np.nan  # loaded, then every prediction NaN
+    cases["nan"] = {f"leaf_{w}": nan_w}
+    assert "item_rho" in good  # the factorization kept for predict_unbiased
+    cases["rho"] = {"item_rho": np.asarray(-5.0, np.float32)}
+    V = good["item_V"].copy()
+    V[0, 0] = np.nan
+    cases["item_V"] = {"item_V": V}
     for what, change in cases.items():
         with pytest.raises(ValueError, match="not a readable saved AnchorPredictor"):
             AnchorPredictor.load(edited(f"bad-{what}.npz", **change))

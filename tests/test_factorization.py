@@ -659,9 +659,14 @@ def test_selection_scores_the_fixed_rho_v_that_will_be_fitted():
     b = jaxeval.fit_factorization(tr, rho_v=1000.0, **kw)
     assert not np.array_equal(a.selection["heldout_loss"], b.selection["heldout_loss"])
     assert b.rho_v == 1000.0
-    for bad in (-1, 0, True, 2.5):  # update's Newton steps: refused, not u_mean returned
-        with pytest.raises(ValueError, match="num_newton: expected a positive integer"):
+    for bad in (-1, 0, True, 2.5, 10**9):  # refused, not u_mean returned (or minutes spent
+        # inside XLA, beyond Ctrl-C's reach)
+        with pytest.raises(ValueError, match=r"num_newton: expected an integer in \[1, 10000\]"):
             a.update(tr.scores[:1], tr.mask[:1], num_newton=bad)
+    with pytest.raises(ValueError, match=r"scores: no model \(shape \(0, 120\)\)"):
+        a.predict(np.ones((0, 120)))
+    with pytest.raises(ValueError, match=r"seed: the folds' fits use seed \.\. seed \+ 1"):
+        jaxeval.learn_lam0(tr, rank=2, seed=2**63 - 1, num_steps=5)
 
 
 # ------------------------------------------------------------------ learned λ prior

@@ -426,3 +426,18 @@ def test_default_policy_is_the_recommended_one():
     campaign = inspect.signature(jaxeval.IdentificationCampaign).parameters["policy"].default
     assert default == campaign == "pulse_ucb"
     assert jaxeval.IdentificationStudy().policies[0].policy == default
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(refit="False"), "refit: expected True or False, got 'False'"),
+    (dict(use_predictions="no"), r"use_predictions: expected True or False \(or None\)"),
+    (dict(synchronized="yes"), r"synchronized: expected True or False \(or None\)"),
+    (dict(cs_kinds=None), r"cs_kinds: expected a tuple of interval kinds"),
+    (dict(cs_kinds="eb"), r"cs_kinds: expected a tuple of interval kinds .* got 'eb'"),
+    (dict(factors="abc"), "factors: expected a fitted LowRankLogistic .* got str"),
+])
+def test_flags_and_objects_of_the_wrong_type_are_refused(kwargs, match):
+    """A string flag is truthy: refit="False" ran with the refit on (and recorded the
+    string); use_predictions="no" fitted a factorization. Refused by name now."""
+    with pytest.raises(TypeError, match=match):
+        simulate_identification(_small_matrix(), "pulse", K=3, n_replicates=4, **kwargs)

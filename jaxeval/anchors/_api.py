@@ -395,15 +395,26 @@ class AnchorPredictor:
             raise ValueError(f"radius: expected >= 0, got {self.radius}")
         if not 0 < self.alpha < 1:
             raise ValueError(f"alpha: expected a level in (0, 1), got {self.alpha}")
+        for name, leaf in zip(_param_paths(self.params), jax.tree.leaves(self.params)):
+            if not np.all(np.isfinite(np.asarray(leaf, np.float64))):
+                raise ValueError(f"params: {name} holds non-finite values (every prediction "
+                                 "would be NaN)")
         if self.item_model is not None:
             F = self.item_model["F"]
             V, c = np.asarray(F.V), np.asarray(F.c)
             if V.ndim != 2 or V.shape[0] != n or c.shape != (n,):
                 raise ValueError(f"item factors: expected [{n}, r] and [{n}], got "
                                  f"{V.shape} and {c.shape}")
+            rho = np.asarray(self.item_model["rho"], np.float64)
+            if not (all(np.all(np.isfinite(np.asarray(x, np.float64))) for x in F)
+                    and np.all(np.isfinite(rho)) and np.all(rho >= 0)):
+                raise ValueError("item factors: non-finite values, or a negative prior "
+                                 "strength rho (predict_unbiased would give NaN)")
         est = np.asarray(_apply_jit(self._fitted(), jnp.full((1, idx.size), 0.5, jnp.float32)))
         if est.shape != (1,):
             raise ValueError(f"the map's parameters do not fit {idx.size} anchors")
+        if not np.all(np.isfinite(est)):
+            raise ValueError("the map predicts NaN from its parameters")
 
     def __repr__(self) -> str:
         return (
