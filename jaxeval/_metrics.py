@@ -155,6 +155,8 @@ def best_arms(true_scores: jax.Array, atol: float | jax.Array = TIE_ATOL) -> jax
       [False, True, True]
     """
     s = jnp.asarray(true_scores)
+    if not jnp.issubdtype(s.dtype, jnp.floating):
+        s = s.astype(jnp.float32)  # (an unsigned top - atol wrapped around: no best arm)
     top = jnp.max(s, axis=-1, keepdims=True)
     return s >= top - jnp.asarray(atol, dtype=s.dtype)
 

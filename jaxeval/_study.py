@@ -1612,6 +1612,9 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
 
     See :func:`run_study` for an example.
     """
+    if isinstance(dirs, (str, bytes, os.PathLike)):
+        raise TypeError(f"dirs: expected a list of study folders, got one path {dirs!r} "
+                        "(merge_studies([a, b], out))")
     dirs = [Path(d) for d in dirs]
     out = Path(out)
     if not dirs:

@@ -214,3 +214,10 @@ def test_identification_correct_review_follow_ups():
     with jax.enable_x64(True):
         rec = jnp.array([2**32, 0], jnp.int64)
         assert metrics.identification_correct(rec, truth).tolist() == [False, True]
+
+
+def test_best_arms_of_integer_scores():
+    """Unsigned scores: top - atol wrapped around and no arm was best."""
+    assert metrics.best_arms(np.array([0, 1], np.uint8), atol=2).tolist() == [True, True]
+    assert metrics.best_arms(np.array([0, 3], np.uint8), atol=1).tolist() == [False, True]
+    assert metrics.best_arms(jnp.array([2, 5, 5], jnp.int32)).tolist() == [False, True, True]

@@ -1081,3 +1081,12 @@ def test_identification_under_another_default_prng_is_refused_before_the_folder(
     finally:
         jax.config.update("jax_default_prng_impl", old)
     assert not (tmp_path / "s").exists()
+
+
+def test_merge_refuses_one_path_for_the_list(tmp_path):
+    """merge_studies("folder", out) iterated the string's characters ("/ holds no
+    manifest.json")."""
+    with pytest.raises(TypeError, match=r"dirs: expected a list of study folders, got one path"):
+        merge_studies(str(tmp_path / "a"), tmp_path / "out")
+    with pytest.raises(TypeError, match="dirs: expected a list"):
+        merge_studies(tmp_path / "a", tmp_path / "out")
