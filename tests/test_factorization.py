@@ -859,5 +859,6 @@ def test_update_runs_newton_to_convergence_by_default():
     np.testing.assert_allclose(lr.predict(S, m), ref, atol=2e-6)
     np.testing.assert_allclose(lr.predict_accuracy(S, m), np.where(m, S, ref).mean(1),
                                atol=1e-6)
-    with pytest.raises(ValueError, match="num_newton: expected a positive integer or None"):
+    with pytest.raises(ValueError,
+                       match=r"num_newton: expected an integer in \[1, 10000\] or None"):
         lr.update(S, m, num_newton=0)
