@@ -1106,3 +1106,19 @@ def test_protocol_warns_when_validation_models_are_too_few_for_the_level():
     with pytest.warns(UserWarning, match="evaluate_protocol: too few models .* 90% conformal"):
         res = evaluate_protocol(sm, 5, ("random_mean",), seeds=(42,))
     assert res.coverage[0].tolist() == [1.0]
+
+
+def test_evaluate_protocol_names_bad_seeds_methods_and_data(small_sm):
+    """seeds=5 / None and methods=None raised "'int' object is not iterable"; a repeated
+    seed was averaged twice; an array for sm raised an AttributeError."""
+    from jaxeval.anchors import evaluate_protocol
+
+    for seeds in (5, None, "42"):
+        with pytest.raises(TypeError, match="seeds: expected a sequence of split seeds"):
+            evaluate_protocol(small_sm, 5, ["random_mean"], seeds=seeds)
+    with pytest.raises(ValueError, match=r"seeds: each split seed at most once .* \[1, 1\]"):
+        evaluate_protocol(small_sm, 5, ["random_mean"], seeds=[1, 1])
+    with pytest.raises(TypeError, match="methods: expected a sequence of method names"):
+        evaluate_protocol(small_sm, 5, None, seeds=(1,))
+    with pytest.raises(TypeError, match="sm: expected a ScoreMatrix .* got ndarray"):
+        evaluate_protocol(np.asarray(small_sm.scores), 5, ["random_mean"], seeds=(1,))

@@ -278,7 +278,11 @@ def evaluate_protocol(
     if isinstance(methods, str):
         raise TypeError(f"methods: expected a sequence of method names, got the string "
                         f"{methods!r} (write ({methods!r},))")
-    methods = tuple(methods)
+    try:
+        methods = tuple(methods)
+    except TypeError:
+        raise TypeError(f"methods: expected a sequence of method names, got {methods!r}") \
+            from None
     if not methods:
         raise ValueError("methods: expected at least one method name, got none")
     bad = [m for m in methods if m != "auto" and m not in METHODS]
@@ -286,6 +290,9 @@ def evaluate_protocol(
         raise ValueError(f"methods: unknown {bad}; expected names from {METHODS} or 'auto'")
     if len(set(methods)) != len(methods):
         raise ValueError(f"methods: each name at most once, got {list(methods)}")
+    if not isinstance(sm, ScoreMatrix):
+        raise TypeError(f"sm: expected a ScoreMatrix (jaxeval.load or jaxeval.ScoreMatrix), "
+                        f"got {type(sm).__name__}")
     sm = sm.drop_duplicates() if dedup else sm
     sm.require_complete("evaluate_protocol")
     k = check_count(k, "k", 1, sm.n_items - 1)
@@ -293,9 +300,19 @@ def evaluate_protocol(
     dr_items = check_count(dr_items, "dr_items", 0, sm.n_items - k)  # the non-anchors
     external = sm.target is not None
     st = checked_settings(settings, external, auto="auto" in methods)
-    seeds = tuple(seeds)
+    if isinstance(seeds, (str, bytes)):
+        raise TypeError(f"seeds: expected a sequence of split seeds, got {seeds!r}")
+    try:
+        seeds = tuple(seeds)
+    except TypeError:
+        raise TypeError(f"seeds: expected a sequence of split seeds such as (42, 43), got "
+                        f"{seeds!r}") from None
     if not seeds:
         raise ValueError("seeds: expected at least one split seed, got none")
+    if len({int(s) for s in seeds if isinstance(s, (int, np.integer))}) < len(seeds) and all(
+            isinstance(s, (int, np.integer)) for s in seeds):
+        raise ValueError(f"seeds: each split seed at most once (a repeat would be averaged "
+                         f"twice), got {list(seeds)}")
     splits = [sm.protocol_split(s) for s in seeds]  # checks each seed (non-negative int)
     cands = auto_candidates(splits[0].validation.n_models, st)
     fit_names = [m for m in methods if m != "auto"]
