@@ -78,25 +78,20 @@ def _json_default(obj: Any) -> Any:
     return str(obj)
 
 
-def _plain(obj: Any) -> Any:
+def _plain(obj: Any, key: Any = None) -> Any:
     """Mappings (a read-only ``MappingProxyType`` included, which cannot be deep-copied)
-    as dicts, recursively; lists and tuples walked; anything else as is."""
+    as dicts, recursively, their keys passed through ``key`` when given; lists and
+    tuples walked; anything else as is."""
     if isinstance(obj, Mapping):
-        return {k: _plain(v) for k, v in obj.items()}
+        return {(k if key is None else key(k)): _plain(v, key) for k, v in obj.items()}
     if type(obj) in (list, tuple):
-        return type(obj)(_plain(v) for v in obj)
+        return type(obj)(_plain(v, key) for v in obj)
     return obj
 
 
-def _str_keys(obj: Any) -> Any:
-    """``obj`` with every mapping's keys JSON can write (numpy scalars and tuples as
-    their ``str``), recursively, for ``metadata_json``."""
-    if isinstance(obj, Mapping):
-        return {(k if isinstance(k, (str, int, float, bool)) or k is None else str(k)):
-                _str_keys(v) for k, v in obj.items()}
-    if type(obj) in (list, tuple):
-        return [_str_keys(v) for v in obj]
-    return obj
+def _json_key(k: Any) -> Any:
+    """A mapping key JSON can write: numpy scalars, tuples and the like as their ``str``."""
+    return k if isinstance(k, (str, int, float, bool)) or k is None else str(k)
 
 
 def _realigned(meta: Mapping[str, Any], r: np.ndarray, c: np.ndarray, m: int,
@@ -240,10 +235,10 @@ class ScoreMatrix:
         nan = np.isnan(scores)
         if self.mask is None:
             mask = ~nan
-            if nan.any() and (hidden is None or (nan & ~hidden).any()):
+            own_nan = int((nan if hidden is None else nan & ~hidden).sum())  # not masked
+            if own_nan:
                 notes["conversions"] = list(notes.get("conversions", [])) + [
-                    f"{int((nan if hidden is None else nan & ~hidden).sum())} NaN cells "
-                    "read as unobserved (mask=False)"
+                    f"{own_nan} NaN cells read as unobserved (mask=False)"
                 ]
         else:
             mask = np.asarray(self.mask)
@@ -649,7 +644,8 @@ class ScoreMatrix:
             models=self.models,
             items=self.items,
             source=np.array(self.source),
-            metadata_json=np.array(json.dumps(_str_keys(self.metadata), default=_json_default)),
+            metadata_json=np.array(json.dumps(_plain(self.metadata, _json_key),
+                                              default=_json_default)),
         )
         if self.target is not None:
             arrays["target"] = self.target

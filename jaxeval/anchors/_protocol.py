@@ -309,8 +309,8 @@ def evaluate_protocol(
                         f"{seeds!r}") from None
     if not seeds:
         raise ValueError("seeds: expected at least one split seed, got none")
-    if len({int(s) for s in seeds if isinstance(s, (int, np.integer))}) < len(seeds) and all(
-            isinstance(s, (int, np.integer)) for s in seeds):
+    ints = [int(s) for s in seeds if isinstance(s, (int, np.integer))]
+    if len(ints) == len(seeds) and len(set(ints)) < len(ints):  # (others: protocol_split)
         raise ValueError(f"seeds: each split seed at most once (a repeat would be averaged "
                          f"twice), got {list(seeds)}")
     splits = [sm.protocol_split(s) for s in seeds]  # checks each seed (non-negative int)
