@@ -241,7 +241,12 @@ class ScoreMatrix:
                     f"{own_nan} NaN cells read as unobserved (mask=False)"
                 ]
         else:
-            mask = np.asarray(self.mask)
+            mask_hidden = None  # masked entries of a numpy masked array given as mask
+            if np.ma.isMaskedArray(self.mask):
+                mask_hidden = np.ma.getmaskarray(self.mask)
+                mask = np.asarray(np.ma.filled(self.mask, 0))
+            else:
+                mask = np.asarray(self.mask)
             if mask.shape != raw.shape:
                 raise ValueError(
                     f"{src}: field 'mask' has shape {mask.shape}, expected {raw.shape}"
@@ -250,6 +255,12 @@ class ScoreMatrix:
                 if not np.isin(mask, (0, 1)).all():
                     raise ValueError(f"{src}: field 'mask' must be boolean (0/1)")
                 mask = mask.astype(bool)
+            if mask_hidden is not None and mask_hidden.any():
+                # an entry of the mask that is itself masked says nothing: unobserved
+                notes["conversions"] = list(notes.get("conversions", [])) + [
+                    f"{int(mask_hidden.sum())} masked entries of the numpy masked array "
+                    "given as 'mask' read as unobserved (mask=False)"
+                ]
             if hidden is not None:
                 mask = mask & ~hidden
             bad = nan & mask

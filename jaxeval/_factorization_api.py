@@ -261,7 +261,11 @@ class LowRankLogistic:
         if u_init is None:
             u0 = np.tile(self.u_mean, (K, 1))
         else:
-            u0 = np.asarray(u_init, np.float32)
+            try:
+                u0 = np.asarray(u_init, np.float32)
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"u_init: expected a [{K}, {self.rank}] array of numbers "
+                                f"({e})") from None
             if u0.shape != (K, self.rank):
                 raise ValueError(f"u_init: expected shape {(K, self.rank)}, got {u0.shape}")
             if not np.isfinite(u0).all():
@@ -469,6 +473,14 @@ class LowRankLogistic:
         return out
 
 
+
+def _check_grid(grid: Any, name: str) -> None:
+    """A search grid must be a sequence of numbers (not a string, None or a scalar)."""
+    if isinstance(grid, (str, bytes)) or not hasattr(grid, "__len__") or (
+        isinstance(grid, np.ndarray) and grid.ndim != 1
+    ):
+        raise TypeError(f"{name}: expected a sequence of numbers, got {grid!r}")
+
 def fit_factorization(
     data: Any,
     rank: int | str = "auto",
@@ -598,6 +610,7 @@ def fit_factorization(
                 return False
             return True
 
+        _check_grid(ranks, "ranks")
         if len(ranks) == 0:
             raise ValueError("ranks: the rank grid is empty")
         for r in ranks:
@@ -608,6 +621,8 @@ def fit_factorization(
             check_rank(min(ranks), "ranks")  # raises with the reason
     else:
         grid_ranks = (check_rank(rank, "rank"),)
+    if auto_rho:
+        _check_grid(rhos, "rhos")
     if auto_rho and len(rhos) == 0:
         raise ValueError("rhos: the regularisation grid is empty")
     grid_rhos = tuple(check_rho(x, "rhos") for x in rhos) if auto_rho else (check_rho(rho, "rho"),)

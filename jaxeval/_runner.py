@@ -316,7 +316,16 @@ class ReplicatePlan:
         lanes: int = DEFAULT_LANES,
         with_index: bool = False,
     ) -> None:
+        if isinstance(devices, (str, bytes)) or (
+            devices is not None and not isinstance(devices, Iterable)
+        ):
+            raise TypeError(f"devices: expected a sequence of JAX devices (e.g. "
+                            f"jax.devices('cpu')), got {devices!r}")
         devs = tuple(jax.devices() if devices is None else devices)
+        bad = [d for d in devs if not isinstance(d, jax.Device)]
+        if bad:
+            raise TypeError(f"devices: expected JAX devices (e.g. jax.devices('cpu')), "
+                            f"got {bad[0]!r}")
         if not devs:
             raise ValueError("devices: expected at least one device, got none")
         if (isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer))

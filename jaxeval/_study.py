@@ -27,6 +27,7 @@ computes and process 0 writes (the folder must be on a shared file system).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import io
@@ -304,6 +305,53 @@ class PolicySpec:
         return d
 
 
+# A study built in code passes the checks of one read from JSON: set while
+# :func:`_checked_in_code` rebuilds it through ``from_dict`` (whose own construction
+# must not recurse).
+_ROUND_TRIP = contextvars.ContextVar("jaxeval_study_round_trip", default=False)
+
+
+def _checked_in_code(study: Any) -> None:
+    """Refuse a study object whose fields a JSON definition could not hold, naming the
+    field (``AnchorStudy(methods="auto")`` used to run the letters as methods, a wrong
+    type to fail later with a raw ``TypeError``); lists become the tuples ``from_dict``
+    makes. The value checks are ``from_dict``'s own: the study is written with
+    ``to_dict`` and read back."""
+    if _ROUND_TRIP.get():
+        return
+    for f in dataclasses.fields(study):
+        v = getattr(study, f.name)
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = None
+        if isinstance(default, tuple) and (
+            isinstance(v, (str, bytes)) or not isinstance(v, (tuple, list))
+        ):
+            raise StudyConfigError(f.name, f"expected a list or tuple, got {v!r}")
+        if isinstance(default, DataSource) and not isinstance(v, DataSource):
+            raise StudyConfigError(
+                f.name, f"expected a DataSource, got {type(v).__name__}"
+            )
+    for i, p in enumerate(getattr(study, "policies", ())):
+        if not isinstance(p, PolicySpec):
+            raise StudyConfigError(f"policies[{i}]", f"expected a PolicySpec, got {p!r}")
+    try:
+        d = study.to_dict()
+    except (TypeError, AttributeError, ValueError) as e:
+        raise StudyConfigError("<study>", f"a field has the wrong type ({e})") from None
+    token = _ROUND_TRIP.set(True)
+    try:
+        back = type(study).from_dict(d, check=False)
+    finally:
+        _ROUND_TRIP.reset(token)
+    for f in dataclasses.fields(study):
+        if isinstance(getattr(study, f.name), list):
+            object.__setattr__(study, f.name, getattr(back, f.name))
+
+
 def _default_budgets() -> tuple[float, ...]:
     return (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0)
 
@@ -400,6 +448,7 @@ class IdentificationStudy:
     )
 
     def __post_init__(self) -> None:
+        _checked_in_code(self)
         # built from a dict or in code alike: a value that would silently run the
         # random design (and make the saved definition unreadable) is refused here
         _str(self.instance_assignment, "instance_assignment", ("random", "balanced"))
@@ -552,6 +601,9 @@ class AnchorStudy:
     kind = "anchors"
     KEYS = ("kind", "name", "data", "methods", "k", "n_seeds", "first_seed", "alpha", "chunk_size")
 
+    def __post_init__(self) -> None:
+        _checked_in_code(self)
+
     @classmethod
     def from_dict(cls, d: Any, *, check: bool = True) -> AnchorStudy:
         d = _check_keys(d, cls.KEYS, "")
@@ -641,6 +693,9 @@ class ReplicateStudy:
     kind = "replicates"
     KEYS = ("kind", "name", "target", "n_replicates", "seed", "chunk_size", "lanes")
     data = None
+
+    def __post_init__(self) -> None:
+        _checked_in_code(self)
 
     @classmethod
     def from_dict(cls, d: Any, *, check: bool = True) -> ReplicateStudy:

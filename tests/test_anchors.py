@@ -292,6 +292,8 @@ def test_validation_must_be_held_out_and_match_the_target(small_sm):
         pred.predict_unbiased(x, extra, [1, 0, 1], alpha=0.2))
     with pytest.raises(ValueError, match="extra_items: at least one"):
         pred.predict_unbiased(x, [], [])
+    with pytest.raises(TypeError, match=r"extra_scores: expected numbers in \[0, 1\]"):
+        pred.predict_unbiased(x, extra, ["yes", "no", "yes"])
 
 
 def test_dr_interval_shrinks_to_the_truth_as_the_sample_covers_every_item():

@@ -240,6 +240,20 @@ def test_numpy_masked_array_cells_are_unobserved():
     assert ScoreMatrix(odd).mask.tolist() == [[False, False], [True, True]]
 
 
+def test_numpy_masked_array_as_mask_reads_its_masked_entries_as_unobserved():
+    """A masked entry of a masked array given as ``mask`` says nothing about the cell:
+    it is unobserved (whatever value it holds underneath, even one not 0/1), noted."""
+    scores = np.array([[1.0, 0.0], [0.5, 1.0]])
+    m = np.ma.masked_array([[1, 7], [1, 1]], mask=[[0, 1], [0, 0]])
+    sm = ScoreMatrix(scores, mask=m)
+    assert sm.mask.tolist() == [[True, False], [True, True]]
+    assert sm.accuracy().tolist() == [1.0, 0.75]
+    assert any("given as 'mask'" in c for c in sm.metadata["conversions"])
+    plain = ScoreMatrix(scores, mask=np.ma.masked_array([[1, 0], [1, 1]]))  # nothing masked
+    assert plain.mask.tolist() == [[True, False], [True, True]]
+    assert "conversions" not in plain.metadata
+
+
 def test_take_and_split_carry_per_model_metadata_along():
     """Per-model notes follow the rows taken (is_source) and the synthetic truth's
     arrays the rows and items taken; its whole-matrix best/gap/status are cleared."""

@@ -525,6 +525,14 @@ def test_wrapper_refuses_bad_input(wrapped, planted):
                     (dict(holdout_fraction="x"), "holdout_fraction")):
         with pytest.raises(ValueError, match=msg):
             jaxeval.fit_factorization(S, **{"rank": "auto", "rho": 1.0, **kw})
+    # a grid that is no sequence is named (None, a bare number and a string raised
+    # TypeErrors from len() or passed the letters on)
+    for kw, msg in ((dict(ranks=None), "ranks: expected a sequence"),
+                    (dict(ranks=4), "ranks: expected a sequence"),
+                    (dict(ranks="48"), "ranks: expected a sequence"),
+                    (dict(rank=2, rho="auto", rhos=0.1), "rhos: expected a sequence")):
+        with pytest.raises(TypeError, match=msg):
+            jaxeval.fit_factorization(S, **{"rank": "auto", "rho": 1.0, **kw})
     bad = S.copy()
     bad[3] = np.nan
     with pytest.raises(ValueError, match="model rows have no observed cell"):
@@ -805,6 +813,8 @@ def test_online_input_errors_name_the_problem(wrapped):
         model.update(x, np.ones_like(x, bool))
     with pytest.raises(ValueError, match="u_init: the warm start has non-finite values"):
         model.update(S_new[:1], u_init=np.full((1, model.rank), np.nan))
+    with pytest.raises(TypeError, match=r"u_init: expected a \[1, \d+\] array of numbers"):
+        model.update(S_new[:1], u_init=np.full((1, model.rank), "a"))
     with pytest.raises(ValueError, match="scores: expected real numbers"):
         model.predict(np.full((1, model.n_items), "a"))
     with pytest.raises(ValueError, match="scores: expected real numbers"):

@@ -133,6 +133,17 @@ def test_plan_cache_key_tells_platforms_apart():
     assert _devices_key(real) == tuple((d.platform, d.id) for d in real)
 
 
+def test_devices_must_be_jax_devices():
+    """A platform name or a bare value where devices belong is named (``"cpu"`` used to
+    become the devices 'c', 'p', 'u' and fail deep inside the mesh)."""
+    for bad in ("cpu", 5, ["cpu"]):
+        with pytest.raises(TypeError, match="devices: expected"):
+            ReplicatePlan(toy, 4, devices=bad)
+    with pytest.raises(ValueError, match="devices: expected at least one device"):
+        ReplicatePlan(toy, 4, devices=[])
+    assert ReplicatePlan(toy, 4, devices=jax.devices()[:1], operands=(V,)).n_devices == 1
+
+
 def test_memory_bounded_by_chunk_size():
     """The compiled chunk program's memory grows with the chunk, not with the study."""
 

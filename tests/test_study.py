@@ -20,6 +20,7 @@ from jaxeval._study import (
     AnchorStudy,
     IdentificationStudy,
     PolicySpec,
+    ReplicateStudy,
     StudyConfigError,
     StudyFolderError,
     load_results,
@@ -1044,17 +1045,33 @@ def test_resume_and_merge_refuse_other_prng_settings(tmp_path):
 
 
 def test_a_study_built_in_code_is_checked_before_its_folder_is_made(tmp_path):
-    """The dataclasses are public: a definition that from_dict would refuse is refused by
-    run_study too (it used to run, then leave a folder nothing could read back)."""
-    study = dataclasses.replace(study_from_dict(toy_config()), name="")
+    """The dataclasses are public: a definition that from_dict would refuse is refused
+    when it is built in code (it used to run, then leave a folder nothing could read
+    back), and so are fields of the wrong type, by name."""
     with pytest.raises(StudyConfigError, match="name: expected a non-empty string"):
-        run_study(study, tmp_path / "x", progress=False)
-    ident = IdentificationStudy(budgets=(0.5, 0.1), n_replicates=4, num_arms=2)
+        dataclasses.replace(study_from_dict(toy_config()), name="")
     with pytest.raises(StudyConfigError, match="budgets: expected strictly increasing"):
-        run_study(ident, tmp_path / "y", progress=False)
+        IdentificationStudy(budgets=(0.5, 0.1), n_replicates=4, num_arms=2)
     with pytest.raises(TypeError, match="study: expected one of"):
         run_study({"kind": "identification"}, tmp_path / "z")
-    assert not any((tmp_path / d).exists() for d in "xyz")
+    assert not (tmp_path / "z").exists()
+    # a string where a list belongs used to run its letters as methods / policies
+    with pytest.raises(StudyConfigError, match="methods: expected a list or tuple"):
+        AnchorStudy(methods="auto")
+    with pytest.raises(StudyConfigError, match=r"policies\[0\]: expected a PolicySpec"):
+        IdentificationStudy(policies=("ucbe",))
+    with pytest.raises(StudyConfigError, match="data: expected a DataSource"):
+        AnchorStudy(data="oll2_musr")
+    with pytest.raises(StudyConfigError, match="n_seeds: expected an integer"):
+        AnchorStudy(n_seeds="3")
+    with pytest.raises(StudyConfigError, match=r"policies\[0\]\.settings\.a: expected a number"):
+        IdentificationStudy(policies=(PolicySpec("ucbe", settings=(("a", "x"),)),))
+    with pytest.raises(StudyConfigError, match="target: expected a non-empty string"):
+        ReplicateStudy(target=5)
+    # lists are taken as the tuples a JSON definition gives, so the study stays hashable
+    listed = IdentificationStudy(budgets=[0.1, 0.2], cs_kinds=["eb"])
+    assert listed == IdentificationStudy(budgets=(0.1, 0.2), cs_kinds=("eb",))
+    assert hash(listed) == hash(IdentificationStudy(budgets=(0.1, 0.2), cs_kinds=("eb",)))
 
 
 def test_status_counts_only_chunks_whose_files_exist(tmp_path):

@@ -254,7 +254,10 @@ class AnchorPredictor:
         idx = np.array([lookup[s] for s in names.tolist()], dtype=np.int32)
         if np.isin(idx, self.anchor_index).any() or np.unique(idx).size != idx.size:
             raise ValueError("extra_items: must be distinct non-anchor items")
-        ys = np.asarray(extra_scores, dtype=np.float64).ravel()
+        try:
+            ys = np.asarray(extra_scores, dtype=np.float64).ravel()
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"extra_scores: expected numbers in [0, 1] ({e})") from None
         if ys.shape != idx.shape or not np.all(np.isfinite(ys)) or ys.min() < 0 or ys.max() > 1:
             raise ValueError(
                 f"extra_scores: expected {idx.size} finite scores in [0, 1], got shape {ys.shape}"
