@@ -124,6 +124,9 @@ def _parser() -> argparse.ArgumentParser:
 
     st = add("status", "how far a study has got", "jaxeval status runs/s")
     st.add_argument("dir", help="the study folder")
+    st.add_argument("--verify", action="store_true",
+                    help="also read every chunk file and check its checksum (corrupt "
+                    "files are listed and not counted)")
 
     mj = add(
         "main",
@@ -1030,7 +1033,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 0
         if args.command == "status":
-            print(json.dumps(study_status(args.dir), indent=1))
+            print(json.dumps(study_status(args.dir, verify=args.verify), indent=1))
             return 0
         if args.command == "summary":
             from jaxeval._report import format_summary, summarize, write_summary

@@ -1539,15 +1539,33 @@ def resume_study(out: str | os.PathLike, *, progress: bool = True) -> Path:
     return run_study(study, out, replicate_range=tuple(manifest["range"]), progress=progress)
 
 
-def study_status(out: str | os.PathLike) -> dict:
+def study_status(out: str | os.PathLike, *, verify: bool = False) -> dict:
     """Progress of the study in ``out``.
 
     Returns a dict with ``done`` (units finished per task), ``range`` (the units
     this folder is responsible for), ``range_complete`` (that range is done) and
     ``complete`` (every unit of the whole study is there: ready for reports), counting
-    only chunks whose files exist (``missing_chunk_files`` lists the manifest's others;
-    checksums are verified when the results are read, by :func:`load_results`).
+    only chunks whose files exist (``missing_chunk_files`` lists the manifest's others).
+    Checksums are verified when the results are read (:func:`load_results`), and here
+    with ``verify=True``: every chunk file is read and a file whose checksum is not the
+    recorded one is listed in ``corrupt_chunk_files`` and not counted (a resume
+    recomputes it). Without ``verify`` only the files' presence is checked (fast on a
+    folder of many large chunks).
+
+    Example:
+      >>> import tempfile, os
+      >>> from jaxeval._study import run_study, study_from_dict
+      >>> d = tempfile.mkdtemp()
+      >>> s = study_from_dict({"kind": "identification", "num_arms": 2, "n_replicates": 8,
+      ...                      "chunk_size": 8, "lanes": 8,
+      ...                      "data": {"synthetic": {"n_items": 20}}, "budgets": [0.5]})
+      >>> folder = run_study(s, os.path.join(d, "s"), progress=False)
+      >>> st = study_status(folder, verify=True)
+      >>> st["complete"], st["corrupt_chunk_files"]
+      (True, [])
     """
+    if not isinstance(verify, bool):
+        raise TypeError(f"verify: expected True or False, got {verify!r}")
     out = Path(out)
     manifest = _read_manifest(out)
     if manifest is None:
@@ -1556,6 +1574,7 @@ def study_status(out: str | os.PathLike) -> dict:
     missing = sorted(name for name in manifest["chunks"] if not (out / name).is_file())
     manifest = dict(manifest, chunks={k: v for k, v in manifest["chunks"].items()
                                       if k not in missing})
+    corrupt = sorted(_verify_chunks(out, manifest)) if verify else None
     lo, hi = manifest["range"]
     names = manifest.get("task_names") or [t.name for t in study.tasks()]
     done = {t: sum(b - a for a, b in _covered(manifest, t)) for t in names}
@@ -1568,6 +1587,7 @@ def study_status(out: str | os.PathLike) -> dict:
         "range_complete": all(not _gaps(_covered(manifest, t), lo, hi) for t in names),
         "complete": all(not _gaps(_covered(manifest, t), 0, study.n_units) for t in names),
         "missing_chunk_files": missing,
+        **({} if corrupt is None else {"corrupt_chunk_files": corrupt}),
     }
 
 

@@ -89,6 +89,9 @@ def test_run_range_merge_summary(tmp_path, capsys, monkeypatch):
     assert main(["run", str(p), "--out", b, "--range", "40:100", "--quiet"]) == 0
     assert main(["merge", a, b, "--out", m]) == 0
     assert "(complete)" in capsys.readouterr().out
+    assert main(["status", m, "--verify"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert st["complete"] and st["corrupt_chunk_files"] == []
     assert main(["summary", m]) == 0
     assert "cli-toy" in capsys.readouterr().out
     s = json.loads((tmp_path / "m" / "summary.json").read_text())

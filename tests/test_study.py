@@ -1086,6 +1086,28 @@ def test_status_counts_only_chunks_whose_files_exist(tmp_path):
     assert st["missing_chunk_files"] == [f"chunks/replicates/{lost.name}"]
 
 
+def test_status_verify_reads_every_chunk_and_leaves_out_corrupt_ones(tmp_path):
+    """``verify=True`` (``jaxeval status --verify``) checks each chunk file's checksum:
+    a damaged file is listed and not counted; without it only presence is checked."""
+    study = study_from_dict(toy_config())
+    run_study(study, tmp_path / "a", progress=False)
+    good = study_status(tmp_path / "a", verify=True)
+    assert good["corrupt_chunk_files"] == [] and good["complete"]
+    assert "corrupt_chunk_files" not in study_status(tmp_path / "a")
+    hit = sorted((tmp_path / "a" / "chunks" / "replicates").iterdir())[1]
+    raw = bytearray(hit.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF  # one flipped byte, same size
+    hit.write_bytes(bytes(raw))
+    fast = study_status(tmp_path / "a")
+    assert fast["complete"]  # presence only: the damage is not seen
+    st = study_status(tmp_path / "a", verify=True)
+    assert st["corrupt_chunk_files"] == [f"chunks/replicates/{hit.name}"]
+    assert not st["complete"] and st["done"] == {"replicates": 236}
+    assert hit.read_bytes() == bytes(raw)  # the file is left alone
+    with pytest.raises(TypeError, match="verify: expected True or False"):
+        study_status(tmp_path / "a", verify="yes")
+
+
 def test_identification_under_another_default_prng_is_refused_before_the_folder(tmp_path):
     study = study_from_dict({"kind": "identification", "num_arms": 2, "n_replicates": 4,
                              "data": {"synthetic": {"n_items": 20}}})
