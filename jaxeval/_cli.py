@@ -719,7 +719,8 @@ def _campaign_action(args: argparse.Namespace, answers) -> int:
     if args.step != req.step:
         raise ValueError(
             f"step: the pending request is step {req.step} ({req.model}), not {args.step}"
-            + (" (already answered)" if args.step < req.step else "") + "; nothing saved"
+            + (" (already answered)" if 0 <= args.step < req.step else "")
+            + (" (steps count from 0)" if args.step < 0 else "") + "; nothing saved"
         )
     try:
         camp.tell(req, answers)

@@ -238,21 +238,34 @@ def _anchor_summary(study: Any, results: Mapping[str, Mapping[str, np.ndarray]])
 
 def _replicate_summary(study: Any, results: Mapping[str, Mapping[str, np.ndarray]]) -> dict:
     r = results["replicates"]
-    fields = {}
+    fields, skipped = {}, {}
     for k, v in r.items():
-        if np.issubdtype(v.dtype, np.number) and v.size:
+        # true/false outcomes ("covered", "correct") are the commonest Monte Carlo
+        # result: their mean is the rate (they used to be left out without a word)
+        if (np.issubdtype(v.dtype, np.number) or v.dtype == bool) and v.size:
             x = v.reshape(v.shape[0], -1).astype(np.float64)
             fields[k] = {
                 "shape": list(v.shape),
-                "mean": x.mean(axis=0)[:8],
-                "sd": x.std(axis=0)[:8],
+                "mean": x.mean(axis=0)[:_SHOWN],
+                "sd": x.std(axis=0)[:_SHOWN],
             }
-    return {
+            if x.shape[1] > _SHOWN:
+                fields[k]["components_shown"] = _SHOWN  # of prod(shape[1:])
+        else:
+            skipped[k] = f"dtype {v.dtype}" if v.size else "empty"
+    out = {
         "kind": "replicates",
         "name": study.name,
         "replicates": study.n_replicates,
         "fields": fields,
     }
+    if skipped:
+        out["skipped_fields"] = skipped
+    return out
+
+
+#: Components of a vector field a replicates summary shows (means and sds).
+_SHOWN = 8
 
 
 def summarize(study: Any, results: Mapping[str, Mapping[str, np.ndarray]]) -> dict:
@@ -363,7 +376,11 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     else:
         lines.append(f"Replicate study {summary['name']!r}: {summary['replicates']} replicates")
         for k, v in summary["fields"].items():
-            lines.append(f"  {k}: shape {v['shape']}, mean {v['mean']}")
+            more = (f" (first {v['components_shown']} components)"
+                    if "components_shown" in v else "")
+            lines.append(f"  {k}: shape {v['shape']}, mean {v['mean']}{more}")
+        for k, why in summary.get("skipped_fields", {}).items():
+            lines.append(f"  {k}: not summarised ({why})")
     return "\n".join(lines)
 
 

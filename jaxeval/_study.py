@@ -1018,6 +1018,15 @@ def data_unchanged(out: str | os.PathLike, study: Study) -> None:
             "mix the old results with the new data's budgets")
 
 
+def _not_a_start(out: Path) -> str:
+    """Why ``out`` cannot become a new study's folder (``_can_start_in`` said no)."""
+    if out.exists() and not out.is_dir():
+        return (f"{out} is a file, not a folder: refusing to write a study there; choose a "
+                "new or empty folder with --out")
+    return (f"{out} is not empty and holds no {MANIFEST_FILE}: refusing to write a study "
+            "there; choose a new or empty folder with --out")
+
+
 def _can_start_in(out: Path, cfg: dict) -> bool:
     """Whether ``out`` (holding no manifest) may become this study's folder: it does not
     exist, is empty, or holds only what a run killed while creating it leaves behind
@@ -1224,10 +1233,7 @@ def _open_folder(study: Study, out: Path, rng: tuple[int, int]) -> dict:
     manifest = _read_manifest(out) if out.exists() else None
     if manifest is None:
         if not _can_start_in(out, cfg):
-            raise StudyFolderError(
-                f"{out} is not empty and holds no {MANIFEST_FILE}: refusing to write a study "
-                "there; choose a new or empty folder with --out"
-            )
+            raise StudyFolderError(_not_a_start(out))
         manifest = {
             "format": FORMAT,
             "study_hash": _hash_json(cfg),
@@ -1427,10 +1433,7 @@ def run_study(
         # and before any task computes (a resumed folder was checked when created);
         # the cheap refusal of a folder holding something else comes first
         if not _can_start_in(out, study.to_dict()):
-            raise StudyFolderError(
-                f"{out} is not empty and holds no {MANIFEST_FILE}: refusing to write a study "
-                "there; choose a new or empty folder with --out"
-            )
+            raise StudyFolderError(_not_a_start(out))
         _preflight(study)
     with _folder_lock(out):
         _run_locked(study, out, rng, progress)  # type: ignore[arg-type]

@@ -382,6 +382,10 @@ def test_campaign_new_ask_tell_status(tmp_path, capsys, monkeypatch):
         # a retried tell is refused: it must not answer the next request
         assert main(["campaign", "tell", "c.npz", "ans.json", "--step", str(step)]) == 2
         assert "already answered" in capsys.readouterr().err
+        if step == 0:  # a step that was never a request is not "already answered"
+            assert main(["campaign", "tell", "c.npz", "ans.json", "--step", "-1"]) == 2
+            err = capsys.readouterr().err
+            assert "not -1 (steps count from 0)" in err and "already answered" not in err
     # the same state as a campaign answered in one process
     camp = jaxeval.IdentificationCampaign(["a", "b", "c"], items=items, policy="ucbe",
                                           batch_size=4, budget=100)

@@ -225,6 +225,11 @@ def test_other_study_in_folder_is_refused_and_untouched(tmp_path):
     with pytest.raises(StudyFolderError, match="not empty"):
         run_study(study_from_dict(toy_config()), foreign, progress=False)
     assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
+    a_file = tmp_path / "a_file"
+    a_file.write_text("mine")
+    with pytest.raises(StudyFolderError, match="is a file, not a folder"):
+        run_study(study_from_dict(toy_config()), a_file, progress=False)
+    assert a_file.read_text() == "mine"
 
 
 def test_corrupt_chunk_detected_and_recomputed(tmp_path, toy_reference):
@@ -1129,3 +1134,26 @@ def test_merge_refuses_one_path_for_the_list(tmp_path):
         merge_studies(str(tmp_path / "a"), tmp_path / "out")
     with pytest.raises(TypeError, match="dirs: expected a list"):
         merge_studies(tmp_path / "a", tmp_path / "out")
+
+
+def test_replicates_summary_keeps_boolean_fields_and_says_what_it_cut():
+    """A true/false outcome's mean is its rate (it was dropped without a word); a vector
+    field longer than the shown components says so; a field that cannot be averaged is
+    named as skipped."""
+    from jaxeval._report import format_summary, summarize
+
+    study = ReplicateStudy(target="test_study:toy", n_replicates=4)
+    res = {"replicates": {
+        "covered": np.array([True, False, True, True]),
+        "vec": np.arange(40, dtype=np.float32).reshape(4, 10),
+        "label": np.array(["a", "b", "c", "d"]),
+    }}
+    s = summarize(study, res)
+    assert s["fields"]["covered"]["mean"] == [0.75]
+    assert s["fields"]["vec"]["components_shown"] == 8 and len(s["fields"]["vec"]["mean"]) == 8
+    assert "components_shown" not in s["fields"]["covered"]
+    assert s["skipped_fields"] == {"label": "dtype <U1"}
+    text = format_summary(s)
+    assert "covered: shape [4], mean [0.75]" in text
+    assert "(first 8 components)" in text and "label: not summarised (dtype <U1)" in text
+    json.dumps(s, allow_nan=False)  # strict JSON, as summary.json is written
