@@ -51,7 +51,14 @@ from jaxeval._data import ScoreMatrix
 from jaxeval._factorization import ItemFactors
 from jaxeval._io import open_npz
 from jaxeval._runner import default_impl_key
-from jaxeval._simulate import _check_alpha, _check_int, _check_real, _config, item_factors_of
+from jaxeval._simulate import (
+    _check_alpha,
+    _check_int,
+    _check_real,
+    _config,
+    item_factors_of,
+    unused_settings,
+)
 
 __all__ = ["CampaignRequest", "CampaignStatus", "IdentificationCampaign"]
 
@@ -435,6 +442,18 @@ class IdentificationCampaign:
             raise ValueError("cs_kinds: expected at least one interval kind, got none")
         _config(policy, K, n, batch_size, (budget,), None, "budget", cs_kinds, stop_kind,
                 None, refit, num_newton, synchronized, None, "real", 1, "none", item_block)
+        unused = unused_settings(
+            policy, needs_pred, "confidence" if stop_when_confident else "budget", "none",
+            False, a=a, scale=scale, eps=eps, lam0=lam0, shrink=shrink, rank=rank, rho=rho,
+            num_newton=num_newton, refit=refit, factors=factors, fit_steps=fit_steps,
+        )
+        if unused:
+            warnings.warn(
+                f"IdentificationCampaign: {', '.join(unused)} "
+                f"{'has' if len(unused) == 1 else 'have'} no effect for policy "
+                f"{policy!r}" + ("" if stop_when_confident else " without the confident stop")
+                + ": the campaign runs with their defaults", stacklevel=2,
+            )
 
         fit_rho = 1.0
         if needs_pred:

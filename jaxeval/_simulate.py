@@ -320,6 +320,52 @@ def split_pool(sm: ScoreMatrix, n_train: int | None, K: int, seed: int):
     return train, pool, n_train
 
 
+#: Defaults of the settings that only some configurations read (see
+#: :func:`unused_settings`).
+_SETTING_DEFAULTS = {"a": 1.0, "scale": 1.0, "eps": 0.0, "bias": 0.3, "lam0": 1.0,
+                     "shrink": 10.0, "rank": 8, "rho": None, "num_newton": 1, "refit": True,
+                     "factors": None, "fit_steps": 500}
+
+
+def unused_settings(policy: str, predictions: bool, mode: str, corruption: str,
+                    synthetic: bool, **given: Any) -> list[str]:
+    """The names among ``given`` that differ from their defaults yet change nothing in
+    this configuration (``a`` for a policy whose index has no ``sqrt(a / N)`` term,
+    ``eps`` outside the fixed-confidence mode, the prediction settings for a policy
+    that makes no predictions, ...), as ``name=value`` strings.
+
+    Example:
+      >>> unused_settings("uniform", False, "budget", "none", False, a=5.0, eps=0.0)
+      ['a=5.0']
+    """
+    def changed(name: str) -> bool:
+        v, d = given.get(name, _SETTING_DEFAULTS[name]), _SETTING_DEFAULTS[name]
+        if d is None or v is None:
+            return v is not d
+        return isinstance(v, str) or bool(v != d)
+
+    unused = []
+    if policy not in ("ucbe", "naive", "pulse_ucb"):
+        unused.append("a")
+    if policy != "pulse":
+        unused.append("scale")
+    if mode != "confidence":
+        unused.append("eps")
+    if corruption != "biased":
+        unused.append("bias")
+    if not predictions:
+        unused += ["lam0", "shrink", "rho", "num_newton", "refit", "factors"]
+    elif not given.get("refit", True):
+        unused += ["rho", "num_newton"]  # the online refit's settings
+    if not predictions or synthetic or given.get("factors") is not None:
+        # the offline fit (its rank and steps) runs only for real data with predictions
+        # and no given factors; a learned lam0 prior is fitted with them too
+        if not (predictions and given.get("lam0") == "learned"):
+            unused += ["rank", "fit_steps"]
+    return [f"{k}={given[k]!r}" if not hasattr(given[k], "shape") and k != "factors"
+            else k for k in unused if k in given and changed(k)]
+
+
 def fit_default_factors(train: ScoreMatrix, rank: int, seed: int, fit_steps: int):
     """The factorization a simulation fits on its training models when none is given,
     ``(model, item_factors, rho)``: the :class:`~jaxeval.LowRankLogistic`, its float32
@@ -520,6 +566,9 @@ def simulate_identification(
     policy uses predictions) and a candidate pool; ``n_instances`` instances of ``K``
     candidates are drawn from the pool; each replicate plays one instance (chosen from
     its key) with its own item orders. Synthetic truth draws a fresh matrix per replicate.
+    A setting changed from its default that this configuration never reads (``a`` for
+    ``"uniform"``, ``lam0`` for a policy without predictions, ``eps`` outside
+    ``mode="confidence"``, ...) is named in a ``UserWarning`` (:func:`unused_settings`).
 
     Args:
       data: a :class:`~jaxeval.ScoreMatrix` (candidate rows must be fully observed) or a
@@ -670,6 +719,20 @@ def simulate_identification(
     if learn_prior and not (isinstance(data, ScoreMatrix) and needs_pred):
         raise ValueError(
             "lam0='learned' needs real data (a ScoreMatrix) and a policy that uses predictions"
+        )
+    unused = unused_settings(
+        policy, needs_pred, mode, corruption, isinstance(data, SyntheticSpec),
+        a=a, scale=scale, eps=eps, bias=bias, lam0=lam0, shrink=shrink, rank=rank,
+        rho=rho, num_newton=num_newton, refit=refit, factors=factors, fit_steps=fit_steps,
+    )
+    if unused:
+        warnings.warn(
+            f"simulate_identification: {', '.join(unused)} "
+            f"{'has' if len(unused) == 1 else 'have'} no effect for policy "
+            f"{policy!r} (mode {mode!r}, corruption {corruption!r}, "
+            f"{'with' if needs_pred else 'without'} predictions): the run is the same as with "
+            "their defaults (they are still recorded in settings as given)",
+            stacklevel=2,
         )
     if isinstance(data, SyntheticSpec):
         if instances is not None:

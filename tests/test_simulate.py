@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -441,3 +442,33 @@ def test_flags_and_objects_of_the_wrong_type_are_refused(kwargs, match):
     string); use_predictions="no" fitted a factorization. Refused by name now."""
     with pytest.raises(TypeError, match=match):
         simulate_identification(_small_matrix(), "pulse", K=3, n_replicates=4, **kwargs)
+
+
+def test_settings_a_policy_does_not_read_are_named_in_a_warning():
+    """A setting changed from its default that the configuration never reads (UCB-E's
+    lam0, eps outside the confidence mode, bias without the biased corruption, ...)
+    used to be accepted without a word and recorded as if it had been used."""
+    from jaxeval._simulate import unused_settings
+
+    assert unused_settings("ucbe", False, "budget", "none", False, a=3.0, lam0=0.2, eps=0.3,
+                           bias=0.9, rank=2) == ["eps=0.3", "bias=0.9", "lam0=0.2", "rank=2"]
+    assert unused_settings("uniform", False, "budget", "none", False, a=3.0) == ["a=3.0"]
+    assert unused_settings("pulse", True, "confidence", "biased", False, a=1.0, scale=2.0,
+                           eps=0.1, bias=0.5, lam0=0.2, rank=4, fit_steps=10) == []
+    assert unused_settings("pulse", True, "budget", "none", True, rank=4) == ["rank=4"]
+    assert unused_settings("pulse", True, "budget", "none", False, refit=False, rho=3.0,
+                           num_newton=2) == ["rho=3.0", "num_newton=2"]
+    assert unused_settings("sysrs", False, "budget", "none", False,
+                           factors=object()) == ["factors"]
+    spec = jaxeval.SyntheticSpec(n_items=20)
+    with pytest.warns(UserWarning, match=r"lam0=0\.2, rank=2 have no effect for policy 'ucbe'"):
+        rep = jaxeval.simulate_identification(spec, "ucbe", K=2, n_replicates=4, lam0=0.2,
+                                              rank=2, budget_fractions=(0.5,))
+    assert rep.settings["lam0"] == 0.2  # recorded as given, as the message says
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        jaxeval.simulate_identification(spec, "ucbe", K=2, n_replicates=4, a=3.0,
+                                        budget_fractions=(0.5,))
+    with pytest.warns(UserWarning, match=r"IdentificationCampaign: lam0=0\.3 has no effect"):
+        jaxeval.IdentificationCampaign(["a", "b"], items=[f"i{j}" for j in range(6)],
+                                       policy="ucbe", lam0=0.3)
