@@ -1516,7 +1516,23 @@ def _preflight(study: Study) -> None:
                 f"keys; this process's default PRNG is {impl!r} (set by "
                 f"{_NUMERICS_HOW['prng_impl']})")
         study_budgets(study)
-        for spec in study.policies:
+        from jaxeval._simulate import unused_settings
+
+        for i, spec in enumerate(study.policies):
+            st = dict(spec.settings)
+            unused = unused_settings(
+                spec.policy, _uses_predictions(spec), "budget", study.corruption,
+                study.data.synthetic is not None,
+                **{k: st[k] for k in ("a", "scale", "lam0", "shrink", "rho", "num_newton",
+                                      "refit") if k in st},
+            )
+            if unused:
+                warnings.warn(
+                    f"policies[{i}].settings: {', '.join(unused)} "
+                    f"{'has' if len(unused) == 1 else 'have'} no effect for policy "
+                    f"{spec.policy!r} (corruption {study.corruption!r}); the study runs as "
+                    "with the defaults", stacklevel=3,
+                )
             identification_problem(study, spec)
     elif isinstance(study, AnchorStudy):
         sm = study.data.load()

@@ -1157,3 +1157,14 @@ def test_replicates_summary_keeps_boolean_fields_and_says_what_it_cut():
     assert "covered: shape [4], mean [0.75]" in text
     assert "(first 8 components)" in text and "label: not summarised (dtype <U1)" in text
     json.dumps(s, allow_nan=False)  # strict JSON, as summary.json is written
+
+
+def test_policy_settings_the_policy_does_not_read_are_named_before_the_run(tmp_path):
+    """{"policy": "ucbe", "settings": {"lam0": 0.3}} ran as plain UCB-E without a word."""
+    cfg = {"kind": "identification", "num_arms": 2, "n_replicates": 8, "chunk_size": 8,
+           "lanes": 8, "budgets": [0.5], "data": {"synthetic": {"n_items": 20}},
+           "policies": [{"policy": "ucbe", "settings": {"lam0": 0.3, "a": 2.0}},
+                        {"policy": "uniform"}]}
+    with pytest.warns(UserWarning, match=r"policies\[0\]\.settings: lam0=0\.3 has no effect "
+                                         r"for policy 'ucbe'"):
+        run_study(study_from_dict(cfg), tmp_path / "s", progress=False)
