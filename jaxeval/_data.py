@@ -709,6 +709,8 @@ def atomic_open(path: str | os.PathLike) -> Iterator[Any]:
     synced and renamed into place on success, removed on failure, so an interrupted
     write (a kill, a full disk) never leaves half a file under ``path``."""
     path = Path(path)
+    if not path.parent.is_dir():  # (else the error names the temporary file)
+        raise FileNotFoundError(f"{path}: no such folder {str(path.parent)!r} to write into")
     tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
     try:
         with open(tmp, "wb") as fh:

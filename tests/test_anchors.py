@@ -398,6 +398,14 @@ def test_evaluate_protocol_argument_errors(small_sm):
         ev(methods="random_mean")
     with pytest.raises(ValueError, match="at most once"):
         ev(methods=["random_mean", "random_mean"])
+    # too few models for a split: refused as fit_anchors refuses them (it ran, scoring
+    # one test model with tau-b NaN)
+    few = small_sm.take(models=range(6))
+    with pytest.raises(ValueError, match=r"sm: the protocol split of its 6 models leaves "
+                                         r"4 train models; 8 are needed \(by random_ridge\)"):
+        evaluate_protocol(few, 5, ["random_mean", "random_ridge"], seeds=(1,))
+    with pytest.raises(ValueError, match="leaves 2 validation models; 4 are needed"):
+        evaluate_protocol(small_sm.take(models=range(10)), 5, ["random_mean"], seeds=(1,))
     with pytest.raises(ValueError, match=r"m: expected an integer in 0\.\.3"):
         sample_non_anchors(jax.random.key(0), jnp.array([0, 1, 2]), 6, 4)
     # NumPy / JAX scalars are numbers like any other
@@ -439,6 +447,40 @@ def test_protocol_auto_interval_uses_the_candidate_auto_picked(small_sm, monkeyp
                                        r.info["alpha"])) for c in range(1, len(cands))
               if cands[c] != pick]
     assert all(abs(o - want) > 1e-9 for o in others)  # the check can tell them apart
+
+
+def test_load_refuses_an_item_model_map_cut_short(small_sm, tmp_path):
+    """An IRT-kind map whose own item factors lost rows loaded and predicted from the
+    rows left (the anchors past them dropped by JAX's scatter), without an error."""
+    import json
+
+    pred = fit_anchors(small_sm, 5, method="gpirt", seed=0, settings=FAST)
+    assert pred.kind == "irt"
+    pred.save(tmp_path / "p.npz")
+    with np.load(tmp_path / "p.npz") as z:
+        good = {k: z[k] for k in z.files}
+    keys = json.loads(str(good["meta"]))["param_keys"]
+    cut = dict(good)
+    for name in ("['F'].V", "['F'].c"):
+        i = keys.index(name)
+        cut[f"leaf_{i}"] = good[f"leaf_{i}"][:20]
+    np.savez(tmp_path / "cut.npz", **cut)
+    with pytest.raises(ValueError, match=r"params\['F'\]: expected V \[40, r\]"):
+        AnchorPredictor.load(tmp_path / "cut.npz")
+    AnchorPredictor.load(tmp_path / "p.npz")  # the file as saved loads
+
+
+def test_save_and_extra_items_name_their_argument(small_sm, tmp_path):
+    pred = fit_anchors(small_sm, 5, method="random_ridge", seed=0, settings=FAST)
+    with pytest.raises(TypeError, match="path: expected a file path or a binary file"):
+        pred.save(None)
+    with pytest.raises(FileNotFoundError, match="no such folder") as e:
+        pred.save(tmp_path / "missing" / "p.npz")
+    assert ".tmp-" not in str(e.value)
+    x = small_sm.take(models=[0], items=pred.anchor_items).scores[0]
+    extra = pred.extra_items(3, seed=0)
+    with pytest.raises(TypeError, match="extra_items: expected a sequence of item names"):
+        pred.predict_unbiased(x, [list(extra[:2]), [extra[2]]], [1, 0, 1])
 
 
 def test_load_refuses_inconsistent_contents(small_sm, tmp_path):
@@ -483,6 +525,10 @@ def test_load_refuses_inconsistent_contents(small_sm, tmp_path):
     V = good["item_V"].copy()
     V[0, 0] = np.nan
     cases["item_V"] = {"item_V": V}
+    # parts that failed only later, deep inside JAX (predict_unbiased), or were truncated
+    cases["u_mean"] = {"item_u_mean": good["item_u_mean"][:2]}
+    cases["rho3"] = {"item_rho": np.array([1.0, 2.0, 3.0], np.float32)}
+    cases["float_index"] = {"anchor_index": good["anchor_index"].astype(np.float64) + 0.7}
     for what, change in cases.items():
         with pytest.raises(ValueError, match="not a readable saved AnchorPredictor"):
             AnchorPredictor.load(edited(f"bad-{what}.npz", **change))

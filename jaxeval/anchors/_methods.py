@@ -54,6 +54,7 @@ __all__ = [
     "AUTO_CANDIDATES",
     "AUTO_VALIDATION_EXTRA",
     "auto_candidates",
+    "min_models",
     "cv_folds",
     "candidate_cv_mse",
     "candidate_cv_residuals",
@@ -492,6 +493,11 @@ def check_count(x, what: str, lo: int, hi: int) -> int:
             or not lo <= int(a) <= hi):
         raise ValueError(f"{what}: expected an integer in {lo}..{hi}, got {x!r}")
     return int(a)
+
+
+def min_models(method: str) -> int:
+    """The fewest training (and validation) models a method is fitted with."""
+    return 4 if method in ("random_mean", "anchor_points") else 8
 
 
 def auto_candidates(n_validation: int, st: Settings) -> tuple:

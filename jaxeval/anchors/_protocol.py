@@ -60,6 +60,7 @@ from jaxeval.anchors._methods import (
     crossfit_selected_residuals,
     cv_folds,
     fit_method,
+    min_models,
     validation_halves,
 )
 
@@ -314,6 +315,16 @@ def evaluate_protocol(
         raise ValueError(f"seeds: each split seed at most once (a repeat would be averaged "
                          f"twice), got {list(seeds)}")
     splits = [sm.protocol_split(s) for s in seeds]  # checks each seed (non-negative int)
+    # the fewest models fit_anchors fits a method with (it refuses below; the test
+    # models are as many as the validation ones)
+    sp0, need = splits[0], max(min_models(m) for m in methods)
+    for what, part in (("train", sp0.train), ("validation", sp0.validation)):
+        if part.n_models < need:
+            raise ValueError(
+                f"sm: the protocol split of its {sm.n_models} models leaves {part.n_models} "
+                f"{what} models; {need} are needed (by "
+                f"{', '.join(m for m in methods if min_models(m) == need)})"
+            )
     cands = auto_candidates(splits[0].validation.n_models, st)
     fit_names = [m for m in methods if m != "auto"]
     if "auto" in methods:
