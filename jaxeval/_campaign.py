@@ -442,17 +442,17 @@ class IdentificationCampaign:
             raise ValueError("cs_kinds: expected at least one interval kind, got none")
         _config(policy, K, n, batch_size, (budget,), None, "budget", cs_kinds, stop_kind,
                 None, refit, num_newton, synchronized, None, "real", 1, "none", item_block)
+        # (eps always counts: status() reports the confident separation, stop or not)
         unused = unused_settings(
-            policy, needs_pred, "confidence" if stop_when_confident else "budget", "none",
-            False, a=a, scale=scale, eps=eps, lam0=lam0, shrink=shrink, rank=rank, rho=rho,
-            num_newton=num_newton, refit=refit, factors=factors, fit_steps=fit_steps,
+            policy, needs_pred, "confidence", "none", False, a=a, scale=scale, eps=eps,
+            lam0=lam0, shrink=shrink, rank=rank, rho=rho, num_newton=num_newton, refit=refit,
+            factors=factors, fit_steps=fit_steps,
         )
         if unused:
             warnings.warn(
                 f"IdentificationCampaign: {', '.join(unused)} "
                 f"{'has' if len(unused) == 1 else 'have'} no effect for policy "
-                f"{policy!r}" + ("" if stop_when_confident else " without the confident stop")
-                + ": the campaign runs with their defaults", stacklevel=2,
+                f"{policy!r}: the campaign runs as with their defaults", stacklevel=2,
             )
 
         fit_rho = 1.0

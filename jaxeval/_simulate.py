@@ -355,13 +355,18 @@ def unused_settings(policy: str, predictions: bool, mode: str, corruption: str,
         unused.append("bias")
     if not predictions:
         unused += ["lam0", "shrink", "rho", "num_newton", "refit", "factors"]
-    elif not given.get("refit", True):
-        unused += ["rho", "num_newton"]  # the online refit's settings
+    elif not given.get("refit", True) or corruption in ("random", "adversarial"):
+        # the online refit's settings: no refit, or predictions that ignore the refitted
+        # factor (random and adversarial corruptions replace them whole)
+        unused += ["rho", "num_newton"]
+    elif given.get("num_newton", 1) == 0:
+        unused += ["rho"]  # a refit of zero Newton steps leaves the factor as it is
     if not predictions or synthetic or given.get("factors") is not None:
         # the offline fit (its rank and steps) runs only for real data with predictions
-        # and no given factors; a learned lam0 prior is fitted with them too
-        if not (predictions and given.get("lam0") == "learned"):
-            unused += ["rank", "fit_steps"]
+        # and no given factors; a learned lam0 prior is fitted with the steps too (its
+        # rank is then the factors' own)
+        learned = predictions and given.get("lam0") == "learned"
+        unused += ["rank"] + ([] if learned else ["fit_steps"])
     return [f"{k}={given[k]!r}" if not hasattr(given[k], "shape") and k != "factors"
             else k for k in unused if k in given and changed(k)]
 

@@ -328,7 +328,7 @@ def _checked_in_code(study: Any) -> None:
         else:
             default = None
         if isinstance(default, tuple) and (
-            isinstance(v, (str, bytes)) or not isinstance(v, (tuple, list))
+            isinstance(v, (str, bytes)) or not isinstance(v, (tuple, list, range))
         ):
             raise StudyConfigError(f.name, f"expected a list or tuple, got {v!r}")
         if isinstance(default, DataSource) and not isinstance(v, DataSource):
@@ -347,8 +347,11 @@ def _checked_in_code(study: Any) -> None:
         back = type(study).from_dict(d, check=False)
     finally:
         _ROUND_TRIP.reset(token)
+    # the values as a JSON definition holds them: tuples for lists and ranges, Python
+    # numbers for NumPy scalars (study.json is written from them); the data source
+    # keeps its own object (where a relative file was found is not part of the JSON)
     for f in dataclasses.fields(study):
-        if isinstance(getattr(study, f.name), list):
+        if not isinstance(getattr(study, f.name), DataSource):
             object.__setattr__(study, f.name, getattr(back, f.name))
 
 

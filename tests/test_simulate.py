@@ -460,6 +460,14 @@ def test_settings_a_policy_does_not_read_are_named_in_a_warning():
                            num_newton=2) == ["rho=3.0", "num_newton=2"]
     assert unused_settings("sysrs", False, "budget", "none", False,
                            factors=object()) == ["factors"]
+    # predictions that ignore the refitted factor, a refit of no Newton step, a learned
+    # prior whose rank is the given factors' own
+    assert unused_settings("pulse", True, "budget", "random", False, rho=50.0,
+                           num_newton=3) == ["rho=50.0", "num_newton=3"]
+    assert unused_settings("pulse", True, "budget", "none", False, rho=50.0,
+                           num_newton=0) == ["rho=50.0"]
+    assert unused_settings("pulse", True, "budget", "none", False, rank=3, fit_steps=9,
+                           factors=object(), lam0="learned") == ["rank=3"]
     spec = jaxeval.SyntheticSpec(n_items=20)
     with pytest.warns(UserWarning, match=r"lam0=0\.2, rank=2 have no effect for policy 'ucbe'"):
         rep = jaxeval.simulate_identification(spec, "ucbe", K=2, n_replicates=4, lam0=0.2,
@@ -472,3 +480,7 @@ def test_settings_a_policy_does_not_read_are_named_in_a_warning():
     with pytest.warns(UserWarning, match=r"IdentificationCampaign: lam0=0\.3 has no effect"):
         jaxeval.IdentificationCampaign(["a", "b"], items=[f"i{j}" for j in range(6)],
                                        policy="ucbe", lam0=0.3)
+    with warnings.catch_warnings():  # eps sets status()'s confident test, stop or not
+        warnings.simplefilter("error")
+        jaxeval.IdentificationCampaign(["a", "b"], items=[f"i{j}" for j in range(6)],
+                                       policy="ucbe", eps=0.5, stop_when_confident=False)

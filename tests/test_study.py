@@ -1073,6 +1073,12 @@ def test_a_study_built_in_code_is_checked_before_its_folder_is_made(tmp_path):
         IdentificationStudy(policies=(PolicySpec("ucbe", settings=(("a", "x"),)),))
     with pytest.raises(StudyConfigError, match="target: expected a non-empty string"):
         ReplicateStudy(target=5)
+    # a range is a list of numbers; NumPy scalars become the Python numbers study.json
+    # is written from (they failed there with a raw JSON TypeError)
+    assert AnchorStudy(k=range(5, 11, 5)).k == (5, 10)
+    npy = IdentificationStudy(num_arms=np.int64(3), n_replicates=np.int32(8))
+    assert type(npy.num_arms) is int and type(npy.n_replicates) is int
+    json.dumps(npy.to_dict())
     # lists are taken as the tuples a JSON definition gives, so the study stays hashable
     listed = IdentificationStudy(budgets=[0.1, 0.2], cs_kinds=["eb"])
     assert listed == IdentificationStudy(budgets=(0.1, 0.2), cs_kinds=("eb",))

@@ -21,6 +21,7 @@ from jaxeval.anchors._lowrank import fit_lowrank_validated, lowrank_basis
 from jaxeval.anchors._methods import (
     AUTO_CANDIDATES,
     AUTO_VALIDATION_EXTRA,
+    HALVES_METHODS,
     METHODS,
     Fitted,
     Settings,
@@ -43,6 +44,7 @@ from jaxeval.anchors._select import (
 __all__ = [
     "AUTO_CANDIDATES",
     "AUTO_VALIDATION_EXTRA",
+    "HALVES_METHODS",
     "METHODS",
     "AnchorMLP",
     "AnchorPredictor",

@@ -48,6 +48,7 @@ from jaxeval.anchors._intervals import conformal_quantile, dr_estimate, sample_n
 from jaxeval.anchors._irt import fit_item_factors, irt_item_predictions
 from jaxeval.anchors._methods import (
     AUTO_CANDIDATES,
+    HALVES_METHODS,
     METHODS,
     Settings,
     SplitData,
@@ -81,6 +82,8 @@ def protocol_kernel(
     auto_pick: jax.Array | int = -1,
     auto_cands: tuple = AUTO_CANDIDATES,
     halves: tuple | None = None,
+    halved: tuple = (),
+    auto_halved: bool = True,
 ):
     """One split: validation and test predictions and anchors of every method.
 
@@ -92,7 +95,9 @@ def protocol_kernel(
     With ``halves`` (two index arrays into the validation models) also ``half_res``
     ``[2, h]`` and ``half_pick`` ``[2]``: the cross-fitted residuals of the candidate
     chosen on each half (:func:`~jaxeval.anchors._methods.crossfit_selected_residuals`),
-    which calibrate ``auto``'s interval when it chooses on validation models.
+    which calibrate ``auto``'s interval when it chooses on validation models (unless
+    ``auto_halved`` is False), and ``named_half_res`` ``[len(halved), 2, h]``: the same
+    for each named method of ``halved`` alone (``Settings.named_halves``).
     """
     cache: dict = {}
     vals, tests, ancs = [], [], []
@@ -102,11 +107,14 @@ def protocol_kernel(
         tests.append(apply_map(f, s_te[:, f.anchors]))
         ancs.append(f.anchors)
     out = {"val": jnp.stack(vals), "test": jnp.stack(tests), "anchors": jnp.stack(ancs)}
-    if halves is not None:
+    if halves is not None and auto_halved:
         present = tuple(m for m in auto_cands if m in methods)
         out["half_res"], out["half_pick"] = crossfit_selected_residuals(
             key, d, k, present, st, halves[0], halves[1], cache
         )
+    if halves is not None and halved:
+        out["named_half_res"] = jnp.stack([crossfit_selected_residuals(
+            key, d, k, (name,), st, halves[0], halves[1], cache)[0] for name in halved])
     if dr_items > 0:
         # auto's candidates that ran; without any, every method run (best on validation)
         auto = [methods.index(m) for m in auto_cands if m in methods] or list(range(len(methods)))
@@ -154,9 +162,10 @@ def _over_seeds(fn, args, vmap_seeds: bool):
 
 
 def _kernel_seeds(keys, d, s_te, k, methods, st, dr_items, alpha, picks, cands, halves,
-                  vmap_seeds):
+                  vmap_seeds, halved=(), auto_halved=True):
     def one(key, dd, s, pick, hv):
-        return protocol_kernel(key, dd, s, k, methods, st, dr_items, alpha, pick, cands, hv)
+        return protocol_kernel(key, dd, s, k, methods, st, dr_items, alpha, pick, cands, hv,
+                               halved, auto_halved)
 
     return _over_seeds(one, (keys, d, s_te, picks, halves), vmap_seeds)
 
@@ -168,7 +177,7 @@ def _cv_seeds(keys, folds, s_ho, y_ho, k, methods, st, vmap_seeds):
     return _over_seeds(one, (keys, folds, s_ho, y_ho), vmap_seeds)
 
 
-_kernel_jit = jax.jit(_kernel_seeds, static_argnums=(3, 4, 5, 6, 9, 11))
+_kernel_jit = jax.jit(_kernel_seeds, static_argnums=(3, 4, 5, 6, 9, 11, 12, 13))
 _cv_jit = jax.jit(_cv_seeds, static_argnums=(4, 5, 6, 7))
 
 
@@ -359,12 +368,16 @@ def evaluate_protocol(
         picks = np.array([present.index(cands[c]) for c in nan_last_argmin(cv_mse)],
                          np.int32)
     halves = None
-    if "auto" in methods and not use_cv and st.auto_halves:
+    auto_halved = "auto" in methods and not use_cv and st.auto_halves
+    # the named methods calibrated on validation halves (Settings.named_halves)
+    halved = tuple(m for m in methods if m in HALVES_METHODS) if st.named_halves else ()
+    if auto_halved or halved:
         hs = [validation_halves(d.y_val.shape[1], int(s)) for s in seeds]
         halves = (jnp.asarray(np.stack([h[0] for h in hs])),
                   jnp.asarray(np.stack([h[1] for h in hs])))
     out = _kernel_jit(keys, d, s_te, int(k), tuple(fit_names), st, dr_m, alpha,
-                      jnp.asarray(picks), cands, halves, bool(vmap_seeds))
+                      jnp.asarray(picks), cands, halves, bool(vmap_seeds), halved,
+                      bool(auto_halved))
     out = jax.tree.map(np.asarray, out)
     secs = time.perf_counter() - t0
     val = np.clip(out["val"].astype(np.float64), 0, 1)  # [S, M, hv]
@@ -399,11 +412,17 @@ def evaluate_protocol(
             float(conformal_quantile(jnp.asarray(cv_res[i, c].ravel()), alpha))
             for i, c in enumerate(c_pick)
         ]
-    if halves is not None:
+    if auto_halved:
         # auto chose on validation models: its radius comes from the residuals of the
         # candidate chosen on one half of them, scored on the other half
         rad[methods.index("auto")] = [
             float(conformal_quantile(jnp.asarray(r.ravel()), alpha)) for r in out["half_res"]
+        ]
+    for j, name in enumerate(halved):
+        # a named method's own validation choices, made on one half, scored on the other
+        rad[methods.index(name)] = [
+            float(conformal_quantile(jnp.asarray(r.ravel()), alpha))
+            for r in out["named_half_res"][:, j]
         ]
     if not np.isfinite(rad).all():
         warnings.warn(
@@ -446,8 +465,9 @@ def evaluate_protocol(
         "radius": rad.tolist(),
         "auto_calibration": None if "auto" not in methods else (
             "cross-fitted folds" if use_cv else
-            "validation halves" if halves is not None else "validation models"),
-        "half_picks": None if halves is None else [
+            "validation halves" if auto_halved else "validation models"),
+        "named_halves": list(halved),
+        "half_picks": None if not auto_halved else [
             [cands[i] for i in row] for row in np.asarray(out["half_pick"]).tolist()],
     }
     return ProtocolResult(

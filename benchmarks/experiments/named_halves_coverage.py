@@ -1,0 +1,52 @@
+"""Coverage of the 90% split-conformal intervals of validation-tuned named anchor
+methods, calibrated on all validation models (``Settings(named_halves=False)``, the
+calibration before the twenty-fifth session) and on validation halves (the default):
+synthetic low-rank matrices (200 models, 150 items; seeds 100 .. 100 + N - 1), the
+SPEC 6.2 split (40 validation and 40 test models), seeds 42 .. 51, k = 10. Exact
+split-conformal coverage with 40 calibration residuals is 37/41 = 0.902. Standard
+errors are between matrices. BUILD_NOTES.md, "Twenty-fifth session", has the table.
+
+    python benchmarks/experiments/named_halves_coverage.py 20
+"""
+
+import dataclasses
+import sys
+import time
+import warnings
+
+import numpy as np
+
+import jaxeval
+from jaxeval.anchors import Settings, evaluate_protocol
+
+METHODS = ["random_ridge", "greedy_ridge", "greedy_shrunk", "greedy_mix", "greedy_lowrank",
+           "kmeans_blend"]
+
+
+def main(n_matrices: int) -> None:
+    warnings.simplefilter("ignore")  # (too-few-models warnings cannot occur here)
+    st = Settings(proxy_steps=200, final_steps=500, init_steps=200, ridge_swaps=10)
+    cov = {True: [], False: []}
+    width = {True: [], False: []}
+    t0 = time.time()
+    for ms in range(100, 100 + n_matrices):
+        sm = jaxeval.synthetic_score_matrix(seed=ms, n_models=200, n_items=150)
+        for halves in (True, False):
+            r = evaluate_protocol(sm, 10, METHODS, seeds=range(42, 52),
+                                  settings=dataclasses.replace(st, named_halves=halves))
+            cov[halves].append(r.coverage)
+            width[halves].append(r.width)
+        print(f"matrix {ms} done, {time.time() - t0:.0f} s", flush=True)
+    for halves in (False, True):
+        c, w = np.concatenate(cov[halves], 1), np.concatenate(width[halves], 1)
+        by_matrix = np.stack(cov[halves]).mean(2)
+        print(f"calibrated on {'validation halves' if halves else 'all validation models'}:")
+        for i, m in enumerate(METHODS):
+            se = by_matrix[:, i].std(ddof=1) / np.sqrt(by_matrix.shape[0])
+            print(f"  {m:15s} coverage {c[i].mean():.4f} (se {se:.4f})  width "
+                  f"{w[i].mean():.4f}  splits {c.shape[1]}")
+    print(f"exact split-conformal with 40 calibration residuals: 37/41 = {37 / 41:.4f}")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 20)
