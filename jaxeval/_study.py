@@ -70,8 +70,9 @@ FORMAT = "jaxeval-study/1"
 #: charges its exact penalty ``psi(g)/g^2`` (set-ups 1 and 2 charged ``psi(1/2)/(1/4)``
 #: for every bet ``g >= 0.01``: valid, but 8-11% wider). Older chunks still load, but
 #: a task whose numbers a change moved is not extended or merged across set-ups
-#: (:func:`_setup_changes`).
-SETUP = 4
+#: (:func:`_setup_changes`). 5: the named anchor methods of
+#: ``jaxeval.anchors.HALVES_METHODS`` calibrate their intervals on validation halves.
+SETUP = 5
 STUDY_FILE = "study.json"
 MANIFEST_FILE = "manifest.json"
 #: The factorization a real-data study's prediction policies use, saved by its first run.
@@ -1147,8 +1148,22 @@ def _setup_changes(study: Study, since: int, until: int = SETUP) -> dict[str, st
     Set-up 3: every policy whose study computes the empirical-Bernstein sequence (its
     bounds, and ``pulse``'s index and the stop that use them). Set-up 4: ``naive``
     (recommends by its own pooled estimate) and ``sysrs`` (one run per budget, each
-    planned for its budget; enough loop steps at batch sizes above 1)."""
-    if not isinstance(study, IdentificationStudy) or since >= until:
+    planned for its budget; enough loop steps at batch sizes above 1). Set-up 5: an
+    anchor study's every ``k`` task when it runs a named method of
+    ``jaxeval.anchors.HALVES_METHODS`` (their intervals: calibrated on validation
+    halves now)."""
+    if since >= until:
+        return {}
+    if isinstance(study, AnchorStudy):
+        from jaxeval.anchors import HALVES_METHODS
+
+        named = [m for m in study.methods if m in HALVES_METHODS]
+        if since < 5 <= until and named:
+            why = (f"intervals of {', '.join(named)}: calibrated on all validation models "
+                   "then, on validation halves now")
+            return {f"k{k}": why for k in study.k}
+        return {}
+    if not isinstance(study, IdentificationStudy):
         return {}
     from jaxeval import _policies
 

@@ -1208,6 +1208,12 @@ def test_named_method_interval_calibrated_on_validation_halves(small_sm):
     p3 = fit_anchors(sp.train, 6, method="greedy_ridge", seed=3, validation=sp.validation,
                      settings=FAST)
     assert r.info["radius"][0][0] == pytest.approx(p3.radius, rel=1e-6)
+    # 9 validation models are enough for 90% on all of them, not on two halves of 4
+    v9, t9 = small_sm.split([9], seed=1)
+    with pytest.warns(UserWarning, match=r"9 validation models are too few .*at least 10 "
+                                         r"are needed when the interval is calibrated on two"):
+        p9 = fit_anchors(t9, 6, method="greedy_ridge", seed=0, validation=v9, settings=FAST)
+    assert p9.radius == np.inf
     with pytest.raises(ValueError, match="settings.named_halves: expected True or False"):
         fit_anchors(tr, 6, method="greedy_ridge", validation=val,
                     settings=dataclasses.replace(FAST, named_halves="no"))

@@ -668,6 +668,12 @@ def test_folder_of_an_older_setup_is_not_extended_or_merged(tmp_path):
     assert "pooled" in _setup_changes(study, 3)["naive2"]
     sr = study_from_dict(dict(d, policies=["sysrs", "ucbe"]))
     assert list(_setup_changes(sr, 3)) == ["sysrs"] and _setup_changes(sr, 2, 3) == {}
+    # set-up 5 moved the intervals of the named anchor methods calibrated on halves
+    an = AnchorStudy(methods=("kmeans_ridge", "random_mean", "auto"), k=(20, 100))
+    assert sorted(_setup_changes(an, 4)) == ["k100", "k20"]
+    assert "kmeans_ridge" in _setup_changes(an, 4)["k20"]
+    assert _setup_changes(AnchorStudy(methods=("random_mean", "auto")), 4) == {}
+    assert _setup_changes(an, SETUP) == {}
     real = study_from_dict(dict(d, data="oll2_ifeval", policies=["pulse"]))
     assert "online_rho" in _setup_changes(real, 1)["pulse"]
     eb = study_from_dict(dict(d, cs_kinds=["eb", "hoeffding"]))  # the EB fix moves all

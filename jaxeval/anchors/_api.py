@@ -709,11 +709,13 @@ def fit_anchors(
         radius = float(conformal_quantile(jnp.asarray(vp - y_val), alpha))
     if not np.isfinite(radius):
         need_val = int(np.ceil((1 - alpha) / alpha - 1e-9))
+        if half_res is not None:  # two equal halves: an odd one out is left unused
+            need_val = 2 * -(-need_val // 2)
         warnings.warn(
             f"fit_anchors: {validation.n_models} validation models are too few for a "
             f"{1 - alpha:.0%} conformal interval (at least {need_val} are needed"
-            + (", an even number: the interval is calibrated on two halves of them"
-               if half_res is not None and validation.n_models % 2 else "")
+            + (" when the interval is calibrated on two equal halves of them"
+               if half_res is not None else "")
             + "), so every interval is [0, 1]; pass a larger validation set or a "
             "larger alpha",
             stacklevel=2,

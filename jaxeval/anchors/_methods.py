@@ -59,6 +59,7 @@ __all__ = [
     "cv_folds",
     "candidate_cv_mse",
     "candidate_cv_residuals",
+    "crossfit_residuals",
     "crossfit_selected_residuals",
     "validation_halves",
     "TRAIN_ONLY",
@@ -714,6 +715,28 @@ def crossfit_selected_residuals(
       ``(residuals [2, h], picks [2])``: row 0 = chosen on ``A``, scored on ``B``;
       row 1 the reverse; ``picks`` index ``methods``.
     """
+    res, mses = crossfit_residuals(key, d, k, methods, st, idx_a, idx_b, cache)
+    picks = jnp.argmin(mses, axis=1)
+    return res[jnp.arange(2), picks], picks
+
+
+def crossfit_residuals(
+    key, d: SplitData, k: int, methods: tuple, st: Settings, idx_a, idx_b,
+    cache: dict | None = None,
+):
+    """Every method's half-cross-fitted residuals and fitting-half MSEs.
+
+    Each method of ``methods`` refitted with validation half ``A`` as its validation
+    set and scored on half ``B``, and the reverse (:func:`crossfit_selected_residuals`
+    picks among them; a named method alone calibrates on its own row,
+    ``Settings.named_halves``). One program for all methods: the halves run one after
+    the other in a single ``lax.map`` (two side by side, or one map per method, would
+    put independent batched LAPACK calls in flight at once, which deadlocked jaxlib
+    0.10.2's CPU thread pool on 2-core machines; BUILD_NOTES "Hang on 2-core machines").
+
+    Returns:
+      ``(residuals [2, len(methods), h], mses [2, len(methods)])``.
+    """
     base = {} if cache is None else {n: v for n, v in cache.items() if n in TRAIN_ONLY}
 
     def half(idx):
@@ -727,15 +750,10 @@ def crossfit_selected_residuals(
             pv = jnp.clip(apply_map(f, dh.s_val[:, f.anchors]), 0.0, 1.0)
             mses.append(_mse(pv, dh.y_val))
             rs.append(jnp.clip(apply_map(f, s_ho[:, f.anchors]), 0.0, 1.0) - y_ho)
-        i = jnp.argmin(jnp.stack(mses))
-        return jnp.stack(rs)[i], i
+        return jnp.stack(rs), jnp.stack(mses)
 
-    # The two halves one after the other (lax.map), not as two independent refits in
-    # one program: run side by side, their batched LAPACK calls deadlocked jaxlib
-    # 0.10.2's CPU thread pool on 2-core machines (BUILD_NOTES "Hang on 2-core machines").
     idx_a, idx_b = jnp.asarray(idx_a), jnp.asarray(idx_b)
-    res, picks = jax.lax.map(half, (jnp.stack([idx_a, idx_b]), jnp.stack([idx_b, idx_a])))
-    return res, picks
+    return jax.lax.map(half, (jnp.stack([idx_a, idx_b]), jnp.stack([idx_b, idx_a])))
 
 
 # ------------------------------------------------------- auto by cross-validation

@@ -58,7 +58,7 @@ from jaxeval.anchors._methods import (
     check_count,
     check_level,
     checked_settings,
-    crossfit_selected_residuals,
+    crossfit_residuals,
     cv_folds,
     fit_method,
     min_models,
@@ -107,14 +107,17 @@ def protocol_kernel(
         tests.append(apply_map(f, s_te[:, f.anchors]))
         ancs.append(f.anchors)
     out = {"val": jnp.stack(vals), "test": jnp.stack(tests), "anchors": jnp.stack(ancs)}
-    if halves is not None and auto_halved:
-        present = tuple(m for m in auto_cands if m in methods)
-        out["half_res"], out["half_pick"] = crossfit_selected_residuals(
-            key, d, k, present, st, halves[0], halves[1], cache
-        )
-    if halves is not None and halved:
-        out["named_half_res"] = jnp.stack([crossfit_selected_residuals(
-            key, d, k, (name,), st, halves[0], halves[1], cache)[0] for name in halved])
+    if halves is not None and (auto_halved or halved):
+        # auto's candidates and the halved named methods refitted in one cross-fit (one
+        # lax.map over the halves: see crossfit_residuals on the 2-core deadlock)
+        present = tuple(m for m in auto_cands if m in methods) if auto_halved else ()
+        every = present + tuple(m for m in halved if m not in present)
+        res, mses = crossfit_residuals(key, d, k, every, st, halves[0], halves[1], cache)
+        if auto_halved:  # crossfit_selected_residuals' pick among auto's candidates
+            pick = jnp.argmin(mses[:, :len(present)], axis=1)
+            out["half_res"], out["half_pick"] = res[jnp.arange(2), pick], pick
+        if halved:
+            out["named_half_res"] = jnp.stack([res[:, every.index(m)] for m in halved])
     if dr_items > 0:
         # auto's candidates that ran; without any, every method run (best on validation)
         auto = [methods.index(m) for m in auto_cands if m in methods] or list(range(len(methods)))
@@ -426,7 +429,8 @@ def evaluate_protocol(
         ]
     if not np.isfinite(rad).all():
         warnings.warn(
-            f"evaluate_protocol: too few models ({y_val.shape[-1]} validation models, or "
+            f"evaluate_protocol: too few models ({y_val.shape[-1]} validation models, "
+            f"{2 * (y_val.shape[-1] // 2)} of them in the validation halves, or "
             f"cross-fitted residuals) for a {1 - alpha:.0%} conformal interval in some "
             "splits: those intervals are [0, 1] (coverage 1, width 1); use a larger alpha",
             stacklevel=2,
