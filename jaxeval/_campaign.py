@@ -57,6 +57,7 @@ from jaxeval._simulate import (
     _check_real,
     _config,
     item_factors_of,
+    no_effect,
     unused_settings,
 )
 
@@ -450,9 +451,8 @@ class IdentificationCampaign:
         )
         if unused:
             warnings.warn(
-                f"IdentificationCampaign: {', '.join(unused)} "
-                f"{'has' if len(unused) == 1 else 'have'} no effect for policy "
-                f"{policy!r}: the campaign runs as with their defaults", stacklevel=2,
+                f"IdentificationCampaign: {no_effect(unused, policy)}: the campaign runs "
+                "as with their defaults", stacklevel=2,
             )
 
         fit_rho = 1.0

@@ -371,6 +371,13 @@ def unused_settings(policy: str, predictions: bool, mode: str, corruption: str,
             else k for k in unused if k in given and changed(k)]
 
 
+def no_effect(unused: Sequence[str], policy: str) -> str:
+    """``"a=2.0, lam0=0.2 have no effect for policy 'ucbe'"``: the start of the warning
+    about :func:`unused_settings`."""
+    verb = "has" if len(unused) == 1 else "have"
+    return f"{', '.join(unused)} {verb} no effect for policy {policy!r}"
+
+
 def fit_default_factors(train: ScoreMatrix, rank: int, seed: int, fit_steps: int):
     """The factorization a simulation fits on its training models when none is given,
     ``(model, item_factors, rho)``: the :class:`~jaxeval.LowRankLogistic`, its float32
@@ -732,9 +739,8 @@ def simulate_identification(
     )
     if unused:
         warnings.warn(
-            f"simulate_identification: {', '.join(unused)} "
-            f"{'has' if len(unused) == 1 else 'have'} no effect for policy "
-            f"{policy!r} (mode {mode!r}, corruption {corruption!r}, "
+            f"simulate_identification: {no_effect(unused, policy)} "
+            f"(mode {mode!r}, corruption {corruption!r}, "
             f"{'with' if needs_pred else 'without'} predictions): the run is the same as with "
             "their defaults (they are still recorded in settings as given)",
             stacklevel=2,

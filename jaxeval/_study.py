@@ -1418,9 +1418,8 @@ def run_study(
     if not isinstance(study, tuple(_KINDS.values())):
         raise TypeError(f"study: expected one of {[c.__name__ for c in _KINDS.values()]}, got "
                         f"{type(study).__name__}")
-    # a study built in code gets the checks of one read from JSON: otherwise it could run
-    # and then leave a folder that resume / status / load_results cannot read back
-    study_from_dict(study.to_dict(), check=False)
+    # (a study built in code had the checks of one read from JSON when it was made:
+    # _checked_in_code)
     study.check()  # (on the study itself: its data may be read from its folder's record)
     n = study.n_units
     if replicate_range is not None and (
@@ -1534,7 +1533,7 @@ def _preflight(study: Study) -> None:
                 f"keys; this process's default PRNG is {impl!r} (set by "
                 f"{_NUMERICS_HOW['prng_impl']})")
         study_budgets(study)
-        from jaxeval._simulate import unused_settings
+        from jaxeval._simulate import no_effect, unused_settings
 
         for i, spec in enumerate(study.policies):
             st = dict(spec.settings)
@@ -1546,10 +1545,9 @@ def _preflight(study: Study) -> None:
             )
             if unused:
                 warnings.warn(
-                    f"policies[{i}].settings: {', '.join(unused)} "
-                    f"{'has' if len(unused) == 1 else 'have'} no effect for policy "
-                    f"{spec.policy!r} (corruption {study.corruption!r}); the study runs as "
-                    "with the defaults", stacklevel=3,
+                    f"policies[{i}].settings: {no_effect(unused, spec.policy)} "
+                    f"(corruption {study.corruption!r}); the study runs as with the "
+                    "defaults", stacklevel=3,
                 )
             identification_problem(study, spec)
     elif isinstance(study, AnchorStudy):

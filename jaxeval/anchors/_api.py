@@ -61,9 +61,6 @@ def _key(seed: Any) -> jax.Array:
         raise TypeError(f"seed: expected a non-negative int or a PRNG key, got {seed!r}") from None
 
 
-_min_models = min_models
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class AnchorPredictor:
     """Predicts a model's benchmark accuracy from its scores on ``k`` anchor items.
@@ -648,7 +645,7 @@ def fit_anchors(
                 "would be fitted on one target and tuned and calibrated on another"
             )
     _warn_shared_rows(train, validation)
-    need = _min_models(method)
+    need = min_models(method)
     for what, sm in (("train", train), ("validation", validation)):
         if sm.n_models < need:
             how = (f" (validation=None held out {validation.n_models} of train's "

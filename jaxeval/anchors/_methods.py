@@ -425,23 +425,13 @@ METHODS = (
 #: Named methods whose interval is calibrated on validation halves
 #: (``Settings.named_halves``): each tunes something on the validation models and a
 #: refit of those choices is cheap (ridge solves and small searches on cached
-#: training-only pieces). Left out: the methods without validation choices, and the
-#: MLP-trained ones and ``sparseeval_ridge``, whose refit would retrain networks
-#: (their intervals stay calibrated on the validation models, slightly optimistic).
-HALVES_METHODS = (
-    "random_ridge",
-    "kmeans_ridge",
-    "greedy_ridge",
-    "aiscis_ridge",
-    "gpirt",
-    "kmeans_blend",
-    "greedy_blend",
-    "random_shrunk",
-    "greedy_shrunk",
-    "random_lowrank",
-    "greedy_lowrank",
-    "greedy_mix",
-)
+#: training-only pieces). Every method but those of :data:`_NOT_HALVED`: the methods
+#: without validation choices, and the MLP-trained ones and ``sparseeval_ridge``, whose
+#: refit would retrain networks (their intervals stay calibrated on the validation
+#: models, slightly optimistic).
+_NOT_HALVED = ("random_mean", "anchor_points", "random_linear", "pirt", "random_mlp",
+               "sparseeval", "sparseeval_ridge", "greedy_resmlp", "greedy_mlp")
+HALVES_METHODS = tuple(m for m in METHODS if m not in _NOT_HALVED)
 
 #: Candidates of ``method="auto"`` (chosen by validation MSE, or by cross-validation
 #: over training + validation models when validation is small, see :class:`Settings`).
