@@ -244,6 +244,7 @@ _GRID = [(p, b, t) for p in ("pulse", "ucbe", "sysrs") for b in (1, 4)
          for t in ("real", "synthetic") if (p, b, t) not in _FAST]
 
 
+@pytest.mark.default_codegen
 @pytest.mark.parametrize("policy,b,truth", _FAST)
 def test_blocked_trajectory_equals_whole_rows(policy, b, truth):
     blocked, whole = _both(policy, b, truth)
@@ -252,6 +253,7 @@ def test_blocked_trajectory_equals_whole_rows(policy, b, truth):
 
 
 @pytest.mark.slow
+@pytest.mark.default_codegen
 @pytest.mark.parametrize("policy,b,truth", _GRID)
 def test_blocked_trajectory_equals_whole_rows_grid(policy, b, truth):
     blocked, whole = _both(policy, b, truth)
@@ -259,6 +261,7 @@ def test_blocked_trajectory_equals_whole_rows_grid(policy, b, truth):
 
 
 @pytest.mark.slow
+@pytest.mark.default_codegen
 @pytest.mark.parametrize("corruption", ["biased", "random", "adversarial"])
 def test_blocked_trajectory_corruptions_and_confidence(corruption):
     blocked, whole = _both("pulse", 2, "synthetic", corruption=corruption, mode="confidence")
@@ -304,6 +307,7 @@ _TABLE_CASES = [("ucbe", 4, "real", {}), ("pulse", 1, "real", {}),
                 ("sysrs", 2, "real", {}), ("pulse", 3, "synthetic", {"mode": "confidence"})]
 
 
+@pytest.mark.default_codegen
 @pytest.mark.parametrize("policy,b,truth,kw", _TABLE_CASES)
 def test_order_table_trajectory_equals_regenerated_keys(policy, b, truth, kw):
     """Materialised item orders (the default for small K n) change nothing: every

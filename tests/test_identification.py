@@ -128,6 +128,7 @@ def _operands(cfg, **kw):
     return _simulate._replicate_fn(cfg, treedef), leaves
 
 
+@pytest.mark.default_codegen
 def test_vmapped_equals_chunked_equals_sharded_bit_for_bit():
     cfg = _tiny_pulse_config()
     fn, ops = _operands(cfg)
