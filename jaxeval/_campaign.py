@@ -443,6 +443,8 @@ class IdentificationCampaign:
             raise ValueError("cs_kinds: expected at least one interval kind, got none")
         _config(policy, K, n, batch_size, (budget,), None, "budget", cs_kinds, stop_kind,
                 None, refit, num_newton, synchronized, None, "real", 1, "none", item_block)
+        if learn_prior and not needs_pred:  # refused before the unused-settings warning
+            raise ValueError(f"lam0='learned': policy {policy!r} does not use predictions")
         # (eps always counts: status() reports the confident separation, stop or not)
         unused = unused_settings(
             policy, needs_pred, "confidence", "none", False, a=a, scale=scale, eps=eps,
@@ -489,8 +491,6 @@ class IdentificationCampaign:
                                       num_steps=fit_steps)
                 except ValueError as e:
                     raise ValueError(f"lam0='learned': {_history_msg(e)}") from None
-        elif learn_prior:
-            raise ValueError(f"lam0='learned': policy {policy!r} does not use predictions")
         else:
             V = np.zeros((n, 1), np.float32)
             c = np.zeros((n,), np.float32)

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import warnings
 import zipfile
 
 import jax
@@ -13,6 +14,7 @@ from jaxeval import _campaign
 from jaxeval import _identification as idn
 from jaxeval._campaign import CampaignRequest, IdentificationCampaign
 from jaxeval._factorization import ItemFactors
+from jaxeval._policies import PREDICTION_POLICIES
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +38,11 @@ def _oracle(camp, cands, stop_after=None):
     return steps
 
 
+def _factors_for(policy, lr):
+    """The factorization for the policies that predict (others warn that it is unused)."""
+    return lr if policy in PREDICTION_POLICIES else None
+
+
 @pytest.mark.parametrize("policy, b, table, sync", [
     ("ucbe", 1, True, None), ("pulse_ucb", 4, True, None), ("sysrs", 3, True, None),
     ("pulse_ucb", 3, False, None), ("pulse", 2, False, True), ("sysrs", 2, False, None),
@@ -50,7 +57,7 @@ def test_oracle_campaign_is_the_simulation_replicate(problem, monkeypatch, polic
     K, n = cands.shape
     budget = int(0.35 * K * n)
     camp = IdentificationCampaign(cands.models, hist, policy=policy, batch_size=b,
-                                  budget=budget, seed=7, factors=lr,
+                                  budget=budget, seed=7, factors=_factors_for(policy, lr),
                                   stop_when_confident=False, synchronized=sync)
     assert camp._config.tabled == table
     steps = _oracle(camp, cands)
@@ -263,8 +270,10 @@ def test_history_rows_without_scores_and_a_learned_prior(problem):
                                lam0="learned")
     with pytest.raises(ValueError, match="lam0: expected a number in \\[0, 1\\] or 'learned'"):
         IdentificationCampaign(names, hist, lam0="learn")
-    with pytest.raises(ValueError, match="lam0='learned': policy 'ucbe' does not use"):
-        IdentificationCampaign(names, hist, policy="ucbe", lam0="learned")
+    with warnings.catch_warnings():  # refused outright, not also warned about
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="lam0='learned': policy 'ucbe' does not use"):
+            IdentificationCampaign(names, hist, policy="ucbe", lam0="learned")
     cols = holes.copy()
     cols[:, 3] = np.nan  # an item nobody in the history answered
     with pytest.raises(ValueError, match="^history: 1 item columns have no observed cell"):
@@ -335,7 +344,7 @@ def test_load_restores_the_saved_state_or_replays(problem, tmp_path, monkeypatch
     hist, cands, lr = problem
     if not table:  # item orders regenerated from their keys, no order table
         monkeypatch.setattr(idn, "ORDER_TABLE_MAX", 0)
-    kw = dict(policy=policy, batch_size=b, budget=150, seed=5, factors=lr,
+    kw = dict(policy=policy, batch_size=b, budget=150, seed=5, factors=_factors_for(policy, lr),
               stop_when_confident=False)
     part = IdentificationCampaign(cands.models, hist, **kw)
     _oracle(part, cands, stop_after=19)

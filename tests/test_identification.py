@@ -157,9 +157,10 @@ def test_no_retrace_for_new_seed_alpha_scale():
     before = len(_runner._cached_plans())
     fns = _runner._cached_plans()
     sizes = [f._cache_size() for f in fns]
-    r2 = _simulate.simulate_identification(
-        spec, "pulse", seed=9, alpha=0.2, scale=3.0, a=0.3, lam0=0.5, rho=2.0, **kw
-    )
+    with pytest.warns(UserWarning, match="a=0.3 has no effect for policy 'pulse'"):
+        r2 = _simulate.simulate_identification(
+            spec, "pulse", seed=9, alpha=0.2, scale=3.0, a=0.3, lam0=0.5, rho=2.0, **kw
+        )
     assert len(_runner._cached_plans()) == before
     assert [f._cache_size() for f in fns] == sizes
     assert r2.settings["alpha"] == 0.2

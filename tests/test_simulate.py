@@ -406,7 +406,8 @@ def test_hoeffding_kind_is_the_plain_mean_interval_under_predictions():
     kw = dict(K=3, n_replicates=16, budgets=[30, 60, 90], cs_kinds=("eb", "hoeffding"),
               lam0=1.0, shrink=1e6)
     spec = jaxeval.SyntheticSpec(n_items=40)
-    off = jaxeval.simulate_identification(spec, "uniform", use_predictions=False, **kw)
+    with pytest.warns(UserWarning, match="shrink=1000000.0 has no effect"):
+        off = jaxeval.simulate_identification(spec, "uniform", use_predictions=False, **kw)
     on = jaxeval.simulate_identification(spec, "uniform", use_predictions=True, **kw)
     np.testing.assert_array_equal(on.width[1], off.width[1])
     assert not np.array_equal(on.width[0], off.width[0])
