@@ -1592,7 +1592,7 @@ def study_status(out: str | os.PathLike, *, verify: bool = False) -> dict:
       >>> from jaxeval._study import run_study, study_from_dict
       >>> d = tempfile.mkdtemp()
       >>> s = study_from_dict({"kind": "identification", "num_arms": 2, "n_replicates": 8,
-      ...                      "chunk_size": 8, "lanes": 8,
+      ...                      "chunk_size": 8, "lanes": 8, "policies": ["uniform"],
       ...                      "data": {"synthetic": {"n_items": 20}}, "budgets": [0.5]})
       >>> folder = run_study(s, os.path.join(d, "s"), progress=False)
       >>> st = study_status(folder, verify=True)

@@ -565,6 +565,7 @@ def test_evaluate_protocol_unbiased_estimate_without_auto(small_sm):
 # the seeds' bit-for-bit invariance of the whole protocol on real data (~45 s); the per-method
 # kernels' vmap invariance stays in the default tier
 @pytest.mark.slow
+@pytest.mark.default_codegen
 def test_a_seed_gets_the_same_result_alone_or_with_other_seeds(shared_data):
     """The protocol loops over seeds (``lax.map``), so one seed's anchors and predictions
     do not depend on which other seeds run with it. Vmapped seeds (the kernel before,

@@ -262,6 +262,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.default_codegen
 def test_two_processes_jax_distributed_bit_identical(reference, tmp_path):
     """One program over 2 processes x 2 devices on loopback = 1 device, bit for bit."""
     script = tmp_path / "dist.py"
