@@ -11,8 +11,10 @@ A cell already in the file with the same settings, seeds and methods, run the sa
 (seeds vmapped or not, same ``NPROC``) is skipped, so an interrupted grid continues
 where it stopped.
 
-    # run (or continue) the grid; point PYTHONPATH at a frozen jaxeval checkout
-    PYTHONPATH=/path/to/snapshot nice -n 19 python benchmarks/anchors_grid.py
+    # run (or continue) the grid; point PYTHONPATH at a frozen jaxeval checkout. The
+    # cells in benchmarks/results/anchors_grid.jsonl ran with the seeds vmapped: without
+    # --vmap-seeds none of them counts as done (the script says so) and every cell reruns
+    PYTHONPATH=/path/to/snapshot nice -n 19 python benchmarks/anchors_grid.py --vmap-seeds
     # the markdown tables from what is in the file
     python benchmarks/anchors_grid.py --table
     # and a figure: MAE against k, one panel per dataset
@@ -347,11 +349,17 @@ def main(argv=None):
                   final_steps=a.final_steps)
     seeds = tuple(42 + r for r in range(a.seeds))
     key = _settings_key(st, seeds, a.methods)
-    done = {(r["dataset"], r["k"]) for r in read_cells(a.out)
+    stored = read_cells(a.out)
+    done = {(r["dataset"], r["k"]) for r in stored
             if _record_key(r) == key and same_run(r, a.vmap_seeds)}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     print(f"jaxeval {jaxeval.__file__} (commit {_commit()}); {st}; seeds {seeds}; "
           f"{len(done)} cells already in {a.out}", flush=True)
+    if stored and not done:
+        print(f"note: none of the {len(stored)} records in {a.out} ran with these settings, "
+              f"seeds and methods and this seed batching (--vmap-seeds "
+              f"{'on' if a.vmap_seeds else 'off'}, NPROC {os.environ.get('NPROC')}): every "
+              "cell runs and is appended", flush=True)
 
     n_items = {}
     ran = 0

@@ -232,7 +232,8 @@ def summary_table(path: str, sparseeval_from=None) -> str:
             n_spec += 1
             ok = "yes" if mae["auto"].mean() <= best[0] else "**no**"
             met += ok == "yes"
-        single = min((m for m in names if m != "auto"), key=lambda m: mae[m].mean())
+        others = [m for m in names if m != "auto"]  # a run of auto alone has none
+        single = min(others, key=lambda m: mae[m].mean()) if others else None
         base = [m for m in BASELINES if m in tau]
         bt = max(base, key=lambda m: tau[m].mean()) if base else None
         if bt and tau["auto"].mean() >= tau[bt].mean():
@@ -258,7 +259,8 @@ def summary_table(path: str, sparseeval_from=None) -> str:
         out.append(
             f"| {c[0]} {c[1]} | " + (f"{best[0]:.2f} / {best[1]:.2f}" if best else "–")
             + f" | {mae['auto'].mean():.2f} ± {mae['auto'].std(ddof=1):.2f} | {ok} | "
-            f"{single} {mae[single].mean():.2f} | {se} | {tau['auto'].mean():.3f} vs "
+            + (f"{single} {mae[single].mean():.2f}" if single else "– (auto alone)")
+            + f" | {se} | {tau['auto'].mean():.3f} vs "
             + (f"{tau[bt].mean():.3f} ({bt})" if bt else "–")
             + f" | {ts} | {cov['auto'].mean():.3f}{flag} ({n_te}; {exp:.3f} ± {2 * sd:.3f}) "
             f"| {drs} |"
@@ -404,11 +406,18 @@ def main(argv=None):
     print(f"settings: {st}\nseeds: {seeds}")
     done = set()
     if a.resume and Path(a.out).exists():
-        for line in Path(a.out).read_text().splitlines():
-            rec = json.loads(line)
+        stored = [json.loads(line) for line in Path(a.out).read_text().splitlines()
+                  if line.strip()]
+        for rec in stored:
             if same_run(rec, a.vmap_seeds):
                 done.add((rec["dataset"], rec["k"], tuple(rec["seeds"]),
                           tuple(rec["methods"]), rec["settings"]))
+        # a cell is reused only if it ran with the same settings text (every Settings
+        # field, e.g. named_halves), seeds, methods and seed batching; say when nothing can be
+        print(f"--resume: {len(stored)} records in {a.out}, {len(done)} run this way "
+              f"(--vmap-seeds {'on' if a.vmap_seeds else 'off'}, NPROC "
+              f"{os.environ.get('NPROC')}); a cell is skipped only if one of them has its "
+              "dataset, k, seeds, methods and settings text", flush=True)
     cache = {}
     for d, k in cells:
         if d not in cache:

@@ -29,10 +29,15 @@ from __future__ import annotations
 import argparse
 import json
 import time
+import warnings
 
 import numpy as np
 
 import jaxeval
+
+# one set of settings is passed to every policy; those a policy does not read are
+# expected here, not a mistake to warn about
+warnings.filterwarnings("ignore", message=r".* has no effect for policy ")
 from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS
 
 DATASETS = {

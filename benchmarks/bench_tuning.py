@@ -29,11 +29,16 @@ import argparse
 import json
 import math
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 import jaxeval
+
+# one set of settings is passed to every policy; those a policy does not read are
+# expected here, not a mistake to warn about
+warnings.filterwarnings("ignore", message=r".* has no effect for policy ")
 from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS
 
 DATASETS = {
