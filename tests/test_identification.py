@@ -237,7 +237,8 @@ def test_every_policy_semantics(policy):
     theta = POOL[:3].mean(1)
     assert np.all((cp.lower <= theta + 1e-6) & (theta - 1e-6 <= cp.upper))
     if policy != "sysrs":
-        assert cp.calls[-1] == 24 and np.all(cp.upper[-1] == cp.lower[-1])
+        # every arm fully evaluated: the exact mean, within finalize's rounding band
+        assert cp.calls[-1] == 24 and np.all(cp.upper[-1] - cp.lower[-1] <= 1e-4)
 
 
 def test_config_batch_size_is_checked_by_name():
