@@ -5,7 +5,7 @@ import os
 # The suite is mostly XLA compilation of small programs, so it compiles them with a
 # cheaper code generation than users get: LLVM optimisation level 0 and XLA:CPU's
 # older fusion code (`--xla_cpu_use_fusion_emitters=false`). On 2 cores the default
-# tier took 8 min 21 s with the first alone and 5 min 12 s with both (BUILD_NOTES.md,
+# tier took 8 min 21 s with the first alone and 4 min 51 s with both (BUILD_NOTES.md,
 # "Twenty-sixth session"); results may differ from the default build in the last bits
 # of a float. Tests that compare two compiled programs bit for bit hold under XLA's
 # default code generation only (the older fusion code may round a reduction of two
