@@ -41,7 +41,7 @@ import jaxeval
 
 # one set of settings is passed to every policy; those a policy does not read are
 # expected here, not a mistake to warn about
-warnings.filterwarnings("ignore", message=r".* has no effect for policy ")
+warnings.filterwarnings("ignore", message=r".* (has|have) no effect for policy ")
 from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

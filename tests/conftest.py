@@ -42,10 +42,14 @@ if not DEFAULT_CODEGEN:
         os.environ["JAXEVAL_TEST_FAST_FLAGS"] = " ".join(_accepted(_FAST_FLAGS))
     _fast = tuple(os.environ["JAXEVAL_TEST_FAST_FLAGS"].split())
 _flags = os.environ.get("XLA_FLAGS", "").split()
-for _f in ("--xla_force_host_platform_device_count=8", *_fast):
-    if _f not in _flags:
+if "--xla_force_host_platform_device_count=8" not in _flags:
+    _flags.append("--xla_force_host_platform_device_count=8")
+for _f in _fast:  # a code-generation flag the caller set already is left as they set it
+    if _f.split("=")[0] not in {g.split("=")[0] for g in _flags}:
         _flags.append(_f)
 os.environ["XLA_FLAGS"] = " ".join(_flags)
+# the bit-for-bit comparisons need XLA's default fusion code, whoever turned it off
+_OLD_FUSION = "--xla_cpu_use_fusion_emitters=false" in _flags
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from pathlib import Path  # noqa: E402
@@ -72,11 +76,12 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     slow = not config.getoption("--slow")
-    codegen = "--xla_cpu_use_fusion_emitters=false" in _fast
+    codegen = _OLD_FUSION
     skip_slow = pytest.mark.skip(reason="slow: run with --slow")
     skip_codegen = pytest.mark.skip(
         reason="bit-for-bit under XLA's default code generation: run with "
-        "JAXEVAL_TEST_XLA_OPT=1 (.ci/run does)"
+        "JAXEVAL_TEST_XLA_OPT=1 (.ci/run does) and without "
+        "--xla_cpu_use_fusion_emitters=false in XLA_FLAGS"
     )
     for item in items:
         if slow and "slow" in item.keywords:

@@ -67,6 +67,7 @@ def test_shapes_dtypes_and_keys(reference):
     assert len(np.unique(reference["total"])) > 20
 
 
+@pytest.mark.default_codegen
 @pytest.mark.parametrize(
     "chunk_size, n_dev",
     [(None, 8), (1, 1), (45, 3), (64, 8)],
@@ -85,6 +86,7 @@ def test_chunked_and_sharded_bit_identical(reference, chunk_size, n_dev):
     assert_tree_equal(out, reference)
 
 
+@pytest.mark.default_codegen
 def test_start_offset_and_split_ranges(reference):
     a = run_replicates(toy, 7, 123, operands=(V,), chunk_size=50, progress=False)
     b = run_replicates(toy, 7, 177, start=123, operands=(V,), chunk_size=200, progress=False)

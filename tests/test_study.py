@@ -175,6 +175,7 @@ def toy_reference():
     return run_replicates(toy, 3, 300, lanes=8, progress=False)
 
 
+@pytest.mark.default_codegen
 def test_study_equals_in_memory_runner(tmp_path, toy_reference):
     study = study_from_dict(toy_config())
     run_study(study, tmp_path / "a", progress=False)
@@ -380,6 +381,7 @@ def _env():
     return env
 
 
+@pytest.mark.default_codegen
 def test_kill_9_mid_way_then_resume_gives_identical_arrays(tmp_path):
     """A real subprocess is SIGKILLed while writing chunks; `resume` finishes the job."""
     cfg = toy_config(target="test_study:slow_toy", n_replicates=768, chunk_size=16, seed=11)
@@ -439,6 +441,7 @@ def test_resume_of_a_non_study_folder(tmp_path):
         resume_study(tmp_path)
 
 
+@pytest.mark.default_codegen
 @pytest.mark.slow
 def test_two_process_study_with_jax_distributed(tmp_path, toy_reference):
     """`jaxeval run --coordinator ...` on 2 processes (2 devices each) = one process."""
