@@ -29,13 +29,14 @@ import jax
 import numpy as np
 
 import jaxeval
+from jaxeval._policies import PREDICTION_POLICIES
 
 
 def _run(hist, cands, lr, policy, b, requests, seed):
     t0 = time.perf_counter()
     camp = jaxeval.IdentificationCampaign(
         cands.models, hist, policy=policy, batch_size=b, seed=seed,
-        factors=lr if policy in ("naive", "pulse", "pulse_ucb") else None,
+        factors=lr if policy in PREDICTION_POLICIES else None,
         stop_when_confident=False,
     )
     t_new = time.perf_counter() - t0

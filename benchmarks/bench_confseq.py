@@ -48,6 +48,10 @@ from jaxeval._estimators import (
     plugin_lambda,
 )
 
+# a fully evaluated arm's interval after finalize: a band of NUM_TOL on either side of
+# theta, plus float32 rounding
+EXACT_WIDTH = 2 * cs_mod.NUM_TOL + 4 * float(np.finfo(np.float32).eps)
+
 QUALITIES = ("good", "biased", "random", "adversarial")
 REAL_DATASETS = ("oll2_musr", "oll2_ifeval", "oll2_arc_challenge", "oll2_math_lvl5")
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -318,8 +322,6 @@ def main() -> None:
                 miss_stop = np.concatenate([o["miss_stop"] for o in res])
                 width = np.concatenate([o["width"] for o in res])
                 fin = np.concatenate([o["final_exact_width"] for o in res])
-                # finalize's band of NUM_TOL on either side of theta, plus float32 rounding
-                exact_width = 2 * cs_mod.NUM_TOL + 4 * np.finfo(np.float32).eps
                 if lam_name == "plug-in":
                     err = np.concatenate([o["est_err"] for o in res])[:, :, 1]  # at 10%
                     est_lines.append(
@@ -336,7 +338,7 @@ def main() -> None:
                         f"| {ds} | {n} | {lam_name} | {quality} | {kind} | "
                         f"{miss[:, ki].mean():.4f} | {miss_stop[:, ki].mean():.4f} | "
                         + " | ".join(f"{x:.3f}" for x in w)
-                        + f" | {'yes' if fin[:, ki].max() <= exact_width else 'NO'} |",
+                        + f" | {'yes' if fin[:, ki].max() <= EXACT_WIDTH else 'NO'} |",
                         flush=True,
                     )
     print("\nPoint estimates after 10% of the items, plug-in lambda: bias / RMSE in points")

@@ -34,6 +34,7 @@ import warnings
 import numpy as np
 
 import jaxeval
+from jaxeval._policies import PREDICTION_POLICIES
 
 # one set of settings is passed to every policy; those a policy does not read are
 # expected here, not a mistake to warn about
@@ -168,7 +169,7 @@ def main(argv=None):
         dd = sm.drop_duplicates()
         train, _ = dd.split([dd.n_models // 2], seed=args.seed)
         factors = None
-        if any(p in ("naive", "pulse", "pulse_ucb") for p in args.policies):
+        if any(p in PREDICTION_POLICIES for p in args.policies):
             factors = jaxeval.fit_factorization(
                 train, rank=args.rank, rho=1.0, seed=args.seed, num_steps=1000
             )

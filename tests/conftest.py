@@ -14,7 +14,8 @@ import os
 # does, in a second pass). A flag this jaxlib does not know (XLA aborts on one) is
 # left out: each is tried once in a subprocess, and the verdict passed on to the
 # test workers in JAXEVAL_TEST_FAST_FLAGS.
-_FAST_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
+_FUSION_OFF = "--xla_cpu_use_fusion_emitters=false"
+_FAST_FLAGS = ("--xla_backend_optimization_level=0", _FUSION_OFF)
 
 
 def _accepted(flags):
@@ -49,7 +50,7 @@ for _f in _fast:  # a code-generation flag the caller set already is left as the
         _flags.append(_f)
 os.environ["XLA_FLAGS"] = " ".join(_flags)
 # the bit-for-bit comparisons need XLA's default fusion code, whoever turned it off
-_OLD_FUSION = "--xla_cpu_use_fusion_emitters=false" in _flags
+_OLD_FUSION = _FUSION_OFF in _flags
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from pathlib import Path  # noqa: E402
@@ -80,8 +81,7 @@ def pytest_collection_modifyitems(config, items):
     skip_slow = pytest.mark.skip(reason="slow: run with --slow")
     skip_codegen = pytest.mark.skip(
         reason="bit-for-bit under XLA's default code generation: run with "
-        "JAXEVAL_TEST_XLA_OPT=1 (.ci/run does) and without "
-        "--xla_cpu_use_fusion_emitters=false in XLA_FLAGS"
+        f"JAXEVAL_TEST_XLA_OPT=1 (.ci/run does) and without {_FUSION_OFF} in XLA_FLAGS"
     )
     for item in items:
         if slow and "slow" in item.keywords:
