@@ -8,12 +8,14 @@ and appends one JSON line per finished (dataset, k) cell to ``--out``: per-seed 
 MAE (pp), Kendall tau-b, split-conformal coverage and width of the 90% interval, their
 means and sds, the wall time, the settings and the git commit of the jaxeval that ran.
 A cell already in the file with the same settings, seeds and methods, run the same way
-(seeds vmapped or not, same ``NPROC``) is skipped, so an interrupted grid continues
-where it stopped.
+(seeds vmapped or not, same ``NPROC``) and with the same methods' intervals calibrated
+on validation halves (``Settings.named_halves``) is skipped, so an interrupted grid
+continues where it stopped.
 
     # run (or continue) the grid; point PYTHONPATH at a frozen jaxeval checkout. The
-    # cells in benchmarks/results/anchors_grid.jsonl ran with the seeds vmapped: without
-    # --vmap-seeds none of them counts as done (the script says so) and every cell reruns
+    # cells in benchmarks/results/anchors_grid.jsonl ran with the seeds vmapped and
+    # before any method was calibrated on validation halves: none of them counts as
+    # done now (the script says so) and every cell reruns
     PYTHONPATH=/path/to/snapshot nice -n 19 python benchmarks/anchors_grid.py --vmap-seeds
     # the markdown tables from what is in the file
     python benchmarks/anchors_grid.py --table
@@ -24,9 +26,11 @@ Coverage check: with ``n`` calibration (validation) models the split-conformal c
 of one split is Beta(r, n + 1 - r) distributed, ``r = ceil((n + 1)(1 - alpha))``, when
 the map was not tuned on those models; averaged over ``h`` test models and ``S``
 independent splits its sd is ``sqrt((Var_beta + E[c(1 - c)] / h) / S)``. ``--table``
-marks a method's mean coverage outside ``r/(n+1) +- 2 sd``. The MLP checkpoints and the
-ridge strength are chosen on the same validation models, so a small shortfall there is
-expected and is reported, not hidden.
+marks a method's mean coverage outside ``r/(n+1) +- 2 sd``. In the committed cells the
+MLP checkpoints and the ridge strength were chosen on the same validation models that
+calibrated the interval, so a small shortfall there is expected and is reported, not
+hidden; since the twenty-seventh session those methods are calibrated on validation
+halves (a record's ``named_halves`` lists them).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ import time
 from pathlib import Path
 
 import jaxeval
-from jaxeval.anchors import Settings
+from jaxeval.anchors import HALVES_METHODS, Settings
 from jaxeval.anchors._protocol import evaluate_protocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -143,6 +147,7 @@ def run_cell(name: str, sm: jaxeval.ScoreMatrix, k: int, st: Settings, seeds, me
         "results": per, "seconds": secs, "cpu_seconds": cpu, "settings": repr(st),
         "settings_fields": {f.name: repr(getattr(st, f.name)) for f in dataclasses.fields(st)},
         "key": _settings_key(st, seeds, methods), "commit": _commit(),
+        "named_halves": r.info["named_halves"],
         "seeds_batched": r.info["seeds_batched"], "nproc": os.environ.get("NPROC"),
         "jaxeval_path": str(Path(jaxeval.__file__).resolve().parent),
         "load_before": load_before, "load_after": _load_avg(), "cpus": os.cpu_count(),
@@ -350,14 +355,17 @@ def main(argv=None):
     seeds = tuple(42 + r for r in range(a.seeds))
     key = _settings_key(st, seeds, a.methods)
     stored = read_cells(a.out)
+    halved = [m for m in a.methods if m in HALVES_METHODS] if st.named_halves else []
     done = {(r["dataset"], r["k"]) for r in stored
-            if _record_key(r) == key and same_run(r, a.vmap_seeds)}
+            if _record_key(r) == key and same_run(r, a.vmap_seeds)
+            and (r.get("named_halves") or []) == halved}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     print(f"jaxeval {jaxeval.__file__} (commit {_commit()}); {st}; seeds {seeds}; "
           f"{len(done)} cells already in {a.out}", flush=True)
     if stored and not done:
         print(f"note: none of the {len(stored)} records in {a.out} ran with these settings, "
-              f"seeds and methods and this seed batching (--vmap-seeds "
+              f"seeds and methods, these methods calibrated on validation halves "
+              f"({', '.join(halved) or 'none'}) and this seed batching (--vmap-seeds "
               f"{'on' if a.vmap_seeds else 'off'}, NPROC {os.environ.get('NPROC')}): every "
               "cell runs and is appended", flush=True)
 

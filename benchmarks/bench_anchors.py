@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 import jaxeval
-from jaxeval.anchors import Settings
+from jaxeval.anchors import HALVES_METHODS, Settings
 from jaxeval.anchors._protocol import evaluate_protocol
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -411,9 +411,13 @@ def main(argv=None):
         for rec in stored:
             if same_run(rec, a.vmap_seeds):
                 done.add((rec["dataset"], rec["k"], tuple(rec["seeds"]),
-                          tuple(rec["methods"]), rec["settings"]))
+                          tuple(rec["methods"]), rec["settings"],
+                          tuple(rec.get("named_halves") or ())))
         # a cell is reused only if it ran with the same settings text (every Settings
-        # field, e.g. named_halves), seeds, methods and seed batching; say when nothing can be
+        # field, e.g. named_halves), seeds, methods, seed batching and the same methods
+        # calibrated on validation halves (records before that field: none match a cell
+        # that halves a method, as the MLP-trained ones were not halved then); say when
+        # nothing can be
         print(f"--resume: {len(stored)} records in {a.out}, {len(done)} run this way "
               f"(--vmap-seeds {'on' if a.vmap_seeds else 'off'}, NPROC "
               f"{os.environ.get('NPROC')}); a cell is skipped only if one of them has its "
@@ -430,7 +434,8 @@ def main(argv=None):
         if want_mlp and not a.methods:
             methods = list(BASELINES) + list(MLPS) + list(STRONG)
         st_cell = repr(dataclasses.replace(st, external=sm.target is not None))
-        if (d, k, seeds, tuple(methods), st_cell) in done:
+        halved = tuple(m for m in methods if m in HALVES_METHODS) if st.named_halves else ()
+        if (d, k, seeds, tuple(methods), st_cell, halved) in done:
             print(f"\n### {d} k={k}: already in {a.out}, skipped (--resume)")
             continue
         t0 = time.perf_counter()
@@ -463,6 +468,7 @@ def main(argv=None):
             "auto_choice": r.info.get("auto_choice"), "auto_picks": r.info.get("auto_picks"),
             "cv_mse": r.info.get("cv_mse"), "auto_calibration": r.info.get("auto_calibration"),
             "half_picks": r.info.get("half_picks"), "commit": _git_commit(),
+            "named_halves": r.info.get("named_halves"),
             "seeds_batched": r.info["seeds_batched"], "nproc": os.environ.get("NPROC"),
             "n_models": r.info["n_models"], "n_test": int(round(0.2 * r.info["n_models"]))
             if r.info["n_models"] < 1000 else 200,

@@ -72,7 +72,10 @@ FORMAT = "jaxeval-study/1"
 #: a task whose numbers a change moved is not extended or merged across set-ups
 #: (:func:`_setup_changes`). 5: the named anchor methods of
 #: ``jaxeval.anchors.HALVES_METHODS`` calibrate their intervals on validation halves.
-SETUP = 5
+#: 6: so do the MLP-trained ones (:data:`_HALVED_AT_6`).
+SETUP = 6
+#: The named anchor methods whose intervals set-up 6 moved to validation halves.
+_HALVED_AT_6 = ("random_mlp", "sparseeval", "sparseeval_ridge", "greedy_resmlp", "greedy_mlp")
 STUDY_FILE = "study.json"
 MANIFEST_FILE = "manifest.json"
 #: The factorization a real-data study's prediction policies use, saved by its first run.
@@ -1151,14 +1154,20 @@ def _setup_changes(study: Study, since: int, until: int = SETUP) -> dict[str, st
     planned for its budget; enough loop steps at batch sizes above 1). Set-up 5: an
     anchor study's every ``k`` task when it runs a named method of
     ``jaxeval.anchors.HALVES_METHODS`` (their intervals: calibrated on validation
-    halves now)."""
+    halves now). Set-up 6: the same for a task that runs an MLP-trained method
+    (:data:`_HALVED_AT_6`)."""
     if since >= until:
         return {}
     if isinstance(study, AnchorStudy):
         from jaxeval.anchors import HALVES_METHODS
 
-        named = [m for m in study.methods if m in HALVES_METHODS]
-        if since < 5 <= until and named:
+        named = []
+        if since < 5 <= until:
+            named = [m for m in study.methods
+                     if m in HALVES_METHODS and m not in _HALVED_AT_6]
+        if since < 6 <= until:
+            named += [m for m in study.methods if m in _HALVED_AT_6 and m not in named]
+        if named:
             why = (f"intervals of {', '.join(named)}: calibrated on all validation models "
                    "then, on validation halves now")
             return {f"k{k}": why for k in study.k}

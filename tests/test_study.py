@@ -677,6 +677,12 @@ def test_folder_of_an_older_setup_is_not_extended_or_merged(tmp_path):
     assert "kmeans_ridge" in _setup_changes(an, 4)["k20"]
     assert _setup_changes(AnchorStudy(methods=("random_mean", "auto")), 4) == {}
     assert _setup_changes(an, SETUP) == {}
+    assert _setup_changes(an, 5) == {}  # set-up 6 moved the MLP-trained methods only
+    # set-up 6 moved the MLP-trained methods' intervals (halves too now)
+    mlp = AnchorStudy(methods=("sparseeval", "random_mean", "auto"), k=(20,))
+    assert list(_setup_changes(mlp, 5)) == ["k20"] and "sparseeval" in _setup_changes(mlp, 5)["k20"]
+    assert list(_setup_changes(mlp, 4)) == ["k20"] and _setup_changes(mlp, 4, 5) == {}
+    assert _setup_changes(mlp, 6) == {}
     real = study_from_dict(dict(d, data="oll2_ifeval", policies=["pulse"]))
     assert "online_rho" in _setup_changes(real, 1)["pulse"]
     eb = study_from_dict(dict(d, cs_kinds=["eb", "hoeffding"]))  # the EB fix moves all

@@ -89,8 +89,9 @@ class AnchorPredictor:
         residuals taken on the other): calibrated on the models that tuned them, the
         greedy methods covered 0.86-0.88 at a nominal 0.90 (synthetic splits, 40
         validation models); on halves 0.90 (BUILD_NOTES.md, twenty-fifth session).
-        The MLP-trained methods and ``sparseeval_ridge`` stay calibrated on the
-        validation models (slightly optimistic: ``sparseeval`` 0.88 there).
+        The MLP-trained methods are halved too (their checkpoint, weight decay and,
+        for ``sparseeval``, its start chosen on one half): their networks are
+        trained three times instead of once.
       alpha: error level of the interval.
       external_target: the target was an external full-benchmark score.
       validation_mae_pp: validation MAE of the chosen method (percentage points).
