@@ -29,8 +29,9 @@ independent splits its sd is ``sqrt((Var_beta + E[c(1 - c)] / h) / S)``. ``--tab
 marks a method's mean coverage outside ``r/(n+1) +- 2 sd``. In the committed cells the
 MLP checkpoints and the ridge strength were chosen on the same validation models that
 calibrated the interval, so a small shortfall there is expected and is reported, not
-hidden; since the twenty-seventh session those methods are calibrated on validation
-halves (a record's ``named_halves`` lists them).
+hidden; since the twenty-fifth session the ridge methods, and since the twenty-seventh
+the MLP-trained ones, are calibrated on validation halves instead (a new record's
+``named_halves`` lists them).
 """
 
 from __future__ import annotations

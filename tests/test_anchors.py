@@ -1242,3 +1242,42 @@ def test_named_halves_restore_coverage_of_a_greedy_method():
         covs.append(float(r.coverage.mean()))
     se = np.std(covs, ddof=1) / np.sqrt(len(covs))
     assert np.mean(covs) >= 37 / 41 - 3 * max(se, 0.004), (np.mean(covs), se)
+
+
+def test_crossfit_reuses_the_full_fit_only_where_a_refit_would_be_the_same():
+    """``crossfit_residuals`` with the full fit's cache (an MLP's validation path,
+    SparseEval's start and anchors: ``REUSED``) gives the residuals of refitting every
+    method on each half from scratch (no cache); when the cached anchors or start are
+    not what the half picks (corrupted here on purpose) it retrains instead of reusing
+    them, with the same residuals again; and the fit on half A never sees half B's
+    targets (shifting them shifts A's residuals on B by exactly that much)."""
+    from jaxeval.anchors._methods import REUSED, crossfit_residuals, validation_halves
+
+    s, y, _ = _planted(m=160, n=40)
+    d = SplitData(*(jnp.asarray(a) for a in (s[:100], y[:100], s[100:132], y[100:132])))
+    ia, ib = (jnp.asarray(i) for i in validation_halves(32, 2))
+    methods = ("random_mlp", "sparseeval_ridge")
+
+    def run(key, d, corrupt):
+        c = {}
+        for m in methods:
+            fit_method(key, d, 6, m, FAST, c)
+        assert {"se_start", "path:random_mlp"} <= set(c) & set(REUSED)
+        if corrupt:
+            a, p = c["path:random_mlp"]
+            c["path:random_mlp"] = (a[::-1], p + 0.3)
+            km, a, *paths = c["se_start"]
+            c["se_start"] = (~km, a[::-1], *paths)
+        return crossfit_residuals(key, d, 6, methods, FAST, ia, ib, c)
+
+    key = jax.random.key(2)
+    fresh = jax.jit(lambda k: crossfit_residuals(k, d, 6, methods, FAST, ia, ib, None))(key)
+    jrun = jax.jit(run, static_argnums=2)
+    for corrupt in (False, True):
+        got = jrun(key, d, corrupt)
+        np.testing.assert_allclose(got[0], fresh[0], atol=1e-6)
+        np.testing.assert_allclose(got[1], fresh[1], rtol=1e-5, atol=1e-8)
+    shifted = d._replace(y_val=d.y_val.at[ib].add(0.05))
+    got2 = jrun(key, shifted, False)  # row 0: chosen on A, scored on B
+    np.testing.assert_allclose(got2[0][0], fresh[0][0] - 0.05, atol=1e-6)
+    np.testing.assert_allclose(got2[1][0], fresh[1][0], rtol=1e-5, atol=1e-8)  # A's MSEs unchanged

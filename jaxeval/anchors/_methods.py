@@ -63,6 +63,8 @@ __all__ = [
     "crossfit_selected_residuals",
     "validation_halves",
     "TRAIN_ONLY",
+    "PATH_METHODS",
+    "REUSED",
 ]
 
 # purposes for fold_in
@@ -122,14 +124,16 @@ class Settings:
       named_halves: calibrate the interval of a named method of
         :data:`HALVES_METHODS` the same way (its own choices -- ridge strength, greedy
         anchor pick, shrinkage prior, low-rank rank, blend, MLP checkpoint and weight
-        decay, SparseEval's start -- made on one half of the validation models, its
-        residuals taken on the other half), instead of on the validation models those
-        choices were tuned on. Calibrated on the tuning models, the greedy methods
-        covered 0.86-0.88 at a nominal 0.90 (synthetic splits, 40 validation models;
-        BUILD_NOTES.md, twenty-fifth session), the MLP-trained ones 0.86-0.88 too
-        (twenty-seventh session). On by default; ``False`` restores the plain
-        validation calibration (and, for the MLP-trained methods, saves the two
-        extra trainings of each network the halves need).
+        decay, SparseEval's start and, with ``guard``, its guarded swaps -- made on one
+        half of the validation models, its residuals taken on the other half), instead
+        of on the validation models those choices were tuned on. Calibrated on the
+        tuning models, the greedy methods covered 0.86-0.88 at a nominal 0.90
+        (synthetic splits, 40 validation models; BUILD_NOTES.md, twenty-fifth
+        session), the MLP-trained ones 0.86-0.89 (twenty-seventh session). On by
+        default; ``False`` restores the plain validation calibration (and saves the
+        halves' extra work: for the MLP-trained methods, up to two more trainings of
+        a network where a half's anchors differ from the fit's;
+        :func:`crossfit_residuals`).
     """
 
     proxy_steps: int = 2000
@@ -245,7 +249,11 @@ def _fit_mix_map(shrunk: Fitted, lowrank: Fitted) -> Fitted:
     return Fitted(shrunk.anchors, "linear", {"lin": lin, "lam": jnp.asarray(0.0, a.w.dtype)})
 
 
-def _fit_mlp_map(key, anchors, d: SplitData, st: Settings) -> Fitted:
+def _fit_mlp_map(key, anchors, d: SplitData, st: Settings, cache: dict | None = None,
+                 name: str = "") -> Fitted:
+    """The reference MLP on ``anchors``; with a ``cache``, its validation-prediction
+    path is kept there as ``"path:" + name`` (``(anchors, path)``, see
+    :func:`crossfit_residuals`)."""
     fit, _ = train_mlp(
         key,
         d.s_tr[:, anchors],
@@ -254,8 +262,18 @@ def _fit_mlp_map(key, anchors, d: SplitData, st: Settings) -> Fitted:
         d.y_val,
         num_steps=st.final_steps,
         eval_every=st.eval_every,
+        return_path=cache is not None,
     )
+    if cache is not None:
+        cache["path:" + name] = (anchors, fit.val_path)
     return Fitted(anchors, "mlp", {"mlp": fit.params, "best_step": fit.best_step})
+
+
+def _mlp_val_path(key, anchors, d: SplitData, st: Settings):
+    """Validation predictions at every checkpoint of :func:`_fit_mlp_map`'s training."""
+    fit, _ = train_mlp(key, d.s_tr[:, anchors], d.y_tr, d.s_val[:, anchors], d.y_val,
+                       num_steps=st.final_steps, eval_every=st.eval_every, return_path=True)
+    return fit.val_path
 
 
 def _fit_resmlp_map(key, shrunk: Fitted, d: SplitData, st: Settings) -> Fitted:
@@ -343,21 +361,44 @@ def _ridge_proxy(key, x, y):
     return lambda v: apply_linear(lin, v)
 
 
-def _sparseeval_anchors(key, d: SplitData, k: int, st: Settings):
-    """SparseEval anchors: k-means or random start (chosen on validation) + AIS/CIS."""
-    n = d.s_tr.shape[1]
-    a_km, _ = kmeans_anchors(jax.random.fold_in(key, _K_KMEANS), d.s_tr, k, st.kmeans_iters)
-    a_rd = random_anchors(jax.random.fold_in(key, _K_RANDOM), n, k)
+def _sparseeval_anchors(key, d: SplitData, k: int, st: Settings, sh=None, reuse=None,
+                        rows=None):
+    """SparseEval anchors: k-means or random start (chosen on validation) + AIS/CIS.
 
-    def init_val(a, i):
+    ``sh``: the fit's :class:`_Shared` (its k-means and random anchors are the ones
+    this would compute). ``reuse``: ``(use_km, anchors, path_km, path_rd)`` of a fit
+    of the same split and key with other validation models (the start, anchors and
+    validation paths of the two start MLPs on that fit's validation models), with
+    ``rows`` the indices of this fit's validation models among those: the start is
+    then chosen from the paths (no start training: the trainings never see
+    validation models), and without the validation guard, which alone makes the
+    refinement look at validation models, the anchors are reused when the start is
+    the same (``lax.cond``); the trace is then None.
+
+    Returns ``(anchors, use_km, trace, (path_km, path_rd))``.
+    """
+    n = d.s_tr.shape[1]
+    if sh is None:
+        a_km, _ = kmeans_anchors(jax.random.fold_in(key, _K_KMEANS), d.s_tr, k, st.kmeans_iters)
+        a_rd = random_anchors(jax.random.fold_in(key, _K_RANDOM), n, k)
+    else:
+        a_km, a_rd = sh.a_km, sh.a_rand
+
+    def init_fit(a, i):
         fit, _ = train_mlp(
             jax.random.fold_in(jax.random.fold_in(key, _K_MLP), i),
             d.s_tr[:, a], d.y_tr, d.s_val[:, a], d.y_val,
-            num_steps=st.init_steps, eval_every=st.eval_every,
+            num_steps=st.init_steps, eval_every=st.eval_every, return_path=True,
         )
-        return fit.best_val
+        return fit.best_val, fit.val_path
 
-    use_km = init_val(a_km, 0) <= init_val(a_rd, 1)
+    if reuse is not None and rows is not None:
+        paths = reuse[2:]
+        v_km, v_rd = (jnp.min(jnp.mean((p[:, rows] - d.y_val) ** 2, axis=1)) for p in paths)
+    else:
+        (v_km, p_km), (v_rd, p_rd) = init_fit(a_km, 0), init_fit(a_rd, 1)
+        paths = (p_km, p_rd)
+    use_km = v_km <= v_rd
     a0 = jnp.where(use_km, a_km, a_rd)
 
     def fit_proxy(pkey, x, y):
@@ -367,11 +408,19 @@ def _sparseeval_anchors(key, d: SplitData, k: int, st: Settings):
         )
         return lambda v: mlp_apply(fit.params, static, v[None, :])[0]
 
-    anchors, trace = refine_anchors(
-        jax.random.fold_in(key, _K_REFINE), a0, d.s_tr, d.y_tr, d.s_val, d.y_val,
-        fit_proxy, num_swaps=st.num_swaps, guard=st.guard,
-    )
-    return anchors, use_km, trace
+    def refine(a0):
+        return refine_anchors(
+            jax.random.fold_in(key, _K_REFINE), a0, d.s_tr, d.y_tr, d.s_val, d.y_val,
+            fit_proxy, num_swaps=st.num_swaps, guard=st.guard,
+        )
+
+    if reuse is not None and not st.guard:
+        km_before, anchors_before = reuse[:2]
+        anchors = jax.lax.cond(use_km == km_before, lambda: anchors_before,
+                               lambda: refine(a0)[0])
+        return anchors, use_km, None, paths
+    anchors, trace = refine(a0)
+    return anchors, use_km, trace, paths
 
 
 def _greedy_candidates(d: SplitData, k: int, st: Settings):
@@ -431,9 +480,11 @@ METHODS = (
 #: checkpoint and weight decay, SparseEval's k-means-or-random start). Left out
 #: (:data:`_NOT_HALVED`): the methods that make no choice on validation models, whose
 #: validation residuals are already exchangeable with test residuals. The refits
-#: reuse the fit's training-only pieces (:data:`TRAIN_ONLY`); for the MLP-trained
-#: methods they retrain the network on each half's choices (about three trainings in
-#: all instead of one).
+#: reuse the fit's training-only pieces (:data:`TRAIN_ONLY`); an MLP-trained method
+#: retrains only where a half's anchors are not the fit's (:data:`REUSED`): on MuSR
+#: (k = 100, seed 0, default settings) ``random_mlp`` took 1.05x the time of its
+#: plain fit, ``greedy_mlp`` 1.7x and ``sparseeval`` 1.9x (there a half picked other
+#: greedy anchors, another SparseEval start, and retrained).
 _NOT_HALVED = ("random_mean", "anchor_points", "random_linear", "pirt")
 HALVES_METHODS = tuple(m for m in METHODS if m not in _NOT_HALVED)
 
@@ -551,14 +602,17 @@ def _shared(key, d: SplitData, k: int, st: Settings) -> _Shared:
 
 
 def fit_method(
-    key: jax.Array, d: SplitData, k: int, method: str, st: Settings, cache: dict | None = None
+    key: jax.Array, d: SplitData, k: int, method: str, st: Settings, cache: dict | None = None,
+    anchors_only: bool = False,
 ) -> Fitted:
     """Fit one method on one split (pure, jittable; ``k``, ``method``, ``st`` static).
 
     ``cache`` (a dict, filled inside one trace) shares the expensive pieces between
     methods fitted in the same kernel: the random and k-means anchors, the item
     factors, the SparseEval and greedy anchors, and the shrunk-ridge and low-rank maps
-    on the greedy anchors (which ``greedy_mix`` and ``greedy_resmlp`` build on).
+    on the greedy anchors (which ``greedy_mix`` and ``greedy_resmlp`` build on); and
+    what :func:`crossfit_residuals` reuses (:data:`REUSED`). ``anchors_only``: for
+    the methods of :data:`PATH_METHODS`, return their anchors (an array), not a fit.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -609,7 +663,10 @@ def fit_method(
 
     def sparseeval():
         if "se" not in c:
-            c["se"] = _sparseeval_anchors(key, d, k, st)[0]
+            anchors, use_km, _, paths = _sparseeval_anchors(
+                key, d, k, st, sh, c.get("se_start"), c.get("val_rows"))
+            c["se"] = anchors
+            c.setdefault("se_start", (use_km, anchors, *paths))
         return c["se"]
 
     if method == "random_mean":
@@ -623,10 +680,15 @@ def fit_method(
         return _fit_ridge_map(sh.a_rand, d)
     if method == "kmeans_ridge":
         return _fit_ridge_map(sh.a_km, d)
+    if anchors_only:
+        if method not in PATH_METHODS:
+            raise ValueError(f"anchors_only: for {PATH_METHODS}, got {method!r}")
+        return {"random_mlp": lambda: sh.a_rand, "sparseeval": sparseeval,
+                "greedy_mlp": greedy}[method]()
     if method == "random_mlp":
-        return _fit_mlp_map(jax.random.fold_in(key, _K_FINAL), sh.a_rand, d, st)
+        return _fit_mlp_map(jax.random.fold_in(key, _K_FINAL), sh.a_rand, d, st, c, method)
     if method == "sparseeval":
-        return _fit_mlp_map(jax.random.fold_in(key, _K_FINAL), sparseeval(), d, st)
+        return _fit_mlp_map(jax.random.fold_in(key, _K_FINAL), sparseeval(), d, st, c, method)
     if method == "sparseeval_ridge":
         return _fit_ridge_map(sparseeval(), d)
     if method == "pirt":
@@ -654,7 +716,7 @@ def fit_method(
     if method == "greedy_resmlp":
         return _fit_resmlp_map(jax.random.fold_in(key, _K_FINAL), greedy_shrunk(), d, st)
     if method == "greedy_mlp":
-        return _fit_mlp_map(jax.random.fold_in(key, _K_FINAL), greedy(), d, st)
+        return _fit_mlp_map(jax.random.fold_in(key, _K_FINAL), greedy(), d, st, c, method)
     raise ValueError(f"method must be one of {METHODS + ('auto',)}, got {method!r}")
 
 
@@ -663,6 +725,18 @@ def fit_method(
 #: key) only, never on validation models: refits of the same split with other
 #: validation models reuse them.
 TRAIN_ONLY = ("shared", "F", "basis", "greedy_cands", "aiscis")
+
+#: Methods whose only validation choice, given their anchors, is the MLP checkpoint:
+#: :func:`crossfit_residuals` chooses it on each half from the full fit's validation
+#: path instead of retraining when the half's anchors are the fit's.
+PATH_METHODS = ("random_mlp", "sparseeval", "greedy_mlp")
+
+#: Entries of :func:`fit_method`'s cache that depend on validation models and that
+#: :func:`crossfit_residuals` reuses knowingly: SparseEval's start, anchors and
+#: start-MLP validation paths (``"se_start"``: a half chooses its start from the
+#: paths and reuses the anchors when it picks the same start) and each
+#: :data:`PATH_METHODS` fit's ``"path:<method>"`` (its anchors and validation path).
+REUSED = ("se_start",) + tuple("path:" + m for m in PATH_METHODS)
 
 
 def validation_halves(n_validation: int, seed: int):
@@ -703,7 +777,9 @@ def crossfit_selected_residuals(
     Pure and jittable (``k``, ``methods``, ``st`` static). Pass the ``cache`` of the
     fit on the full split: its training-only entries (:data:`TRAIN_ONLY`: random
     and k-means anchors, item factors, greedy and AIS/CIS anchor searches) are
-    reused, so the refits cost only their validation-dependent parts.
+    reused, so the refits cost only their validation-dependent parts (and the MLP
+    trainings of :data:`PATH_METHODS` are reused where a half's anchors are the
+    fit's, see :func:`crossfit_residuals`).
 
     Returns:
       ``(residuals [2, h], picks [2])``: row 0 = chosen on ``A``, scored on ``B``;
@@ -728,18 +804,40 @@ def crossfit_residuals(
     put independent batched LAPACK calls in flight at once, which deadlocked jaxlib
     0.10.2's CPU thread pool on 2-core machines; BUILD_NOTES "Hang on 2-core machines").
 
+    The full fit's :data:`REUSED` cache entries save retraining: a method of
+    :data:`PATH_METHODS` whose anchors on a half are the full fit's (always for
+    ``random_mlp``; for the others when the half picks the same greedy set or
+    SparseEval start) trains the same network (the training never sees validation
+    models), so its checkpoint for the half is chosen from the full fit's validation
+    path (earliest best, the trainer's rule) instead of by a new training; with other
+    anchors it trains on them (``lax.cond``; under ``vmap`` both branches run). Same
+    residuals as full refits up to rounding.
+
     Returns:
       ``(residuals [2, len(methods), h], mses [2, len(methods)])``.
     """
-    base = {} if cache is None else {n: v for n, v in cache.items() if n in TRAIN_ONLY}
+    base = {} if cache is None else {n: v for n, v in cache.items()
+                                     if n in TRAIN_ONLY or n in REUSED}
 
     def half(idx):
         fit_idx, ho_idx = idx
         dh = SplitData(d.s_tr, d.y_tr, d.s_val[fit_idx], d.y_val[fit_idx])
         s_ho, y_ho = d.s_val[ho_idx], d.y_val[ho_idx]
         c = dict(base)
+        c["val_rows"] = fit_idx  # where dh's validation models are in d's
         mses, rs = [], []
         for name in methods:
+            if "path:" + name in base:
+                a_full, p_full = base["path:" + name]
+                a_h = fit_method(key, dh, k, name, st, c, anchors_only=True)
+                p = jax.lax.cond(
+                    jnp.all(a_h == a_full), lambda p=p_full: p,
+                    lambda a=a_h: _mlp_val_path(jax.random.fold_in(key, _K_FINAL), a, d, st))
+                j = jnp.argmin(jnp.mean((p[:, fit_idx] - dh.y_val) ** 2, axis=1))
+                pv = jnp.clip(p[j, fit_idx], 0.0, 1.0)
+                mses.append(_mse(pv, dh.y_val))
+                rs.append(jnp.clip(p[j, ho_idx], 0.0, 1.0) - y_ho)
+                continue
             f = fit_method(key, dh, k, name, st, c)
             pv = jnp.clip(apply_map(f, dh.s_val[:, f.anchors]), 0.0, 1.0)
             mses.append(_mse(pv, dh.y_val))

@@ -144,12 +144,16 @@ class MLPFit(NamedTuple):
       best_val: validation MSE of that checkpoint.
       best_step: its step (int32; 0 = the initialisation).
       final_train: training MSE (no dropout) after the last step.
+      val_path: with ``return_path=True``, the validation predictions at every
+        checkpoint, ``[checkpoints + 1, m_val]`` (row 0: the initialisation; the
+        checkpoint of row ``j`` is step ``j * eval_every``); else None.
     """
 
     params: object
     best_val: jax.Array
     best_step: jax.Array
     final_train: jax.Array
+    val_path: jax.Array | None = None
 
 
 def train_mlp(
@@ -168,6 +172,7 @@ def train_mlp(
     hidden=HIDDEN,
     base_tr: jax.Array | None = None,
     base_val: jax.Array | None = None,
+    return_path: bool = False,
 ) -> tuple[MLPFit, object]:
     """Full-batch Adam on the MSE, keeping the best checkpoint on validation models.
 
@@ -186,6 +191,11 @@ def train_mlp(
       base_tr, base_val: optional base predictions ``[m]``; when given the network
         is a residual correction of them (see :func:`mlp_apply`) whose last layer
         starts at zero, so step 0 is the base map itself.
+      return_path: also return the validation predictions at every checkpoint
+        (``MLPFit.val_path``; static). The training never looks at the validation
+        models, so a checkpoint chosen on any subset of them from this path is the
+        one a training with that subset as its validation set would keep (up to
+        rounding: the earliest best, as here).
 
     Returns:
       ``(MLPFit, static)``; predict with ``mlp_apply(fit.params, static, x)``.
@@ -205,8 +215,11 @@ def train_mlp(
         pred = mlp_apply(p, static, x_tr, dkey, base_tr)
         return jnp.mean((pred - y_tr) ** 2)
 
-    def val_mse(p):
-        return jnp.mean((mlp_apply(p, static, x_val, None, base_val) - y_val) ** 2)
+    def val_pred(p):
+        return mlp_apply(p, static, x_val, None, base_val)
+
+    def val_mse(pred):
+        return jnp.mean((pred - y_val) ** 2)
 
     def one_step(carry, t):
         p, s = carry
@@ -219,15 +232,18 @@ def train_mlp(
     def chunk(carry, c):
         p, s, best_p, best_v, best_t = carry
         (p, s), _ = jax.lax.scan(one_step, (p, s), c * eval_every + jnp.arange(eval_every))
-        v = val_mse(p) if use_validation else jnp.asarray(0.0, x_tr.dtype)
+        pred = val_pred(p) if use_validation or return_path else None
+        v = val_mse(pred) if use_validation else jnp.asarray(0.0, x_tr.dtype)
         better = (v <= best_v) if not use_validation else (v < best_v)
         best_p = jax.tree.map(lambda a, b: jnp.where(better, a, b), p, best_p)
         best_v = jnp.where(better, v, best_v)
         best_t = jnp.where(better, (c + 1) * eval_every, best_t)
-        return (p, s, best_p, best_v, best_t), None
+        return (p, s, best_p, best_v, best_t), (pred if return_path else None)
 
-    v0 = val_mse(params) if use_validation else jnp.asarray(jnp.inf, x_tr.dtype)
+    pred0 = val_pred(params) if use_validation or return_path else None
+    v0 = val_mse(pred0) if use_validation else jnp.asarray(jnp.inf, x_tr.dtype)
     init = (params, opt_state, params, v0, jnp.asarray(0, jnp.int32))
-    (p, _, best_p, best_v, best_t), _ = jax.lax.scan(chunk, init, jnp.arange(n_chunks))
+    (p, _, best_p, best_v, best_t), preds = jax.lax.scan(chunk, init, jnp.arange(n_chunks))
     final_train = jnp.mean((mlp_apply(p, static, x_tr, None, base_tr) - y_tr) ** 2)
-    return MLPFit(best_p, best_v, best_t.astype(jnp.int32), final_train), static
+    path = jnp.concatenate([pred0[None], preds]) if return_path else None
+    return MLPFit(best_p, best_v, best_t.astype(jnp.int32), final_train, path), static
