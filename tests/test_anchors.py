@@ -1281,3 +1281,32 @@ def test_crossfit_reuses_the_full_fit_only_where_a_refit_would_be_the_same():
     got2 = jrun(key, shifted, False)  # row 0: chosen on A, scored on B
     np.testing.assert_allclose(got2[0][0], fresh[0][0] - 0.05, atol=1e-6)
     np.testing.assert_allclose(got2[1][0], fresh[1][0], rtol=1e-5, atol=1e-8)  # A's MSEs unchanged
+
+
+@pytest.mark.slow  # ~1-2 min: five MLP methods, with and without the guard
+@pytest.mark.parametrize("guard", [False, True])
+def test_crossfit_reuse_equals_refits_for_every_mlp_method(guard):
+    """The reuse of :func:`crossfit_residuals` for all five MLP-trained methods
+    fitted together (one shared cache), an odd validation count (one model in
+    neither half), with and without SparseEval's validation guard: the residuals of
+    refitting each method on each half from scratch."""
+    from jaxeval.anchors._methods import crossfit_residuals, validation_halves
+
+    s, y, _ = _planted(m=160, n=40)
+    d = SplitData(*(jnp.asarray(a) for a in (s[:100], y[:100], s[100:133], y[100:133])))
+    ia, ib = (jnp.asarray(i) for i in validation_halves(33, 5))
+    st = dataclasses.replace(FAST, guard=guard)
+    methods = ("random_mlp", "sparseeval", "greedy_mlp", "sparseeval_ridge", "greedy_resmlp")
+
+    def reuse(key):
+        c = {}
+        for m in methods:
+            fit_method(key, d, 6, m, st, c)
+        return crossfit_residuals(key, d, 6, methods, st, ia, ib, c)
+
+    for seed in (0, 1):
+        key = jax.random.key(seed)
+        got = jax.jit(reuse)(key)
+        fresh = jax.jit(lambda k: crossfit_residuals(k, d, 6, methods, st, ia, ib, None))(key)
+        np.testing.assert_allclose(got[0], fresh[0], atol=1e-6)
+        np.testing.assert_allclose(got[1], fresh[1], rtol=1e-5, atol=1e-8)

@@ -90,8 +90,11 @@ class AnchorPredictor:
         greedy methods covered 0.86-0.88 at a nominal 0.90 (synthetic splits, 40
         validation models); on halves 0.90 (BUILD_NOTES.md, twenty-fifth session).
         The MLP-trained methods are halved too (their checkpoint, weight decay and,
-        for ``sparseeval``, its start chosen on one half; a network is retrained
-        only where a half's anchors are not the fit's: up to ~2x the plain fit).
+        for ``sparseeval``, its start chosen on one half). ``random_mlp``,
+        ``greedy_mlp`` and ``sparseeval`` (without ``guard``) retrain a network only
+        where a half's anchors are not the fit's (up to ~2x the plain fit);
+        ``greedy_resmlp``, whose base map is tuned on validation models, and a
+        guarded ``sparseeval`` refit on each half (~3x).
       alpha: error level of the interval.
       external_target: the target was an external full-benchmark score.
       validation_mae_pp: validation MAE of the chosen method (percentage points).

@@ -131,8 +131,9 @@ class Settings:
         (synthetic splits, 40 validation models; BUILD_NOTES.md, twenty-fifth
         session), the MLP-trained ones 0.86-0.89 (twenty-seventh session). On by
         default; ``False`` restores the plain validation calibration (and saves the
-        halves' extra work: for the MLP-trained methods, up to two more trainings of
-        a network where a half's anchors differ from the fit's;
+        halves' extra work: for ``random_mlp``, ``greedy_mlp`` and an unguarded
+        ``sparseeval`` up to two more trainings where a half's anchors differ from
+        the fit's, for ``greedy_resmlp`` and a guarded ``sparseeval`` two refits;
         :func:`crossfit_residuals`).
     """
 
@@ -375,7 +376,8 @@ def _sparseeval_anchors(key, d: SplitData, k: int, st: Settings, sh=None, reuse=
     refinement look at validation models, the anchors are reused when the start is
     the same (``lax.cond``); the trace is then None.
 
-    Returns ``(anchors, use_km, trace, (path_km, path_rd))``.
+    Returns ``(anchors, use_km, trace, (path_km, path_rd))``; with ``rows`` the paths
+    are ``reuse``'s (on its validation models), passed on unchanged.
     """
     n = d.s_tr.shape[1]
     if sh is None:
@@ -480,8 +482,10 @@ METHODS = (
 #: checkpoint and weight decay, SparseEval's k-means-or-random start). Left out
 #: (:data:`_NOT_HALVED`): the methods that make no choice on validation models, whose
 #: validation residuals are already exchangeable with test residuals. The refits
-#: reuse the fit's training-only pieces (:data:`TRAIN_ONLY`); an MLP-trained method
-#: retrains only where a half's anchors are not the fit's (:data:`REUSED`): on MuSR
+#: reuse the fit's training-only pieces (:data:`TRAIN_ONLY`); a method of
+#: :data:`PATH_METHODS` retrains only where a half's anchors are not the fit's
+#: (:data:`REUSED`; ``greedy_resmlp``, whose base map is tuned on validation models,
+#: and a guarded ``sparseeval``'s refinement are refitted on each half): on MuSR
 #: (k = 100, seed 0, default settings) ``random_mlp`` took 1.05x the time of its
 #: plain fit, ``greedy_mlp`` 1.7x and ``sparseeval`` 1.9x (there a half picked other
 #: greedy anchors, another SparseEval start, and retrained).
@@ -806,12 +810,12 @@ def crossfit_residuals(
 
     The full fit's :data:`REUSED` cache entries save retraining: a method of
     :data:`PATH_METHODS` whose anchors on a half are the full fit's (always for
-    ``random_mlp``; for the others when the half picks the same greedy set or
-    SparseEval start) trains the same network (the training never sees validation
-    models), so its checkpoint for the half is chosen from the full fit's validation
-    path (earliest best, the trainer's rule) instead of by a new training; with other
-    anchors it trains on them (``lax.cond``; under ``vmap`` both branches run). Same
-    residuals as full refits up to rounding.
+    ``random_mlp``; for the others when the half picks the same greedy set, or the
+    same SparseEval start without ``guard``) trains the same network (the training
+    never sees validation models), so its checkpoint for the half is chosen from the
+    full fit's validation path (earliest best, the trainer's rule) instead of by a new
+    training; with other anchors it trains on them (``lax.cond``; under ``vmap`` both
+    branches run). Same residuals as full refits up to rounding.
 
     Returns:
       ``(residuals [2, len(methods), h], mses [2, len(methods)])``.
