@@ -815,7 +815,8 @@ def crossfit_residuals(
     never sees validation models), so its checkpoint for the half is chosen from the
     full fit's validation path (earliest best, the trainer's rule) instead of by a new
     training; with other anchors it trains on them (``lax.cond``; under ``vmap`` both
-    branches run). Same residuals as full refits up to rounding.
+    branches run, except for ``random_mlp``, whose anchors are the cached training-only
+    ones, so no check is traced). Same residuals as full refits up to rounding.
 
     Returns:
       ``(residuals [2, len(methods), h], mses [2, len(methods)])``.
@@ -834,9 +835,13 @@ def crossfit_residuals(
             if "path:" + name in base:
                 a_full, p_full = base["path:" + name]
                 a_h = fit_method(key, dh, k, name, st, c, anchors_only=True)
-                p = jax.lax.cond(
-                    jnp.all(a_h == a_full), lambda p=p_full: p,
-                    lambda a=a_h: _mlp_val_path(jax.random.fold_in(key, _K_FINAL), a, d, st))
+                if a_h is a_full:  # the same cached array (random_mlp's): no check needed
+                    p = p_full
+                else:
+                    p = jax.lax.cond(
+                        jnp.all(a_h == a_full), lambda p=p_full: p,
+                        lambda a=a_h: _mlp_val_path(jax.random.fold_in(key, _K_FINAL), a, d,
+                                                    st))
                 j = jnp.argmin(jnp.mean((p[:, fit_idx] - dh.y_val) ** 2, axis=1))
                 pv = jnp.clip(p[j, fit_idx], 0.0, 1.0)
                 mses.append(_mse(pv, dh.y_val))
