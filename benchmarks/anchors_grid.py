@@ -47,7 +47,8 @@ import time
 from pathlib import Path
 
 import jaxeval
-from jaxeval.anchors import HALVES_METHODS, Settings
+from jaxeval.anchors import Settings
+from jaxeval.anchors._methods import halved_methods
 from jaxeval.anchors._protocol import evaluate_protocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -362,7 +363,7 @@ def main(argv=None):
     seeds = tuple(42 + r for r in range(a.seeds))
     key = _settings_key(st, seeds, a.methods)
     stored = read_cells(a.out)
-    halved = [m for m in a.methods if m in HALVES_METHODS] if st.named_halves else []
+    halved = list(halved_methods(a.methods, st))
     done = {(r["dataset"], r["k"]) for r in stored
             if _record_key(r) == key and same_run(r, a.vmap_seeds)
             and (r.get("named_halves") or []) == halved}

@@ -45,7 +45,8 @@ from pathlib import Path
 import numpy as np
 
 import jaxeval
-from jaxeval.anchors import HALVES_METHODS, Settings
+from jaxeval.anchors import Settings
+from jaxeval.anchors._methods import halved_methods
 from jaxeval.anchors._protocol import evaluate_protocol
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -434,7 +435,7 @@ def main(argv=None):
         if want_mlp and not a.methods:
             methods = list(BASELINES) + list(MLPS) + list(STRONG)
         st_cell = repr(dataclasses.replace(st, external=sm.target is not None))
-        halved = tuple(m for m in methods if m in HALVES_METHODS) if st.named_halves else ()
+        halved = halved_methods(methods, st)
         if (d, k, seeds, tuple(methods), st_cell, halved) in done:
             print(f"\n### {d} k={k}: already in {a.out}, skipped (--resume)")
             continue

@@ -21,7 +21,6 @@ from jaxeval._data import ScoreMatrix, atomic_savez
 from jaxeval.anchors._intervals import conformal_quantile, dr_estimate, sample_non_anchors
 from jaxeval.anchors._irt import fit_item_factors, irt_item_predictions
 from jaxeval.anchors._methods import (
-    HALVES_METHODS,
     METHODS,
     Fitted,
     Settings,
@@ -34,6 +33,7 @@ from jaxeval.anchors._methods import (
     crossfit_selected_residuals,
     cv_folds,
     fit_method,
+    halved_methods,
     min_models,
     validation_halves,
 )
@@ -674,7 +674,7 @@ def fit_anchors(
     use_cv = method == "auto" and validation.n_models < st.auto_cv_below
     halves = None
     if (method == "auto" and not use_cv and st.auto_halves) or (
-            method in HALVES_METHODS and st.named_halves):
+            halved_methods((method,), st)):
         halves = tuple(jnp.asarray(h) for h in validation_halves(validation.n_models, split_seed))
     fits, factors, half_res = _fit_jit(key, d, int(k), tuple(cands), st, with_factors, halves)
     results = {}

@@ -64,6 +64,7 @@ __all__ = [
     "validation_halves",
     "TRAIN_ONLY",
     "PATH_METHODS",
+    "halved_methods",
     "REUSED",
 ]
 
@@ -255,26 +256,24 @@ def _fit_mlp_map(key, anchors, d: SplitData, st: Settings, cache: dict | None = 
     """The reference MLP on ``anchors``; with a ``cache``, its validation-prediction
     path is kept there as ``"path:" + name`` (``(anchors, path)``, see
     :func:`crossfit_residuals`)."""
-    fit, _ = train_mlp(
-        key,
-        d.s_tr[:, anchors],
-        d.y_tr,
-        d.s_val[:, anchors],
-        d.y_val,
-        num_steps=st.final_steps,
-        eval_every=st.eval_every,
-        return_path=cache is not None,
-    )
+    fit = _train_final_mlp(key, anchors, d, st, return_path=cache is not None)
     if cache is not None:
         cache["path:" + name] = (anchors, fit.val_path)
     return Fitted(anchors, "mlp", {"mlp": fit.params, "best_step": fit.best_step})
 
 
-def _mlp_val_path(key, anchors, d: SplitData, st: Settings):
-    """Validation predictions at every checkpoint of :func:`_fit_mlp_map`'s training."""
+def _train_final_mlp(key, anchors, d: SplitData, st: Settings, return_path: bool):
+    """The training of :func:`_fit_mlp_map` (its :class:`MLPFit`)."""
     fit, _ = train_mlp(key, d.s_tr[:, anchors], d.y_tr, d.s_val[:, anchors], d.y_val,
-                       num_steps=st.final_steps, eval_every=st.eval_every, return_path=True)
-    return fit.val_path
+                       num_steps=st.final_steps, eval_every=st.eval_every,
+                       return_path=return_path)
+    return fit
+
+
+def _checkpoint_mses(path, rows, y):
+    """MSE of every checkpoint of a validation ``path`` on its validation models ``rows``
+    (targets ``y``): what the trainer's checkpoint rule compares."""
+    return jnp.mean((path[:, rows] - y) ** 2, axis=1)
 
 
 def _fit_resmlp_map(key, shrunk: Fitted, d: SplitData, st: Settings) -> Fitted:
@@ -362,12 +361,12 @@ def _ridge_proxy(key, x, y):
     return lambda v: apply_linear(lin, v)
 
 
-def _sparseeval_anchors(key, d: SplitData, k: int, st: Settings, sh=None, reuse=None,
+def _sparseeval_anchors(key, d: SplitData, k: int, st: Settings, sh, reuse=None,
                         rows=None):
     """SparseEval anchors: k-means or random start (chosen on validation) + AIS/CIS.
 
-    ``sh``: the fit's :class:`_Shared` (its k-means and random anchors are the ones
-    this would compute). ``reuse``: ``(use_km, anchors, path_km, path_rd)`` of a fit
+    ``sh``: the fit's :class:`_Shared` (its k-means and random anchors are the
+    starts). ``reuse``: ``(use_km, anchors, path_km, path_rd)`` of a fit
     of the same split and key with other validation models (the start, anchors and
     validation paths of the two start MLPs on that fit's validation models), with
     ``rows`` the indices of this fit's validation models among those: the start is
@@ -379,12 +378,7 @@ def _sparseeval_anchors(key, d: SplitData, k: int, st: Settings, sh=None, reuse=
     Returns ``(anchors, use_km, trace, (path_km, path_rd))``; with ``rows`` the paths
     are ``reuse``'s (on its validation models), passed on unchanged.
     """
-    n = d.s_tr.shape[1]
-    if sh is None:
-        a_km, _ = kmeans_anchors(jax.random.fold_in(key, _K_KMEANS), d.s_tr, k, st.kmeans_iters)
-        a_rd = random_anchors(jax.random.fold_in(key, _K_RANDOM), n, k)
-    else:
-        a_km, a_rd = sh.a_km, sh.a_rand
+    a_km, a_rd = sh.a_km, sh.a_rand
 
     def init_fit(a, i):
         fit, _ = train_mlp(
@@ -396,7 +390,7 @@ def _sparseeval_anchors(key, d: SplitData, k: int, st: Settings, sh=None, reuse=
 
     if reuse is not None and rows is not None:
         paths = reuse[2:]
-        v_km, v_rd = (jnp.min(jnp.mean((p[:, rows] - d.y_val) ** 2, axis=1)) for p in paths)
+        v_km, v_rd = (jnp.min(_checkpoint_mses(p, rows, d.y_val)) for p in paths)
     else:
         (v_km, p_km), (v_rd, p_rd) = init_fit(a_km, 0), init_fit(a_rd, 1)
         paths = (p_km, p_rd)
@@ -491,6 +485,13 @@ METHODS = (
 #: greedy anchors, another SparseEval start, and retrained).
 _NOT_HALVED = ("random_mean", "anchor_points", "random_linear", "pirt")
 HALVES_METHODS = tuple(m for m in METHODS if m not in _NOT_HALVED)
+
+
+def halved_methods(methods, st: Settings) -> tuple:
+    """The methods of ``methods`` whose interval ``st`` calibrates on validation halves
+    (``Settings.named_halves``), in their order: what ``evaluate_protocol`` reports
+    as ``info["named_halves"]``."""
+    return tuple(m for m in methods if m in HALVES_METHODS) if st.named_halves else ()
 
 #: Candidates of ``method="auto"`` (chosen by validation MSE, or by cross-validation
 #: over training + validation models when validation is small, see :class:`Settings`).
@@ -840,9 +841,9 @@ def crossfit_residuals(
                 else:
                     p = jax.lax.cond(
                         jnp.all(a_h == a_full), lambda p=p_full: p,
-                        lambda a=a_h: _mlp_val_path(jax.random.fold_in(key, _K_FINAL), a, d,
-                                                    st))
-                j = jnp.argmin(jnp.mean((p[:, fit_idx] - dh.y_val) ** 2, axis=1))
+                        lambda a=a_h: _train_final_mlp(jax.random.fold_in(key, _K_FINAL), a, d,
+                                                       st, return_path=True).val_path)
+                j = jnp.argmin(_checkpoint_mses(p, fit_idx, dh.y_val))
                 pv = jnp.clip(p[j, fit_idx], 0.0, 1.0)
                 mses.append(_mse(pv, dh.y_val))
                 rs.append(jnp.clip(p[j, ho_idx], 0.0, 1.0) - y_ho)

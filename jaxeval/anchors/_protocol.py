@@ -48,7 +48,6 @@ from jaxeval.anchors._intervals import conformal_quantile, dr_estimate, sample_n
 from jaxeval.anchors._irt import fit_item_factors, irt_item_predictions
 from jaxeval.anchors._methods import (
     AUTO_CANDIDATES,
-    HALVES_METHODS,
     METHODS,
     Settings,
     SplitData,
@@ -61,6 +60,7 @@ from jaxeval.anchors._methods import (
     crossfit_residuals,
     cv_folds,
     fit_method,
+    halved_methods,
     min_models,
     validation_halves,
 )
@@ -373,7 +373,7 @@ def evaluate_protocol(
     halves = None
     auto_halved = "auto" in methods and not use_cv and st.auto_halves
     # the named methods calibrated on validation halves (Settings.named_halves)
-    halved = tuple(m for m in methods if m in HALVES_METHODS) if st.named_halves else ()
+    halved = halved_methods(methods, st)
     if auto_halved or halved:
         hs = [validation_halves(d.y_val.shape[1], int(s)) for s in seeds]
         halves = (jnp.asarray(np.stack([h[0] for h in hs])),
