@@ -37,6 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxeval import _seqlinalg as seqlinalg
+
 __all__ = [
     "ItemFactors",
     "FitResult",
@@ -266,7 +268,9 @@ def _newton_direction(g, H, eye):
     r = g.shape[0]
     # A small ridge keeps the solve defined when rho = 0 and few items are seen.
     scale = jnp.maximum(jnp.trace(H) / r, 1.0)
-    d = -jnp.linalg.solve(H + 1e-6 * scale * eye, g)
+    # vmapped over rows: one solve after another (a batched LAPACK call can hang
+    # XLA's CPU thread pool beside another one, see jaxeval._seqlinalg)
+    d = -seqlinalg.solve(H + 1e-6 * scale * eye, g)
     return jnp.where(jnp.all(jnp.isfinite(d)), d, -g / scale)
 
 

@@ -1310,3 +1310,69 @@ def test_crossfit_reuse_equals_refits_for_every_mlp_method(guard):
         fresh = jax.jit(lambda k: crossfit_residuals(k, d, 6, methods, st, ia, ib, None))(key)
         np.testing.assert_allclose(got[0], fresh[0], atol=1e-6)
         np.testing.assert_allclose(got[1], fresh[1], rtol=1e-5, atol=1e-8)
+
+
+def _batched_lapack_calls(compiled_text: str) -> list[str]:
+    """The LAPACK custom calls of a compiled CPU program whose first result has more
+    than two dimensions (a batch of matrices)."""
+    import re
+
+    out = []
+    for line in compiled_text.splitlines():
+        target = re.search(r'custom_call_target="([^"]*lapack[^"]*)"', line)
+        if target and " custom-call(" in line:
+            lhs = line.split(" custom-call(")[0].split(" = ", 1)[-1]
+            dims = re.search(r"\w+\[([\d,]*)\]", lhs).group(1)
+            if len(dims.split(",")) > 2:
+                out.append(f"{target.group(1)} {lhs[:80]}")
+    return out
+
+
+def test_seqlinalg_is_the_batched_linalg_one_matrix_at_a_time():
+    """The helpers give the jnp.linalg results bit for bit, under nested vmaps too, and
+    compile to unbatched LAPACK calls (a batched call beside another one can hang
+    XLA's CPU thread pool on 2-core machines)."""
+    from jaxeval import _seqlinalg as sl
+
+    a = jax.random.normal(jax.random.key(0), (2, 3, 6, 6))
+    a = a @ jnp.swapaxes(a, -1, -2) + jnp.eye(6)
+    b = jax.random.normal(jax.random.key(1), (2, 3, 6, 2))
+    vv = lambda f: jax.jit(jax.vmap(jax.vmap(f)))  # noqa: E731
+    np.testing.assert_array_equal(vv(sl.solve)(a, b), vv(jnp.linalg.solve)(a, b))
+    for p, q in zip(vv(sl.eigh)(a), vv(jnp.linalg.eigh)(a)):
+        np.testing.assert_array_equal(p, q)
+    thin = lambda x: jnp.linalg.svd(x, full_matrices=False)  # noqa: E731
+    for p, q in zip(vv(sl.svd_thin)(a), vv(thin)(a)):
+        np.testing.assert_array_equal(p, q)
+    # an unbatched argument is broadcast; the batch may be on either argument
+    np.testing.assert_array_equal(jax.vmap(sl.solve, (None, 0))(a[0, 0], b[0]),
+                                  jax.vmap(jnp.linalg.solve, (None, 0))(a[0, 0], b[0]))
+    for f, args in ((sl.solve, (a, b)), (sl.eigh, (a,)), (sl.svd_thin, (a,))):
+        assert _batched_lapack_calls(vv(f).lower(*args).compile().as_text()) == []
+    # the check sees a batched call where there is one
+    assert _batched_lapack_calls(vv(jnp.linalg.solve).lower(a, b).compile().as_text())
+
+
+def test_anchor_fit_programs_make_no_batched_lapack_call(small_sm):
+    """``fit_anchors``' program for ``auto`` choosing on validation models (every
+    candidate, the residual and reference MLPs, the halves' refits) and its
+    cross-validation program hold no batched LAPACK call: two in flight at once
+    deadlocked jaxlib 0.10's CPU thread pool on 2-core machines (metabench MMLU,
+    k = 100, default settings: hung at 0% CPU)."""
+    from jaxeval.anchors import AUTO_CANDIDATES, AUTO_VALIDATION_EXTRA
+    from jaxeval.anchors._api import _cv_jit, _fit_jit
+    from jaxeval.anchors._methods import cv_folds, validation_halves
+
+    val, tr = small_sm.split([32], seed=0)
+    d = SplitData(*(jnp.asarray(a) for a in (tr.scores, tr.true_score(), val.scores,
+                                              val.true_score())))
+    st = dataclasses.replace(FAST, auto_cv_below=10, resmlp_steps=40)
+    cands = AUTO_CANDIDATES + AUTO_VALIDATION_EXTRA + ("gpirt", "pirt")
+    halves = tuple(jnp.asarray(h) for h in validation_halves(32, 0))
+    key = jax.random.key(0)
+    fit = _fit_jit.lower(key, d, 6, cands, st, True, halves).compile().as_text()
+    assert "lapack" in fit and _batched_lapack_calls(fit) == []
+    folds, s_ho, y_ho = cv_folds(d, 5, 0)
+    cv = _cv_jit.lower(key, jax.tree.map(jnp.asarray, folds), jnp.asarray(s_ho),
+                       jnp.asarray(y_ho), 6, AUTO_CANDIDATES, st).compile().as_text()
+    assert "lapack" in cv and _batched_lapack_calls(cv) == []

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxeval import _seqlinalg as seqlinalg
 from jaxeval.anchors._ridge import LinearMap, fit_ridge
 
 __all__ = [
@@ -66,7 +67,7 @@ def lowrank_basis(s_tr: jax.Array, max_rank: int = max(LOWRANK_RANKS)) -> LowRan
     m, n = s_tr.shape
     R = min(max_rank, m, n)
     mu = jnp.mean(s_tr, axis=0)
-    _, sv, vt = jnp.linalg.svd(s_tr - mu, full_matrices=False)
+    _, sv, vt = seqlinalg.svd_thin(s_tr - mu)  # (vmapped: one matrix at a time)
     V = vt[:R].T * (sv[:R] / jnp.sqrt(jnp.asarray(m, s_tr.dtype)))[None, :]
     return LowRankBasis(mu, V)
 
@@ -78,7 +79,7 @@ def _linear_for(basis: LowRankBasis, anchors: jax.Array, rank: jax.Array, lam: j
     Vm = V * mask[None, :]
     Va = Vm[anchors]  # [k, R]
     A = Va.T @ Va + lam * jnp.eye(R, dtype=V.dtype)
-    M = jnp.linalg.solve(A, Va.T)  # [R, k]
+    M = seqlinalg.solve(A, Va.T)  # [R, k] (vmapped over the grid: one after another)
     c1 = jnp.sum(Vm, axis=0) - jnp.sum(Va, axis=0)  # loadings summed over non-anchors
     c0 = jnp.sum(mu) - jnp.sum(mu[anchors])
     mu_a = mu[anchors]

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxeval import _seqlinalg as seqlinalg
 from jaxeval.anchors._select import check_k
 
 __all__ = [
@@ -77,7 +78,7 @@ def fit_ridge_path(x: jax.Array, y: jax.Array, lams: jax.Array) -> LinearMap:
     xc, yc, xm, ym = _centre(x, y)
     g = xc.T @ xc
     scale = jnp.maximum(jnp.mean(jnp.diag(g)), 1e-12)
-    evals, evecs = jnp.linalg.eigh(g)
+    evals, evecs = seqlinalg.eigh(g)  # (vmapped: one matrix at a time, see _seqlinalg)
     evals = jnp.maximum(evals, 0.0)
     proj = evecs.T @ (xc.T @ yc)
 
@@ -128,7 +129,7 @@ def loo_ridge_residuals(x: jax.Array, y: jax.Array, lam: jax.Array) -> jax.Array
     g = xc.T @ xc
     alpha = lam * jnp.maximum(jnp.mean(jnp.diag(g)), 1e-12)
     a = g + alpha * jnp.eye(g.shape[0], dtype=x.dtype)
-    sol = jnp.linalg.solve(a, xc.T)  # [k, m]
+    sol = seqlinalg.solve(a, xc.T)  # [k, m]
     h = jnp.sum(xc * sol.T, axis=1) + 1.0 / m
     r = yc - xc @ (sol @ yc)
     return r / jnp.maximum(1.0 - h, 1e-6)
