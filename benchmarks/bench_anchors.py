@@ -366,8 +366,8 @@ def main(argv=None):
                          "library default too)")
     ap.add_argument("--auto-halves", action=argparse.BooleanOptionalAction, default=True,
                     help="calibrate auto's interval on validation halves when it chooses on "
-                         "validation models (Settings.auto_halves; off in the library by "
-                         "default, see its docstring)")
+                         "validation models (Settings.auto_halves; the library default "
+                         "too)")
     ap.add_argument("--out", default="benchmarks/results_anchors.jsonl")
     ap.add_argument("--vmap-seeds", action="store_true",
                     help="vmap the protocol over the seeds (evaluate_protocol's vmap_seeds; "

@@ -72,8 +72,9 @@ FORMAT = "jaxeval-study/1"
 #: a task whose numbers a change moved is not extended or merged across set-ups
 #: (:func:`_setup_changes`). 5: the named anchor methods of
 #: ``jaxeval.anchors.HALVES_METHODS`` calibrate their intervals on validation halves.
-#: 6: so do the MLP-trained ones (:data:`_HALVED_AT_6`).
-SETUP = 6
+#: 6: so do the MLP-trained ones (:data:`_HALVED_AT_6`). 7: so does ``auto`` where it
+#: chooses on validation models (``Settings.auto_halves`` on by default).
+SETUP = 7
 #: The named anchor methods whose intervals set-up 6 moved to validation halves.
 _HALVED_AT_6 = ("random_mlp", "sparseeval", "sparseeval_ridge", "greedy_resmlp", "greedy_mlp")
 STUDY_FILE = "study.json"
@@ -1155,7 +1156,8 @@ def _setup_changes(study: Study, since: int, until: int = SETUP) -> dict[str, st
     anchor study's every ``k`` task when it runs a named method of
     ``jaxeval.anchors.HALVES_METHODS`` (their intervals: calibrated on validation
     halves now). Set-up 6: the same for a task that runs an MLP-trained method
-    (:data:`_HALVED_AT_6`)."""
+    (:data:`_HALVED_AT_6`). Set-up 7: the same for a task that runs ``auto`` on data
+    where it chooses on validation models (:func:`_auto_on_validation`)."""
     if since >= until:
         return {}
     if isinstance(study, AnchorStudy):
@@ -1167,6 +1169,8 @@ def _setup_changes(study: Study, since: int, until: int = SETUP) -> dict[str, st
                      if m in HALVES_METHODS and m not in _HALVED_AT_6]
         if since < 6 <= until:
             named += [m for m in study.methods if m in _HALVED_AT_6 and m not in named]
+        if since < 7 <= until and "auto" in study.methods and _auto_on_validation(study):
+            named.append("auto")
         if named:
             why = (f"intervals of {', '.join(named)}: calibrated on all validation models "
                    "then, on validation halves now")
@@ -1200,6 +1204,21 @@ def _setup_changes(study: Study, since: int, until: int = SETUP) -> dict[str, st
         if moved:
             out[spec.name] = "; ".join(moved)
     return out
+
+
+def _auto_on_validation(study: AnchorStudy) -> bool:
+    """Whether ``auto`` chooses on validation models in ``study`` (its protocol splits
+    hold at least ``Settings.auto_cv_below`` of them), where set-up 7 moved its
+    interval to validation halves. Data that cannot be loaded counts as yes: a task
+    is then not extended or merged across the change rather than perhaps mixed."""
+    from jaxeval.anchors import Settings
+
+    try:
+        sm = study.data.load()  # duplicates removed
+        n_val = sm.protocol_split(study.first_seed).validation.n_models
+    except (OSError, ValueError):
+        return True
+    return n_val >= Settings().auto_cv_below
 
 
 def _chunk_setup(info: Mapping[str, Any]) -> int:

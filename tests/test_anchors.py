@@ -793,14 +793,15 @@ def test_fit_anchors_auto_cv_choice_and_cross_fitted_interval(small_sm):
 @pytest.mark.slow
 def test_fit_anchors_auto_validation_choice_and_halves_interval(small_sm):
     """With many validation models auto picks on validation (residual MLP and reference
-    MLP included); with ``auto_halves`` its radius is the conformal quantile of the
-    half-cross-fitted residuals, not of the residuals on the models it chose on."""
+    MLP included); by default (``auto_halves``) its radius is the conformal quantile of
+    the half-cross-fitted residuals, not of the residuals on the models it chose on;
+    ``auto_halves=False`` gives the latter."""
     from jaxeval.anchors import AUTO_CANDIDATES, AUTO_VALIDATION_EXTRA
 
     val, tr = small_sm.split([32], seed=0)  # fit_anchors' own hold-out
     d2 = SplitData(*(jnp.asarray(a) for a in (tr.scores, tr.true_score(), val.scores,
                                                val.true_score())))
-    big = dataclasses.replace(FAST, auto_cv_below=10, resmlp_steps=40, auto_halves=True)
+    big = dataclasses.replace(FAST, auto_cv_below=10, resmlp_steps=40)  # auto_halves: default
     pred2 = fit_anchors(small_sm, 6, seed=0, settings=big)
     assert pred2.info["auto_choice"] == "validation"
     assert pred2.info["interval_calibration"] == "validation halves"
@@ -817,8 +818,11 @@ def test_fit_anchors_auto_validation_choice_and_halves_interval(small_sm):
     np.testing.assert_allclose(pred2.radius, float(conformal_quantile(hr.ravel(), 0.1)),
                                rtol=1e-5)
     vres = pred2.predict(val.take(items=pred2.anchor_items).scores)[0]
-    assert pred2.radius != pytest.approx(
-        float(conformal_quantile(jnp.asarray(vres - val.true_score()), 0.1)))
+    plain = float(conformal_quantile(jnp.asarray(vres - val.true_score()), 0.1))
+    assert pred2.radius != pytest.approx(plain)
+    old = fit_anchors(small_sm, 6, seed=0, settings=dataclasses.replace(big, auto_halves=False))
+    assert old.info["interval_calibration"] == "validation models" and old.method == pred2.method
+    assert old.radius == pytest.approx(plain, rel=1e-5)
 
 
 @pytest.mark.slow  # ~40 s of refits

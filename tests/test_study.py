@@ -655,7 +655,7 @@ def test_folder_of_an_older_setup_is_not_extended_or_merged(tmp_path):
     tasks, tasks without chunks and explicit settings are allowed."""
     import hashlib
 
-    from jaxeval._study import SETUP, _check_setup, _open_folder, _setup_changes
+    from jaxeval._study import SETUP, DataSource, _check_setup, _open_folder, _setup_changes
 
     d = {"kind": "identification", "data": {"synthetic": {"n_items": 30, "rank": 2}},
          "num_arms": 3, "n_replicates": 8, "budgets": [0.5], "cs_kinds": ["hoeffding"],
@@ -682,7 +682,23 @@ def test_folder_of_an_older_setup_is_not_extended_or_merged(tmp_path):
     mlp = AnchorStudy(methods=("sparseeval", "random_mean", "auto"), k=(20,))
     assert list(_setup_changes(mlp, 5)) == ["k20"] and "sparseeval" in _setup_changes(mlp, 5)["k20"]
     assert list(_setup_changes(mlp, 4)) == ["k20"] and _setup_changes(mlp, 4, 5) == {}
-    assert _setup_changes(mlp, 6) == {}
+    # set-up 7 moved auto's interval (validation halves) where it chooses on validation
+    # models: >= Settings.auto_cv_below of them, i.e. >= ~500 distinct models here
+    assert _setup_changes(mlp, 6) == {}  # MuSR: 85 validation models, auto cross-validates
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "big.npz", scores=(rng.random((520, 40)) < 0.5).astype(np.float32))
+    big = AnchorStudy(data=DataSource(npz=str(tmp_path / "big.npz")), methods=("auto",),
+                      k=(5,))
+    assert list(_setup_changes(big, 6)) == ["k5"] and "auto" in _setup_changes(big, 6)["k5"]
+    assert _setup_changes(big, 6, 6) == {} and _setup_changes(big, SETUP) == {}
+    assert _setup_changes(AnchorStudy(data=big.data, methods=("random_mean",), k=(5,)), 6) == {}
+    small = tmp_path / "small.npz"
+    np.savez(small, scores=(rng.random((480, 40)) < 0.5).astype(np.float32))
+    assert _setup_changes(AnchorStudy(data=DataSource(npz=str(small)), methods=("auto",),
+                                      k=(5,)), 6) == {}  # 96 validation models: CV
+    small.unlink()  # data that cannot be read: counted as moved (never mixed)
+    assert list(_setup_changes(AnchorStudy(data=DataSource(npz=str(small)),
+                                           methods=("auto",), k=(5,)), 6)) == ["k5"]
     real = study_from_dict(dict(d, data="oll2_ifeval", policies=["pulse"]))
     assert "online_rho" in _setup_changes(real, 1)["pulse"]
     eb = study_from_dict(dict(d, cs_kinds=["eb", "hoeffding"]))  # the EB fix moves all

@@ -80,10 +80,11 @@ class AnchorPredictor:
         predictor that made them when it chose by cross-validation (the
         cross-fitted residuals; the same residuals also chose the method among
         the candidates, a mild winner's selection that the measured coverage,
-        0.88-0.93 for a nominal 0.90, includes) or with ``settings.auto_halves``
-        (the candidate chosen on one half of the validation models, scored on the
-        other half); else from its validation residuals (slightly optimistic, see
-        :class:`Settings`). A named method of :data:`HALVES_METHODS` (those that
+        0.88-0.93 for a nominal 0.90, includes) or, when it chose on validation
+        models, from validation halves (``settings.auto_halves``, the default: the
+        candidate chosen on one half of the validation models, scored on the other
+        half); with ``auto_halves=False`` from its validation residuals (slightly
+        optimistic, see :class:`Settings`). A named method of :data:`HALVES_METHODS` (those that
         tune something on the validation models) is calibrated on validation halves
         by default (``Settings.named_halves``: its choices made on one half, its
         residuals taken on the other): calibrated on the models that tuned them, the
@@ -576,9 +577,10 @@ def fit_anchors(
         (``"sparseeval"`` is the faithful SparseEval protocol).
       seed: int seed or PRNG key.
       validation: models for the choices made on validation (ridge strength,
-        method, MLP checkpoint) and for the conformal interval (for ``"auto"``
-        choosing by cross-validation, or with ``settings.auto_halves``, the interval
-        comes from cross-fitted residuals instead: see ``AnchorPredictor.radius``); by
+        method, MLP checkpoint) and for the conformal interval (calibrated on
+        residuals that no choice saw: cross-fitted folds when ``"auto"`` chooses by
+        cross-validation, else validation halves for ``"auto"`` and the methods of
+        :data:`HALVES_METHODS`; see ``AnchorPredictor.radius``); by
         default a seeded 20% of ``train`` is held out for this.
       alpha: error level of the interval (0.1 -> 90% intervals).
       settings: step counts and other static settings (:class:`Settings`).

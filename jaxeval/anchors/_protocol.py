@@ -21,11 +21,10 @@ is calibrated on residuals from models that never tuned the predictor that made
 them: after a cross-validated choice, the chosen candidate's cross-fitted
 residuals (the same residuals chose it among the candidates, so the winner is
 slightly favoured; the candidates' errors are highly correlated and the measured
-coverage includes it); after a choice on validation models with
-``Settings.auto_halves``, the residuals of the candidate chosen on one half of them,
-on the other half
-(:func:`crossfit_selected_residuals`; without it, the chosen candidate's
-validation residuals, slightly optimistic).
+coverage includes it); after a choice on validation models, the residuals of the
+candidate chosen on one half of them, on the other half
+(:func:`crossfit_selected_residuals`, ``Settings.auto_halves``, on by default; with it
+off, the chosen candidate's validation residuals, slightly optimistic).
 Coverage and width are measured on test models. For row-mean targets the unbiased estimate
 (anchors of ``"auto"`` plus ``m`` random non-anchor items, DR-corrected with the
 factorization's predictions) is also scored.
