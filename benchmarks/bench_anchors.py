@@ -31,9 +31,10 @@ import os
 # calls run concurrently as the pool has threads (2 on a 2-core machine), every
 # thread waits and the process hangs at 0% CPU. A larger pool (the PjRt CPU client
 # reads NPROC before creating it) makes that practically impossible; it must be set
-# before JAX starts its backend. Since the fifteenth session the library runs the
-# cross-validation folds and the validation halves one after another (the two places
-# that hung), so this is a second line of defence; records made before then needed it.
+# before JAX starts its backend. Since the twenty-eighth session no anchor program
+# makes a batched LAPACK call (jaxeval._seqlinalg loops over the batch), so the hang
+# cannot happen there any more; NPROC stays 32 because the pool size changes float32
+# rounding and every record in benchmarks/results/ was made with it.
 os.environ.setdefault("NPROC", "32")
 
 import argparse

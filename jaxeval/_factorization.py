@@ -189,6 +189,9 @@ def predictive_logit_variance(hessian: jax.Array, item_factors: ItemFactors) -> 
     V = item_factors.V
     r = V.shape[-1]
     eye = jnp.eye(r, dtype=hessian.dtype)
+    # A batched potrf then a batched trsm on its result: one chain, never two
+    # independent batched LAPACK calls in flight at once (the 2-core deadlock of
+    # jaxeval._seqlinalg needs two), so these stay batched for speed.
     chol = jnp.linalg.cholesky(hessian + 1e-6 * eye)
     # Solve L W = V^T for every batch element; variance = column norms of W.
     Vt = jnp.broadcast_to(V.T, hessian.shape[:-2] + V.T.shape)

@@ -13,9 +13,20 @@ that issues it and waits for nobody.
 
 The functions here are the ``jnp.linalg`` ones with a :func:`jax.custom_batching.custom_vmap`
 rule that maps over the batch with :func:`jax.lax.map` instead: under any number of
-nested ``vmap`` s every LAPACK call stays unbatched. The per-matrix arithmetic is the
-same LAPACK routine as in the batched call, so results are unchanged; only small
+nested ``vmap`` s every LAPACK call stays unbatched. Each matrix goes through the same
+LAPACK routine as in the batched call (its results are the batched call's, bit for
+bit); the operations around a call may still be fused differently by XLA once the
+batch is looped, which can move a neighbouring float32 rounding by an ulp. Only small
 matrices should go through here (the loop costs a few microseconds per matrix).
+
+A ``custom_vmap`` function has no transpose rule, so on its own it supports forward-
+but not reverse-mode autodiff. Each function here is therefore wrapped in a
+:func:`jax.custom_jvp` whose tangent is linear algebra on the primal results only
+(``dx = a^-1 (db - da x)`` for the solve, the standard first-order perturbation
+formulas for ``eigh`` and the thin SVD): ``jax.grad``, ``jax.jvp`` and their
+compositions work, under ``vmap`` as well, and still make no batched LAPACK call. As
+with ``jnp.linalg``, the derivatives of ``eigh`` and ``svd_thin`` are undefined
+(infinite) where eigenvalues or singular values coincide.
 
 Example:
   >>> import jax, jax.numpy as jnp
@@ -38,40 +49,115 @@ def _batched_all(axis_size, in_batched, args):
                  for a, b in zip(args, in_batched))
 
 
+# -- the LAPACK calls, looped under vmap ---------------------------------------------
+
+
 @jax.custom_batching.custom_vmap
-def solve(a: jax.Array, b: jax.Array) -> jax.Array:
-    """``jnp.linalg.solve(a, b)`` for one ``[r, r]`` matrix; vmapped, one after another."""
+def _solve(a, b):
     return jnp.linalg.solve(a, b)
 
 
-@solve.def_vmap
+@_solve.def_vmap
 def _solve_vmap(axis_size, in_batched, a, b):
     a, b = _batched_all(axis_size, in_batched, (a, b))
-    return jax.lax.map(lambda ab: solve(*ab), (a, b)), True
+    return jax.lax.map(lambda ab: _solve(*ab), (a, b)), True
 
 
 @jax.custom_batching.custom_vmap
-def eigh(a: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``jnp.linalg.eigh(a)`` as ``(eigenvalues, eigenvectors)``; vmapped, one after another."""
+def _eigh(a):
     w, v = jnp.linalg.eigh(a)
     return w, v
 
 
-@eigh.def_vmap
+@_eigh.def_vmap
 def _eigh_vmap(axis_size, in_batched, a):
     (a,) = _batched_all(axis_size, in_batched, (a,))
-    return jax.lax.map(eigh, a), (True, True)
+    return jax.lax.map(_eigh, a), (True, True)
 
 
 @jax.custom_batching.custom_vmap
-def svd_thin(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """``jnp.linalg.svd(a, full_matrices=False)`` as ``(u, s, vt)``; vmapped, one after
-    another."""
+def _svd(a):
     u, s, vt = jnp.linalg.svd(a, full_matrices=False)
     return u, s, vt
 
 
-@svd_thin.def_vmap
+@_svd.def_vmap
 def _svd_vmap(axis_size, in_batched, a):
     (a,) = _batched_all(axis_size, in_batched, (a,))
-    return jax.lax.map(svd_thin, a), (True, True, True)
+    return jax.lax.map(_svd, a), (True, True, True)
+
+
+# -- the public functions: the calls above with tangents written out ------------------
+
+
+def _offdiag_reciprocal(d):
+    """``1 / d`` off the diagonal of a square matrix, ``0`` on it."""
+    eye = jnp.eye(d.shape[-1], dtype=bool)
+    return jnp.where(eye, 0.0, 1.0 / jnp.where(eye, 1.0, d))
+
+
+@jax.custom_jvp
+def solve(a: jax.Array, b: jax.Array) -> jax.Array:
+    """``jnp.linalg.solve(a, b)`` for one ``[r, r]`` matrix ``a`` and ``b`` of shape
+    ``[r]`` or ``[r, m]``; vmapped, one after another."""
+    return _solve(a, b)
+
+
+@solve.defjvp
+def _solve_jvp(primals, tangents):
+    a, b = primals
+    da, db = tangents
+    x = solve(a, b)
+    # d(a x) = d b  =>  dx = a^-1 (db - da x); a^-1 from the primal alone keeps the
+    # tangent a plain (transposable) matrix product. The primal results come from the
+    # public functions, so a higher derivative reenters this rule.
+    a_inv = solve(a, jnp.eye(a.shape[-1], dtype=a.dtype))
+    return x, a_inv @ (db - da @ x)
+
+
+@jax.custom_jvp
+def eigh(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``jnp.linalg.eigh(a)`` as ``(eigenvalues, eigenvectors)`` (ascending; ``a`` is
+    symmetrised first, as ``jnp.linalg.eigh`` does); vmapped, one after another."""
+    return _eigh(a)
+
+
+@eigh.defjvp
+def _eigh_jvp(primals, tangents):
+    (a,), (da,) = primals, tangents
+    w, v = eigh(a)
+    p = v.T @ (0.5 * (da + da.T)) @ v  # the perturbation in the eigenbasis
+    dw = jnp.diagonal(p)
+    # eigenvector j moves by sum_{i != j} v_i p_ij / (w_j - w_i)
+    dv = v @ (_offdiag_reciprocal(w[None, :] - w[:, None]) * p)
+    return (w, v), (dw, dv)
+
+
+@jax.custom_jvp
+def svd_thin(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``jnp.linalg.svd(a, full_matrices=False)`` as ``(u, s, vt)`` for one ``[m, n]``
+    matrix; vmapped, one after another."""
+    return _svd(a)
+
+
+@svd_thin.defjvp
+def _svd_jvp(primals, tangents):
+    (a,), (da,) = primals, tangents
+    u, s, vt = svd_thin(a)
+    v = vt.T
+    p = u.T @ da @ v  # [q, q], q = min(m, n)
+    ds = jnp.diagonal(p)
+    f = _offdiag_reciprocal(s[None, :] ** 2 - s[:, None] ** 2)  # 1 / (s_j^2 - s_i^2)
+    ps = p * s[None, :]  # p S
+    sp = s[:, None] * p  # S p
+    du = u @ (f * (ps + ps.T))
+    dv = v @ (f * (sp + sp.T))
+    s_inv = jnp.where(s > 0, 1.0 / jnp.where(s > 0, s, 1.0), 0.0)
+    m, n = a.shape
+    if m > n:  # the part of da outside u's span moves u
+        dav = da @ v
+        du = du + (dav - u @ (u.T @ dav)) * s_inv[None, :]
+    elif n > m:  # ... and outside v's span moves v
+        dau = da.T @ u
+        dv = dv + (dau - v @ (v.T @ dau)) * s_inv[None, :]
+    return (u, s, vt), (du, ds, dv.T)

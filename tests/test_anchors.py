@@ -9,6 +9,7 @@ import pytest
 
 import jaxeval
 from jaxeval.anchors import (
+    METHODS,
     AnchorPredictor,
     Settings,
     SplitData,
@@ -17,6 +18,7 @@ from jaxeval.anchors import (
     cis_scores,
     conformal_quantile,
     dr_estimate,
+    evaluate_protocol,
     fit_anchors,
     fit_method,
     fit_ridge,
@@ -1332,15 +1334,19 @@ def _batched_lapack_calls(compiled_text: str) -> list[str]:
     return out
 
 
-def test_seqlinalg_is_the_batched_linalg_one_matrix_at_a_time():
-    """The helpers give the jnp.linalg results bit for bit, under nested vmaps too, and
-    compile to unbatched LAPACK calls (a batched call beside another one can hang
-    XLA's CPU thread pool on 2-core machines)."""
-    from jaxeval import _seqlinalg as sl
-
+def _seqlinalg_cases():
     a = jax.random.normal(jax.random.key(0), (2, 3, 6, 6))
     a = a @ jnp.swapaxes(a, -1, -2) + jnp.eye(6)
     b = jax.random.normal(jax.random.key(1), (2, 3, 6, 2))
+    return a, b
+
+
+@pytest.mark.default_codegen
+def test_seqlinalg_is_the_batched_linalg_one_matrix_at_a_time():
+    """The helpers give the jnp.linalg results bit for bit, under nested vmaps too."""
+    from jaxeval import _seqlinalg as sl
+
+    a, b = _seqlinalg_cases()
     vv = lambda f: jax.jit(jax.vmap(jax.vmap(f)))  # noqa: E731
     np.testing.assert_array_equal(vv(sl.solve)(a, b), vv(jnp.linalg.solve)(a, b))
     for p, q in zip(vv(sl.eigh)(a), vv(jnp.linalg.eigh)(a)):
@@ -1348,13 +1354,122 @@ def test_seqlinalg_is_the_batched_linalg_one_matrix_at_a_time():
     thin = lambda x: jnp.linalg.svd(x, full_matrices=False)  # noqa: E731
     for p, q in zip(vv(sl.svd_thin)(a), vv(thin)(a)):
         np.testing.assert_array_equal(p, q)
-    # an unbatched argument is broadcast; the batch may be on either argument
-    np.testing.assert_array_equal(jax.vmap(sl.solve, (None, 0))(a[0, 0], b[0]),
-                                  jax.vmap(jnp.linalg.solve, (None, 0))(a[0, 0], b[0]))
+    # an unbatched argument is broadcast (jnp.linalg.solve would factor it once and
+    # solve all right sides together, which rounds differently)
+    np.testing.assert_array_equal(
+        jax.vmap(sl.solve, (None, 0))(a[0, 0], b[0]),
+        jax.vmap(jnp.linalg.solve)(jnp.broadcast_to(a[0, 0], (3, 6, 6)), b[0]))
+
+
+def test_seqlinalg_makes_no_batched_lapack_call():
+    """Under nested vmaps the helpers compile to unbatched LAPACK calls (a batched call
+    beside another one can hang XLA's CPU thread pool on 2-core machines)."""
+    from jaxeval import _seqlinalg as sl
+
+    a, b = _seqlinalg_cases()
+    vv = lambda f: jax.jit(jax.vmap(jax.vmap(f)))  # noqa: E731
     for f, args in ((sl.solve, (a, b)), (sl.eigh, (a,)), (sl.svd_thin, (a,))):
-        assert _batched_lapack_calls(vv(f).lower(*args).compile().as_text()) == []
+        text = vv(f).lower(*args).compile().as_text()
+        assert "lapack" in text and _batched_lapack_calls(text) == []
+    text = jax.jit(jax.vmap(sl.solve, (None, 0))).lower(a[0, 0], b[0]).compile().as_text()
+    assert "lapack" in text and _batched_lapack_calls(text) == []
     # the check sees a batched call where there is one
     assert _batched_lapack_calls(vv(jnp.linalg.solve).lower(a, b).compile().as_text())
+
+
+def _sign_free(f):
+    """A scalar of ``f``'s results that does not depend on the eigen/singular vectors'
+    signs (so two correct implementations agree on it and on its derivatives)."""
+
+    def g(*args):
+        out = f(*args)
+        out = out if isinstance(out, tuple) else (out,)
+        return sum(jnp.sum(jnp.cos(jnp.arange(o.size, dtype=o.dtype).reshape(o.shape)) * o * o)
+                   for o in out)
+
+    return g
+
+
+def test_seqlinalg_derivatives_are_jnp_linalg_ones():
+    """``jax.grad``, ``jax.jvp`` and ``jax.hessian`` through the helpers (which a bare
+    ``custom_vmap`` would not transpose) give ``jnp.linalg``'s derivatives, under
+    ``vmap`` too; a vmapped gradient still makes no batched LAPACK call."""
+    from jaxeval import _seqlinalg as sl
+
+    key = jax.random.key(3)
+    a = jax.random.normal(key, (3, 5, 5))
+    spd = a @ jnp.swapaxes(a, -1, -2) + jnp.eye(5)
+    b = jax.random.normal(jax.random.key(4), (3, 5, 2))
+    tall = jax.random.normal(jax.random.key(5), (3, 7, 4))
+    thin = lambda x: tuple(jnp.linalg.svd(x, full_matrices=False))  # noqa: E731
+    cases = [  # (ours, reference, args): square, 1-d right side, tall, wide, square SVD
+        (sl.solve, jnp.linalg.solve, (a + 3 * jnp.eye(5), b)),
+        (sl.solve, jnp.linalg.solve, (a + 3 * jnp.eye(5), b[..., 0])),
+        (sl.eigh, lambda x: tuple(jnp.linalg.eigh(x)), (spd,)),
+        (sl.svd_thin, thin, (tall,)),
+        (sl.svd_thin, thin, (jnp.swapaxes(tall, -1, -2),)),
+        (sl.svd_thin, thin, (a,)),
+    ]
+    for ours, ref, args in cases:
+        f, g = _sign_free(ours), _sign_free(ref)
+        argnums = tuple(range(len(args)))
+        scale = lambda t: max(float(jnp.max(jnp.abs(x))) for x in jax.tree.leaves(t))  # noqa: E731
+        want = jax.vmap(jax.grad(g, argnums))(*args)
+        got = jax.jit(jax.vmap(jax.grad(f, argnums)))(*args)
+        for p, q in zip(got, want):
+            np.testing.assert_allclose(p, q, atol=1e-4 * scale(want))
+        tangents = tuple(jnp.sin(jnp.arange(x.size, dtype=x.dtype)).reshape(x.shape)
+                         for x in args)
+        n = len(args)
+
+        def jvp(h, n=n):
+            return jax.vmap(lambda *z: jax.jvp(h, z[:n], z[n:])[1])
+
+        t_want = jvp(g)(*args, *tangents)
+        np.testing.assert_allclose(jvp(f)(*args, *tangents), t_want, rtol=1e-4,
+                                   atol=1e-4 * float(jnp.max(jnp.abs(t_want))))
+        h_want = jax.hessian(g)(*(x[0] for x in args))
+        np.testing.assert_allclose(jax.hessian(f)(*(x[0] for x in args)), h_want,
+                                   atol=1e-3 * float(jnp.max(jnp.abs(h_want))))
+        text = jax.jit(jax.vmap(jax.grad(f, argnums))).lower(*args).compile().as_text()
+        assert "lapack" in text and _batched_lapack_calls(text) == []
+
+
+def test_public_fits_differentiate_through_the_looped_linalg(monkeypatch):
+    """The ridge, low-rank and factor-update fits that solve through ``_seqlinalg``
+    have reverse-mode derivatives, equal to those with ``jnp.linalg`` in its place."""
+    from jaxeval import _seqlinalg as sl
+    from jaxeval._factorization import ItemFactors, _update_model_factors
+    from jaxeval.anchors._lowrank import lowrank_basis
+    from jaxeval.anchors._ridge import fit_ridge, fit_ridge_path, loo_ridge_residuals
+
+    s = jax.random.bernoulli(jax.random.key(0), 0.6, (40, 12)).astype(jnp.float32)
+    x, y = s[:, :6], s.mean(axis=1)
+    r = 20  # above the unrolled Cholesky's ranks: the factor update's solve is LAPACK
+    f = ItemFactors(0.3 * jax.random.normal(jax.random.key(1), (12, r)), jnp.zeros(12),
+                    jnp.zeros(r))
+    mask = jax.random.bernoulli(jax.random.key(2), 0.7, s.shape)
+    upd = _update_model_factors.__wrapped__  # unjitted: traced anew under each patch
+    losses = {
+        "fit_ridge": (lambda x: jnp.sum(fit_ridge(x, y, 0.1).w ** 2), x),
+        "fit_ridge_path": (lambda x: jnp.sum(fit_ridge_path(x, y, jnp.array([0.01, 1.0])).b),
+                           x),
+        "loo_ridge_residuals": (lambda x: jnp.sum(loo_ridge_residuals(x, y, 0.1) ** 2), x),
+        "lowrank_basis": (lambda s: jnp.sum(lowrank_basis(s, 3).V ** 2), s),
+        "update_model_factors": (
+            lambda s: jnp.sum(upd(f, s, mask, jnp.zeros((40, r)), jnp.float32(1.0), 3)[0] ** 2),
+            s),
+    }
+    got = {n: jax.grad(fn)(arg) for n, (fn, arg) in losses.items()}
+    monkeypatch.setattr(sl, "solve", jnp.linalg.solve)
+    monkeypatch.setattr(sl, "eigh", lambda a: tuple(jnp.linalg.eigh(a)))
+    monkeypatch.setattr(sl, "svd_thin",
+                        lambda a: tuple(jnp.linalg.svd(a, full_matrices=False)))
+    for n, (fn, arg) in losses.items():
+        want = jax.grad(fn)(arg)
+        assert np.all(np.isfinite(got[n])), n
+        np.testing.assert_allclose(got[n], want, atol=1e-4 * float(jnp.max(jnp.abs(want))),
+                                   err_msg=n)
 
 
 def test_anchor_fit_programs_make_no_batched_lapack_call(small_sm):
@@ -1380,3 +1495,54 @@ def test_anchor_fit_programs_make_no_batched_lapack_call(small_sm):
     cv = _cv_jit.lower(key, jax.tree.map(jnp.asarray, folds), jnp.asarray(s_ho),
                        jnp.asarray(y_ho), 6, AUTO_CANDIDATES, st).compile().as_text()
     assert "lapack" in cv and _batched_lapack_calls(cv) == []
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("cv_below", [1000, 10], ids=["cv", "halves"])
+def test_protocol_vmapped_seed_programs_make_no_batched_lapack_call(small_sm, monkeypatch,
+                                                                     cv_below):
+    """``evaluate_protocol(vmap_seeds=True)`` vmaps every method's fit over the seeds:
+    its kernel (all methods and ``auto``, in both of ``auto``'s regimes) and its
+    cross-validation program still hold no batched LAPACK call."""
+    from jaxeval.anchors import _protocol
+
+    seen = {}
+    cv_jit, kernel_jit = _protocol._cv_jit, _protocol._kernel_jit
+
+    def cv(*args):
+        seen["cv"] = args
+        return cv_jit(*args)
+
+    def kernel(*args):
+        seen["kernel"] = args
+        raise _Stop
+
+    monkeypatch.setattr(_protocol, "_cv_jit", cv)
+    monkeypatch.setattr(_protocol, "_kernel_jit", kernel)
+    st = dataclasses.replace(FAST, auto_cv_below=cv_below, resmlp_steps=40)
+    with pytest.raises(_Stop):
+        evaluate_protocol(small_sm, 6, METHODS + ("auto",), seeds=(0, 1), settings=st,
+                          vmap_seeds=True)
+    assert ("cv" in seen) == (cv_below == 1000)
+    text = kernel_jit.lower(*seen["kernel"]).compile().as_text()
+    assert "lapack" in text and _batched_lapack_calls(text) == []
+    if "cv" in seen:
+        text = cv_jit.lower(*seen["cv"]).compile().as_text()
+        assert "lapack" in text and _batched_lapack_calls(text) == []
+
+
+def test_vmapped_factor_update_makes_no_batched_lapack_call():
+    """``update_model_factors`` above the unrolled Cholesky's ranks solves with LAPACK,
+    one row after another, vmapped over replicates too."""
+    from jaxeval._factorization import ItemFactors, update_model_factors
+
+    r = 20
+    f = ItemFactors(jnp.ones((12, r)) / r, jnp.zeros(12), jnp.zeros(r))
+    s = jnp.full((3, 5, 12), 0.5)
+    mask = jnp.ones((3, 5, 12), bool)
+    prog = jax.jit(jax.vmap(lambda s, m: update_model_factors(f, s, m, jnp.zeros((5, r)), 1.0)))
+    text = prog.lower(s, mask).compile().as_text()
+    assert "lapack" in text and _batched_lapack_calls(text) == []

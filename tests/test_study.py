@@ -696,6 +696,12 @@ def test_folder_of_an_older_setup_is_not_extended_or_merged(tmp_path):
     np.savez(small, scores=(rng.random((480, 40)) < 0.5).astype(np.float32))
     assert _setup_changes(AnchorStudy(data=DataSource(npz=str(small)), methods=("auto",),
                                       k=(5,)), 6) == {}  # 96 validation models: CV
+    # the boundary: exactly Settings.auto_cv_below validation models choose on them
+    for n, moved in ((498, True), (495, False)):
+        np.savez(small, scores=(rng.random((n, 40)) < 0.5).astype(np.float32))
+        edge = AnchorStudy(data=DataSource(npz=str(small)), methods=("auto",), k=(5,))
+        assert edge.data.load().protocol_split(42).validation.n_models == 100 - (not moved)
+        assert bool(_setup_changes(edge, 6)) == moved, n
     small.unlink()  # data that cannot be read: counted as moved (never mixed)
     assert list(_setup_changes(AnchorStudy(data=DataSource(npz=str(small)),
                                            methods=("auto",), k=(5,)), 6)) == ["k5"]

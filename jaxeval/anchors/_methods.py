@@ -810,9 +810,11 @@ def crossfit_residuals(
     set and scored on half ``B``, and the reverse (:func:`crossfit_selected_residuals`
     picks among them; a named method alone calibrates on its own row,
     ``Settings.named_halves``). One program for all methods: the halves run one after
-    the other in a single ``lax.map`` (two side by side, or one map per method, would
-    put independent batched LAPACK calls in flight at once, which deadlocked jaxlib
-    0.10.2's CPU thread pool on 2-core machines; BUILD_NOTES "Hang on 2-core machines").
+    the other in a single ``lax.map``, which holds one half's arrays at a time. (It was
+    first done to keep independent batched LAPACK calls from being in flight at once,
+    which deadlocked jaxlib 0.10.2's CPU thread pool on 2-core machines; BUILD_NOTES
+    "Hang on 2-core machines". Every such call now goes through
+    :mod:`jaxeval._seqlinalg`, which never batches one.)
 
     The full fit's :data:`REUSED` cache entries save retraining: a method of
     :data:`PATH_METHODS` whose anchors on a half are the full fit's (always for

@@ -265,10 +265,10 @@ def evaluate_protocol(
         seed 44, ``aiscis_ridge``: 0.04 pp apart with XLA's default CPU thread pool on
         2 cores, 0.34 pp with ``NPROC=32``). The default loop gives each seed the same
         numbers alone or with others. The size of XLA's CPU thread pool (``NPROC``)
-        changes the rounding as well, so compare runs made with the same one. On
-        2-core machines the vmapped kernel's batched LAPACK calls can deadlock jaxlib
-        0.10.2's CPU pool (seen once with 5 seeds and the default settings); raise
-        ``NPROC`` before JAX starts when using it there, as ``bench_anchors.py`` does.
+        changes the rounding as well, so compare runs made with the same one. (Before
+        :mod:`jaxeval._seqlinalg` the vmapped kernel's batched LAPACK calls could
+        deadlock jaxlib 0.10.2's CPU pool on 2-core machines; every LAPACK call of the
+        anchor programs now runs one matrix at a time, vmapped or not.)
 
     Returns:
       A :class:`ProtocolResult`.
