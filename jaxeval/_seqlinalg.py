@@ -26,7 +26,13 @@ but not reverse-mode autodiff. Each function here is therefore wrapped in a
 formulas for ``eigh`` and the thin SVD): ``jax.grad``, ``jax.jvp`` and their
 compositions work, under ``vmap`` as well, and still make no batched LAPACK call. As
 with ``jnp.linalg``, the derivatives of ``eigh`` and ``svd_thin`` are undefined
-(infinite) where eigenvalues or singular values coincide.
+(infinite) where eigenvalues or singular values coincide. The solve's derivative costs
+a second LU factorisation (for ``a^-1``).
+
+Each function takes one real matrix (``vmap`` it for a batch: a batched argument would
+be one batched LAPACK call again) and refuses a batch, mismatched shapes or a complex
+dtype with the argument named; integer input is promoted to float, as ``jnp.linalg``
+does.
 
 Example:
   >>> import jax, jax.numpy as jnp
@@ -96,36 +102,75 @@ def _offdiag_reciprocal(d):
     return jnp.where(eye, 0.0, 1.0 / jnp.where(eye, 1.0, d))
 
 
-@jax.custom_jvp
+def _real_float(x, name: str, ndims: tuple[int, ...], what: str) -> jax.Array:
+    """``x`` as a real floating array (integers promoted as ``jnp.linalg`` does), with
+    its dimension checked (these helpers take one matrix; ``vmap`` them for a batch)."""
+    x = jnp.asarray(x)
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        raise TypeError(f"{name} must be real, got dtype {x.dtype}")
+    if x.ndim not in ndims:
+        raise ValueError(f"{name} must be {what} (vmap for a batch), got shape {x.shape}")
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        x = x.astype(jnp.result_type(float))
+    return x
+
+
 def solve(a: jax.Array, b: jax.Array) -> jax.Array:
-    """``jnp.linalg.solve(a, b)`` for one ``[r, r]`` matrix ``a`` and ``b`` of shape
+    """``jnp.linalg.solve(a, b)`` for one real ``[r, r]`` matrix ``a`` and ``b`` of shape
     ``[r]`` or ``[r, m]``; vmapped, one after another."""
+    a = _real_float(a, "a", (2,), "one [r, r] matrix")
+    b = _real_float(b, "b", (1, 2), "[r] or [r, m]")
+    if a.shape[0] != a.shape[1] or b.shape[0] != a.shape[0]:
+        raise ValueError(f"solve needs a [r, r] and b [r] or [r, m], got {a.shape} and "
+                         f"{b.shape}")
+    dtype = jnp.promote_types(a.dtype, b.dtype)
+    return _solve_ad(a.astype(dtype), b.astype(dtype))
+
+
+def eigh(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``jnp.linalg.eigh(a)`` as ``(eigenvalues, eigenvectors)`` for one real ``[r, r]``
+    matrix (ascending; ``a`` is symmetrised first, as ``jnp.linalg.eigh`` does);
+    vmapped, one after another."""
+    a = _real_float(a, "a", (2,), "one [r, r] matrix")
+    if a.shape[0] != a.shape[1]:
+        raise ValueError(f"eigh needs a square matrix, got shape {a.shape}")
+    return _eigh_ad(a)
+
+
+def svd_thin(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``jnp.linalg.svd(a, full_matrices=False)`` as ``(u, s, vt)`` for one real
+    ``[m, n]`` matrix; vmapped, one after another."""
+    return _svd_ad(_real_float(a, "a", (2,), "one [m, n] matrix"))
+
+
+@jax.custom_jvp
+def _solve_ad(a, b):
     return _solve(a, b)
 
 
-@solve.defjvp
+@_solve_ad.defjvp
 def _solve_jvp(primals, tangents):
     a, b = primals
     da, db = tangents
-    x = solve(a, b)
+    x = _solve_ad(a, b)
     # d(a x) = d b  =>  dx = a^-1 (db - da x); a^-1 from the primal alone keeps the
-    # tangent a plain (transposable) matrix product. The primal results come from the
-    # public functions, so a higher derivative reenters this rule.
-    a_inv = solve(a, jnp.eye(a.shape[-1], dtype=a.dtype))
+    # tangent a plain (transposable) matrix product. (A second LU; solving for [b, I]
+    # at once would save it but could round x differently from the undifferentiated
+    # call.) The primal results come from the differentiable functions, so a higher
+    # derivative reenters this rule.
+    a_inv = _solve_ad(a, jnp.eye(a.shape[-1], dtype=a.dtype))
     return x, a_inv @ (db - da @ x)
 
 
 @jax.custom_jvp
-def eigh(a: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``jnp.linalg.eigh(a)`` as ``(eigenvalues, eigenvectors)`` (ascending; ``a`` is
-    symmetrised first, as ``jnp.linalg.eigh`` does); vmapped, one after another."""
+def _eigh_ad(a):
     return _eigh(a)
 
 
-@eigh.defjvp
+@_eigh_ad.defjvp
 def _eigh_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
-    w, v = eigh(a)
+    w, v = _eigh_ad(a)
     p = v.T @ (0.5 * (da + da.T)) @ v  # the perturbation in the eigenbasis
     dw = jnp.diagonal(p)
     # eigenvector j moves by sum_{i != j} v_i p_ij / (w_j - w_i)
@@ -134,16 +179,14 @@ def _eigh_jvp(primals, tangents):
 
 
 @jax.custom_jvp
-def svd_thin(a: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """``jnp.linalg.svd(a, full_matrices=False)`` as ``(u, s, vt)`` for one ``[m, n]``
-    matrix; vmapped, one after another."""
+def _svd_ad(a):
     return _svd(a)
 
 
-@svd_thin.defjvp
+@_svd_ad.defjvp
 def _svd_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
-    u, s, vt = svd_thin(a)
+    u, s, vt = _svd_ad(a)
     v = vt.T
     p = u.T @ da @ v  # [q, q], q = min(m, n)
     ds = jnp.diagonal(p)

@@ -1435,6 +1435,24 @@ def test_seqlinalg_derivatives_are_jnp_linalg_ones():
         assert "lapack" in text and _batched_lapack_calls(text) == []
 
 
+def test_seqlinalg_refuses_what_it_cannot_take():
+    """One real matrix per call (vmap for a batch): a batch, a shape mismatch or a
+    complex input is refused with the argument named; integers are promoted (and
+    differentiating with respect to the other argument works)."""
+    from jaxeval import _seqlinalg as sl
+
+    with pytest.raises(ValueError, match="a must be one"):
+        sl.eigh(jnp.ones((2, 3, 3)))
+    with pytest.raises(ValueError, match="square"):
+        sl.eigh(jnp.ones((2, 3)))
+    with pytest.raises(ValueError, match=r"got \(3, 3\) and \(4,\)"):
+        sl.solve(jnp.eye(3), jnp.ones(4))
+    with pytest.raises(TypeError, match="a must be real"):
+        sl.svd_thin(jnp.ones((3, 2), jnp.complex64))
+    g = jax.grad(lambda b: sl.solve(2 * jnp.eye(3, dtype=jnp.int32), b).sum())(jnp.ones(3))
+    np.testing.assert_allclose(g, 0.5)
+
+
 def test_public_fits_differentiate_through_the_looped_linalg(monkeypatch):
     """The ridge, low-rank and factor-update fits that solve through ``_seqlinalg``
     have reverse-mode derivatives, equal to those with ``jnp.linalg`` in its place."""
@@ -1455,7 +1473,9 @@ def test_public_fits_differentiate_through_the_looped_linalg(monkeypatch):
         "fit_ridge_path": (lambda x: jnp.sum(fit_ridge_path(x, y, jnp.array([0.01, 1.0])).b),
                            x),
         "loo_ridge_residuals": (lambda x: jnp.sum(loo_ridge_residuals(x, y, 0.1) ** 2), x),
-        "lowrank_basis": (lambda s: jnp.sum(lowrank_basis(s, 3).V ** 2), s),
+        # weighted, so that the directions' derivatives count, not only the values'
+        "lowrank_basis": (lambda s: jnp.sum(jnp.cos(jnp.arange(36.0)).reshape(12, 3)
+                                            * lowrank_basis(s, 3).V ** 2), s),
         "update_model_factors": (
             lambda s: jnp.sum(upd(f, s, mask, jnp.zeros((40, r)), jnp.float32(1.0), 3)[0] ** 2),
             s),
