@@ -49,48 +49,26 @@ import jax.numpy as jnp
 __all__ = ["eigh", "solve", "svd_thin"]
 
 
-def _batched_all(axis_size, in_batched, args):
-    """Give every argument the batch axis (broadcast the unbatched ones)."""
-    return tuple(a if b else jnp.broadcast_to(a, (axis_size,) + a.shape)
-                 for a, b in zip(args, in_batched))
+def _looped(fn):
+    """``fn`` (one matrix's LAPACK call) as a ``custom_vmap`` function whose batching
+    rule maps over the batch with ``lax.map`` (unbatched arguments broadcast)."""
+    f = jax.custom_batching.custom_vmap(fn)
+
+    @f.def_vmap
+    def _rule(axis_size, in_batched, *args):
+        args = tuple(x if batched else jnp.broadcast_to(x, (axis_size,) + x.shape)
+                     for x, batched in zip(args, in_batched))
+        out = jax.lax.map(lambda xs: f(*xs), args)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return f
 
 
 # -- the LAPACK calls, looped under vmap ---------------------------------------------
 
-
-@jax.custom_batching.custom_vmap
-def _solve(a, b):
-    return jnp.linalg.solve(a, b)
-
-
-@_solve.def_vmap
-def _solve_vmap(axis_size, in_batched, a, b):
-    a, b = _batched_all(axis_size, in_batched, (a, b))
-    return jax.lax.map(lambda ab: _solve(*ab), (a, b)), True
-
-
-@jax.custom_batching.custom_vmap
-def _eigh(a):
-    w, v = jnp.linalg.eigh(a)
-    return w, v
-
-
-@_eigh.def_vmap
-def _eigh_vmap(axis_size, in_batched, a):
-    (a,) = _batched_all(axis_size, in_batched, (a,))
-    return jax.lax.map(_eigh, a), (True, True)
-
-
-@jax.custom_batching.custom_vmap
-def _svd(a):
-    u, s, vt = jnp.linalg.svd(a, full_matrices=False)
-    return u, s, vt
-
-
-@_svd.def_vmap
-def _svd_vmap(axis_size, in_batched, a):
-    (a,) = _batched_all(axis_size, in_batched, (a,))
-    return jax.lax.map(_svd, a), (True, True, True)
+_solve = _looped(jnp.linalg.solve)
+_eigh = _looped(lambda a: tuple(jnp.linalg.eigh(a)))
+_svd = _looped(lambda a: tuple(jnp.linalg.svd(a, full_matrices=False)))
 
 
 # -- the public functions: the calls above with tangents written out ------------------
