@@ -23,9 +23,19 @@ defaults here. A policy name ending in ``_sync`` (``ucbe_sync``, ``pulse_ucb_syn
 that policy on one item order shared by all arms (``synchronized=True``, SySRs' order);
 the plain names draw each arm's items in its own order (UCB-E as in ``banditeval``).
 
+``--plot PATH`` draws the report seed's accuracy-versus-calls curves (one panel per
+dataset and K, one line per policy) to a PNG; the curves are also in the ``--out`` JSON.
+
 Usage (from the repository root):
 
     python benchmarks/bench_tuning.py --datasets ifeval musr arc math5 --K 10 --reps 200
+
+The whole issue-7 comparison (five sets, K = 10 and 50, PULSE at its package defaults,
+the budget grid to 100% of K n so that every policy reaches 95%), table and curves:
+
+    python benchmarks/bench_tuning.py --datasets ifeval musr arc math5 tailored --K 10 50 \
+        --reps 200 --max-frac 1.0 --policies ucbe pulse_ucb --defaults pulse_ucb \
+        --out benchmarks/results/issue7_defaults.json --plot benchmarks/plots/issue7_defaults.png
 """
 
 from __future__ import annotations
@@ -117,7 +127,15 @@ def package_default(name: str) -> float:
     return float(inspect.signature(jaxeval.simulate_identification).parameters[name].default)
 
 
-def sysrs_per_budget(sm, K, seed, fracs, **kw):
+def _curve(rep, gap):
+    """What ``--plot`` and the JSON keep of a report run."""
+    return dict(budget_fractions=np.asarray(rep.budget_fractions).tolist(),
+                accuracy=np.asarray(rep.accuracy).tolist(),
+                calls_to_95=rep.calls_to(0.95, fraction=True),
+                calls_to_90=rep.calls_to(0.90, fraction=True), median_gap=gap)
+
+
+def sysrs_per_budget(sm, K, seed, fracs, *, with_report=False, **kw):
     """SySRs as SPEC 6.1 runs it, ``(calls to 95%, calls to 90%)`` as shares of ``K n``:
     successive rejects is a fixed-budget method, so each point of its curve is its own
     run planned for that budget (what the kernel does for SySRs without a ``horizon``;
@@ -129,7 +147,8 @@ def sysrs_per_budget(sm, K, seed, fracs, **kw):
     """
     rep = jaxeval.simulate_identification(sm, "sysrs", K=K, seed=seed,
                                           budget_fractions=fracs, **kw)
-    return rep.calls_to(0.95, fraction=True), rep.calls_to(0.90, fraction=True)
+    out = rep.calls_to(0.95, fraction=True), rep.calls_to(0.90, fraction=True)
+    return (out, rep) if with_report else out
 
 
 def main(argv=None):
@@ -151,6 +170,8 @@ def main(argv=None):
     ap.add_argument("--defaults", nargs="*", default=[], choices=list(GRIDS),
                     help="policies run at the package default of their grid's parameter "
                          "(no tuning); ucbe is always tuned")
+    ap.add_argument("--plot", default=None,
+                    help="PNG of the report seed's accuracy-versus-calls curves")
     ap.add_argument("--sysrs-only", action="store_true",
                     help="only SySRs (run per budget) on the report seed: no tuning, no "
                          "other policy; to set SySRs beside earlier tables of this script")
@@ -164,7 +185,7 @@ def main(argv=None):
         ap.error("--defaults: policies of --policies other than ucbe (the tuned reference)")
 
     fracs = tuple(f for f in DEFAULT_BUDGET_FRACTIONS if f <= args.max_frac + 1e-12)
-    rows, results = [], {}
+    rows, results, curves = [], {}, {}
     for ds in args.datasets:
         sm = load(ds)
         f_tune = _factors(sm, args.tune_seed, args.rank)
@@ -190,7 +211,9 @@ def main(argv=None):
                 chosen[pol] = grid[min(range(len(grid)), key=lambda i: scores[i])]
             report = {}
             skw = {k: v for k, v in kw.items() if k not in ("K", "budget_fractions")}
-            report["sysrs"] = sysrs_per_budget(sm, K, args.seed, fracs, **skw)
+            report["sysrs"], sysrs_rep = sysrs_per_budget(sm, K, args.seed, fracs,
+                                                          with_report=True, **skw)
+            reps = {"sysrs": sysrs_rep}
             for pol in grids:
                 extra = {}
                 if pol in grids:
@@ -201,10 +224,13 @@ def main(argv=None):
                     factors=f_rep if pol in PRED else None, **extra, **kw)
                 report[pol] = (rep.calls_to(0.95, fraction=True),
                                rep.calls_to(0.90, fraction=True))
+                reps[pol] = rep
                 if pol == "ucbe":
                     gaps = np.sort(rep.theta, axis=1)
                     gap = float(np.median(gaps[:, -1] - gaps[:, -2]))
             wall = time.time() - t0
+            for pol, rep in reps.items():
+                curves[f"{ds}/K{K}/{pol}"] = _curve(rep, gap)
             results[f"{ds}/K{K}"] = dict(chosen=chosen, tuning_to95=tuning, report=report,
                                          median_gap=gap, wall_s=wall,
                                          defaults=list(args.defaults))
@@ -225,8 +251,12 @@ def main(argv=None):
               + " | ".join(f"{_fmt(r[p][0])} ({_fmt(r[p][1])})" for p in pols) + " | "
               + " | ".join(_ratio(r[p][0], r["ucbe"][0]) for p in others) + " |")
     with open(args.out, "w") as fh:
-        json.dump(dict(args=vars(args), results=results), fh, indent=1)
+        json.dump(dict(args=vars(args), results=results, curves=curves), fh, indent=1)
     print(f"\nresults written to {args.out}")
+    if args.plot:
+        from bench_identification import plot_curves
+
+        plot_curves(curves, list(pols), args.plot, reps=args.reps)
 
 
 def _sysrs_only(args) -> int:
