@@ -215,9 +215,7 @@ def main(argv=None):
                                                           with_report=True, **skw)
             reps = {"sysrs": sysrs_rep}
             for pol in grids:
-                extra = {}
-                if pol in grids:
-                    extra = {grids[pol][0]: chosen[pol]}
+                extra = {grids[pol][0]: chosen[pol]}
                 kpol, sync = _policy(pol)
                 rep = jaxeval.simulate_identification(
                     sm, kpol, seed=args.seed, synchronized=sync,

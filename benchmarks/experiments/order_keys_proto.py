@@ -22,6 +22,12 @@ replicate (median over rounds) and the ratio to banditeval. BUILD_NOTES.md, "Thi
 session", has the figures.
 
     python benchmarks/experiments/order_keys_proto.py --rounds 9
+
+``--parts`` instead times the pieces of the package's order table alone (the threefry
+keys, the whole ``order_table``, ``np.sort`` of the same-sized rows, and
+``_host_sorted_order``), microseconds per replicate over ``--chunk`` replicates:
+
+    python benchmarks/experiments/order_keys_proto.py --parts
 """
 
 import argparse
@@ -88,6 +94,29 @@ GENERATORS = {
 }
 
 
+def _parts(lanes: int, K: int = 10, n: int = 541, calls: int = 50) -> None:
+    """Microseconds per replicate of the order table's pieces, ``lanes`` replicates."""
+    keys = jax.random.split(jax.random.key(0), lanes)
+    draw = jax.jit(jax.vmap(lambda k: jax.vmap(lambda a: smp.arm_keys(k, a, n))(
+        jnp.arange(K))))
+    table = jax.jit(jax.vmap(lambda k: smp.order_table(k, K, n).order))
+    rows = np.asarray(draw(keys))
+
+    def timed(f, *a):
+        jax.block_until_ready(f(*a))
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            jax.block_until_ready(f(*a))
+        return 1e6 * (time.perf_counter() - t0) / calls / lanes
+
+    print(f"threefry keys [{K}, {n}]      {timed(draw, keys):7.1f} us/replicate")
+    print(f"order_table                 {timed(table, keys):7.1f} us/replicate")
+    print(f"np.sort of the key rows     {timed(lambda r: np.sort(r, axis=-1), rows):7.1f}"
+          " us/replicate")
+    print(f"_host_sorted_order          {timed(smp._host_sorted_order, rows):7.1f}"
+          " us/replicate")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
@@ -95,7 +124,11 @@ def main(argv=None):
     ap.add_argument("--chunk", type=int, default=256)
     ap.add_argument("--be-reps", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--parts", action="store_true",
+                    help="time the order table's pieces instead (see above)")
     args = ap.parse_args(argv)
+    if args.parts:
+        return _parts(args.chunk)
 
     sm = jaxeval.load(DATASETS["ifeval"]).drop_duplicates()
     _, pool = sm.split([sm.n_models // 2], seed=0)
