@@ -34,31 +34,16 @@ def main(argv=None):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import jax
     import jax.numpy as jnp
-    import numpy as np
-    from bench_banditeval import DATASETS
+    from speed_problem import speed_problem
 
-    import jaxeval
     import jaxeval._sampling as smp
     from jaxeval import _identification as idn
-    from jaxeval._factorization import ItemFactors
-    from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS
 
     # the host sort is forced (its default is off with several CPU devices, see
     # _sampling.HOST_SORT_ON_CPU), so that the table's host-sort rows measure it
     smp.HOST_SORT_ON_CPU = not a.xla_sort
-    sm = jaxeval.load(DATASETS["ifeval"]).drop_duplicates()
-    train, pool = sm.split([sm.n_models // 2], seed=0)
-    pool_s = np.asarray(pool.scores, np.float32)
-    K, n = 10, pool_s.shape[1]
-    rng = np.random.default_rng(0)
-    instances = np.stack([rng.choice(pool_s.shape[0], K, replace=False) for _ in range(10)])
-    fracs = [f for f in DEFAULT_BUDGET_FRACTIONS if f <= 0.2 + 1e-12]
-    budgets = tuple(sorted({max(1, round(f * K * n)) for f in fracs}))
-    lr = jaxeval.fit_factorization(train, rank=8, rho=1.0, seed=0, num_steps=500)
-    V, c, u_mean = (np.asarray(x, np.float32) for x in (lr.V, lr.c, lr.u_mean))
-    data = idn.ProblemData(jnp.asarray(pool_s), jnp.asarray(instances, jnp.int32),
-                           ItemFactors(jnp.asarray(V), jnp.asarray(c), jnp.asarray(u_mean)))
-    params = idn.Params.make(a=1.0, scale=1.0, rho=float(getattr(lr, "rho_u", 1.0)))
+    prob = speed_problem("ifeval", K=10, max_frac=0.2, seed=0, rank=8)
+    K, n, budgets, data, params = prob.K, prob.n, prob.budgets, prob.data, prob.params
     cfg = idn.Config(a.policy, num_arms=K, num_items=n, budgets=budgets, batch_size=a.b,
                      cs_kinds=("eb",))
     fn = jax.jit(jax.vmap(lambda k, d, p: idn.run_identification(k, d, p, cfg),

@@ -48,11 +48,9 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy_reference as ref  # noqa: E402
 from bench_banditeval import DATASETS, banditeval_ucbe, have_banditeval  # noqa: E402
+from speed_problem import speed_problem  # noqa: E402
 
-import jaxeval  # noqa: E402
 from jaxeval import _identification as idn  # noqa: E402
-from jaxeval._factorization import ItemFactors  # noqa: E402
-from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS  # noqa: E402
 
 
 def _compile_jax(policy, data, params, K, n, budgets, b, reps, chunk, seed, order_table=None,
@@ -105,21 +103,11 @@ def main(argv=None):
     ap.add_argument("--out", default="/tmp/bench_speed.json")
     args = ap.parse_args(argv)
 
-    sm = jaxeval.load(DATASETS[args.dataset]).drop_duplicates()
-    train, pool = sm.split([sm.n_models // 2], seed=args.seed)
-    pool_s = np.asarray(pool.scores, np.float32)
-    K, n = args.K, pool_s.shape[1]
-    rng = np.random.default_rng(args.seed)
-    instances = np.stack([rng.choice(pool_s.shape[0], K, replace=False) for _ in range(10)])
-    fracs = [f for f in DEFAULT_BUDGET_FRACTIONS if f <= args.max_frac + 1e-12]
-    budgets = tuple(sorted({max(1, round(f * K * n)) for f in fracs}))
-    lr = jaxeval.fit_factorization(train, rank=args.rank, rho=1.0, seed=args.seed,
-                                   num_steps=500)
-    V, c, u_mean = (np.asarray(x, np.float32) for x in (lr.V, lr.c, lr.u_mean))
-    rho = float(getattr(lr, "rho_u", 1.0))
-    data = idn.ProblemData(jnp.asarray(pool_s), jnp.asarray(instances, jnp.int32),
-                           ItemFactors(jnp.asarray(V), jnp.asarray(c), jnp.asarray(u_mean)))
-    params = idn.Params.make(a=1.0, scale=1.0, rho=rho)
+    prob = speed_problem(args.dataset, K=args.K, max_frac=args.max_frac, seed=args.seed,
+                         rank=args.rank)
+    pool_s, instances, budgets = prob.pool_scores, prob.instances, prob.budgets
+    K, n = prob.K, prob.n
+    V, c, u_mean, rho, data, params = prob.V, prob.c, prob.u_mean, prob.rho, prob.data, prob.params
     calls_per_rep = budgets[-1]
     print(f"{args.dataset}: K={K}, n={n}, budget {calls_per_rep} calls "
           f"({100 * args.max_frac:g}% of K*n), {len(budgets)} checkpoints; "

@@ -135,3 +135,31 @@ def test_checkpoints_do_not_change_the_trajectory():
         return np.asarray(jax.jit(fn)(keys).checkpoints.pulls[:, -1])
 
     np.testing.assert_array_equal(final_pulls((5, 40)), final_pulls((40,)))
+
+
+def test_speed_problem_is_the_one_every_speed_benchmark_times():
+    """``benchmarks/speed_problem.py`` (shared by bench_speed, bench_cores and the timing
+    experiments): the IFEval problem of BUILD_NOTES' speed tables, built the same way
+    twice, and a named error for an unknown dataset."""
+    import speed_problem as sp
+
+    from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS
+
+    p = sp.speed_problem("ifeval", K=10, max_frac=0.2, seed=0, fit=False)
+    q = sp.speed_problem("ifeval", K=10, max_frac=0.2, seed=0, fit=False)
+    assert (p.K, p.n) == (10, 541) and p.instances.shape == (10, 10)
+    np.testing.assert_array_equal(p.instances, q.instances)
+    np.testing.assert_array_equal(p.pool_scores, q.pool_scores)
+    # each candidate set is K distinct pool models
+    assert all(len(set(row)) == 10 for row in p.instances.tolist())
+    assert p.instances.max() < p.pool_scores.shape[0]
+    # the SPEC 6.1 grid up to 20% of K n, in LLM calls
+    want = sorted({max(1, round(f * 10 * 541)) for f in DEFAULT_BUDGET_FRACTIONS
+                   if f <= 0.2 + 1e-12})
+    assert list(p.budgets) == want and p.budgets[-1] == 1082
+    assert p.V.shape == (541, 8) and not p.V.any()  # fit=False: zero factors
+    np.testing.assert_array_equal(np.asarray(p.data.pool), p.pool_scores)
+    other = sp.speed_problem("ifeval", K=10, max_frac=0.2, seed=1, fit=False)
+    assert not np.array_equal(other.instances, p.instances)
+    with pytest.raises(ValueError, match="dataset"):
+        sp.speed_problem("nope")

@@ -41,13 +41,11 @@ import numpy as np
 from jax.extend.random import threefry2x32_p
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_banditeval import DATASETS, banditeval_ucbe, have_banditeval  # noqa: E402
+from bench_banditeval import banditeval_ucbe, have_banditeval  # noqa: E402
+from speed_problem import speed_problem  # noqa: E402
 
-import jaxeval  # noqa: E402
 from jaxeval import _identification as idn  # noqa: E402
 from jaxeval import _sampling as smp  # noqa: E402
-from jaxeval._factorization import ItemFactors  # noqa: E402
-from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS  # noqa: E402
 
 
 def _stream_key(order_key, arm, synchronized):
@@ -130,18 +128,9 @@ def main(argv=None):
     if args.parts:
         return _parts(args.chunk)
 
-    sm = jaxeval.load(DATASETS["ifeval"]).drop_duplicates()
-    _, pool = sm.split([sm.n_models // 2], seed=0)
-    pool_s = np.asarray(pool.scores, np.float32)
-    K, n = 10, pool_s.shape[1]
-    rng = np.random.default_rng(0)
-    instances = np.stack([rng.choice(pool_s.shape[0], K, replace=False) for _ in range(10)])
-    fracs = [f for f in DEFAULT_BUDGET_FRACTIONS if f <= 0.2 + 1e-12]
-    budgets = tuple(sorted({max(1, round(f * K * n)) for f in fracs}))
-    # UCB-E never reads the item factors; zeros of the right shapes
-    factors = ItemFactors(jnp.zeros((n, 8)), jnp.zeros(n), jnp.zeros(8))
-    data = idn.ProblemData(jnp.asarray(pool_s), jnp.asarray(instances, jnp.int32), factors)
-    params = idn.Params.make(a=1.0, scale=1.0, rho=1.0)
+    # UCB-E never reads the item factors: zeros of the right shapes (fit=False)
+    prob = speed_problem("ifeval", K=10, max_frac=0.2, seed=0, rank=8, fit=False)
+    K, n, budgets, data, params = prob.K, prob.n, prob.budgets, prob.data, prob.params
     cfg = idn.Config("ucbe", num_arms=K, num_items=n, budgets=budgets, batch_size=32,
                      cs_kinds=())
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(0), i))(
@@ -174,8 +163,8 @@ def main(argv=None):
         def be():
             t0 = time.perf_counter()
             for r in range(args.be_reps):
-                banditeval_ucbe(pool_s[instances[r % len(instances)]], budgets, a=1.0,
-                                batch_size=32, seed=r)
+                rows = prob.instances[r % len(prob.instances)]
+                banditeval_ucbe(prob.pool_scores[rows], budgets, a=1.0, batch_size=32, seed=r)
             return (time.perf_counter() - t0) / args.be_reps
 
         runs["banditeval (b=32)"] = be

@@ -18,12 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_banditeval import DATASETS  # noqa: E402
+from speed_problem import speed_problem  # noqa: E402
 
-import jaxeval  # noqa: E402
 from jaxeval import _identification as idn  # noqa: E402
-from jaxeval._factorization import ItemFactors  # noqa: E402
-from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS  # noqa: E402
 
 VARIANTS = {
     "pulse_ucb (EB + Hoeffding, as studies run)": dict(),
@@ -39,19 +36,8 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args(argv)
 
-    sm = jaxeval.load(DATASETS["ifeval"]).drop_duplicates()
-    train, pool = sm.split([sm.n_models // 2], seed=0)
-    pool_s = np.asarray(pool.scores, np.float32)
-    K, n = 10, pool_s.shape[1]
-    rng = np.random.default_rng(0)
-    instances = np.stack([rng.choice(pool_s.shape[0], K, replace=False) for _ in range(10)])
-    fracs = [f for f in DEFAULT_BUDGET_FRACTIONS if f <= 0.2 + 1e-12]
-    budgets = tuple(sorted({max(1, round(f * K * n)) for f in fracs}))
-    lr = jaxeval.fit_factorization(train, rank=8, rho=1.0, seed=0, num_steps=500)
-    V, c, um = (jnp.asarray(np.asarray(x, np.float32)) for x in (lr.V, lr.c, lr.u_mean))
-    data = idn.ProblemData(jnp.asarray(pool_s), jnp.asarray(instances, jnp.int32),
-                           ItemFactors(V, c, um))
-    params = idn.Params.make(a=1.0, scale=1.0, rho=float(getattr(lr, "rho_u", 1.0)))
+    prob = speed_problem("ifeval", K=10, max_frac=0.2, seed=0, rank=8)
+    K, n, budgets, data, params = prob.K, prob.n, prob.budgets, prob.data, prob.params
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(0), i))(
         jnp.arange(512)).reshape(2, 256)
     runs = {}
