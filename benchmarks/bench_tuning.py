@@ -23,6 +23,13 @@ defaults here. A policy name ending in ``_sync`` (``ucbe_sync``, ``pulse_ucb_syn
 that policy on one item order shared by all arms (``synchronized=True``, SySRs' order);
 the plain names draw each arm's items in its own order (UCB-E as in ``banditeval``).
 
+Issue 7 asks for the comparison "with the gap between the top two models reported per
+instance bin": a second table splits the report instances into ``--gap-bins`` bins of
+their true top-two gap (quantiles over instances, the same bins for every policy, since
+every policy plays the same instances; :meth:`jaxeval.IdentificationReport.by_gap`) and
+gives each policy's calls to 95% (90%) within each bin; the JSON has it under
+``by_gap``.
+
 ``--plot PATH`` draws the report seed's accuracy-versus-calls curves (one panel per
 dataset and K, one line per policy) to a PNG; the curves are also in the ``--out`` JSON.
 
@@ -151,6 +158,50 @@ def sysrs_per_budget(sm, K, seed, fracs, *, with_report=False, **kw):
     return (out, rep) if with_report else out
 
 
+def gap_bins(reps, bins, *, n):
+    """Calls to 95% / 90% per bin of the report instances' true top-two gap.
+
+    The edges are the quantiles of UCB-E's report instances' gaps
+    (:meth:`jaxeval.IdentificationReport.by_gap`); every policy ran on the same instances
+    and replicates, so the same edges give every policy the same bins. Returns one dict
+    per bin: the edges (accuracy units and items), instance and replicate counts, the
+    median gap, and ``to95`` / ``to90`` per policy (shares of ``K n``; ``inf`` where the
+    bin never reaches the target on the budget grid).
+    """
+    if bins <= 0:
+        return []
+    ref = reps["ucbe"].by_gap(bins)
+    edges = [ref[0].lo] + [b.hi for b in ref]
+    per = {pol: rep.by_gap(edges=edges) for pol, rep in reps.items()}
+    out = []
+    for j, b in enumerate(ref):
+        out.append(dict(
+            lo=b.lo, hi=b.hi, lo_items=b.lo * n, hi_items=b.hi * n,
+            n_instances=b.n_instances, n_replicates=b.n_replicates, median_gap=b.median_gap,
+            to95={p: per[p][j].calls_to(0.95, fraction=True) for p in per},
+            to90={p: per[p][j].calls_to(0.90, fraction=True) for p in per},
+        ))
+    return out
+
+
+def print_gap_table(gap_rows, pols):
+    """The per-bin table: calls to 95% (90%) per policy and the ratios to UCB-E."""
+    if not any(b for _, _, b in gap_rows):
+        return
+    others = [p for p in pols if p != "ucbe"]
+    print("\nper bin of the true top-two gap (report instances; quantile bins):")
+    print("| dataset | K | gap (pp) | gap (items) | instances | calls to 95% (90%): "
+          + " | ".join(pols) + " | " + " | ".join(f"{p} / ucbe" for p in others) + " |")
+    print("|---" * (5 + len(pols) + len(others)) + "|")
+    for ds, K, bins in gap_rows:
+        for b in bins:
+            print(f"| {ds} | {K} | {100 * b['lo']:.1f}-{100 * b['hi']:.1f} | "
+                  f"{b['lo_items']:.0f}-{b['hi_items']:.0f} | {b['n_instances']} | "
+                  + " | ".join(f"{_fmt(b['to95'][p])} ({_fmt(b['to90'][p])})" for p in pols)
+                  + " | " + " | ".join(_ratio(b["to95"][p], b["to95"]["ucbe"]) for p in others)
+                  + " |")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
@@ -170,6 +221,9 @@ def main(argv=None):
     ap.add_argument("--defaults", nargs="*", default=[], choices=list(GRIDS),
                     help="policies run at the package default of their grid's parameter "
                          "(no tuning); ucbe is always tuned")
+    ap.add_argument("--gap-bins", type=int, default=3,
+                    help="bins of the report instances' true top-two gap (quantiles over "
+                         "instances) for the per-bin table; 0: no per-bin table")
     ap.add_argument("--plot", default=None,
                     help="PNG of the report seed's accuracy-versus-calls curves")
     ap.add_argument("--sysrs-only", action="store_true",
@@ -185,7 +239,7 @@ def main(argv=None):
         ap.error("--defaults: policies of --policies other than ucbe (the tuned reference)")
 
     fracs = tuple(f for f in DEFAULT_BUDGET_FRACTIONS if f <= args.max_frac + 1e-12)
-    rows, results, curves = [], {}, {}
+    rows, results, curves, gap_rows = [], {}, {}, []
     for ds in args.datasets:
         sm = load(ds)
         f_tune = _factors(sm, args.tune_seed, args.rank)
@@ -229,10 +283,12 @@ def main(argv=None):
             wall = time.time() - t0
             for pol, rep in reps.items():
                 curves[f"{ds}/K{K}/{pol}"] = _curve(rep, gap)
+            bins = gap_bins(reps, args.gap_bins, n=int(reps["ucbe"].settings["n_items"]))
             results[f"{ds}/K{K}"] = dict(chosen=chosen, tuning_to95=tuning, report=report,
                                          median_gap=gap, wall_s=wall,
-                                         defaults=list(args.defaults))
+                                         defaults=list(args.defaults), by_gap=bins)
             rows.append((ds, K, gap, chosen, report))
+            gap_rows.append((ds, K, bins))
             print(f"{ds} K={K}: chosen {chosen}; to95 "
                   + ", ".join(f"{p} {_fmt(report[p][0])}" for p in report)
                   + f" ({wall:.0f}s)", flush=True)
@@ -248,6 +304,7 @@ def main(argv=None):
         print(f"| {ds} | {K} | {gap:.3f} | {tuned} | "
               + " | ".join(f"{_fmt(r[p][0])} ({_fmt(r[p][1])})" for p in pols) + " | "
               + " | ".join(_ratio(r[p][0], r["ucbe"][0]) for p in others) + " |")
+    print_gap_table(gap_rows, list(pols))
     with open(args.out, "w") as fh:
         json.dump(dict(args=vars(args), results=results, curves=curves), fh, indent=1)
     print(f"\nresults written to {args.out}")

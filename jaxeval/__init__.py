@@ -28,7 +28,12 @@ from jaxeval._data import ScoreMatrix, Split
 from jaxeval._factorization_api import LowRankLogistic, fit_factorization, learn_lam0
 from jaxeval._io import load
 from jaxeval._runner import run_replicates
-from jaxeval._simulate import IdentificationReport, SyntheticSpec, simulate_identification
+from jaxeval._simulate import (
+    GapBin,
+    IdentificationReport,
+    SyntheticSpec,
+    simulate_identification,
+)
 from jaxeval._study import (
     AnchorStudy,
     IdentificationStudy,
@@ -61,6 +66,7 @@ __all__ = [
     "fit_anchors",
     "simulate_identification",
     "IdentificationReport",
+    "GapBin",
     "IdentificationCampaign",
     "SyntheticSpec",
     "run_replicates",

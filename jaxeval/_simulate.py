@@ -35,6 +35,7 @@ from jaxeval._runner import DEFAULT_LANES, as_key, run_replicates
 
 __all__ = [
     "DEFAULT_BUDGET_FRACTIONS",
+    "GapBin",
     "IdentificationReport",
     "SyntheticSpec",
     "simulate_identification",
@@ -75,6 +76,51 @@ class SyntheticSpec:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
+class GapBin:
+    """The replicates of an :class:`IdentificationReport` whose instances have a true
+    top-two gap in ``[lo, hi)`` (``[lo, hi]`` for the last bin), from
+    :meth:`IdentificationReport.by_gap`.
+
+    The gap of a replicate is the true accuracy of its best candidate minus that of the
+    second best (0 for a tie), in accuracy units; ``gap * n_items`` is the same gap in
+    items. Small gaps are the hard instances: the calls they need decide the
+    calls-to-95% point of the whole run.
+
+    Attributes:
+      lo, hi: the bin's gap edges.
+      n_replicates: replicates in the bin (0 for an empty bin, whose curves are NaN).
+      n_instances: distinct instances among them (replicates for synthetic truth).
+      median_gap: median gap of the bin's replicates.
+      budgets: int64 ``[C]`` checkpoint budgets in LLM calls (the report's).
+      accuracy: ``[C]`` share of the bin's replicates that recommend a true best arm.
+      accuracy_se: ``[C]`` binomial standard error of ``accuracy``.
+      calls_used: ``[C]`` mean LLM calls the bin's replicates spent at each checkpoint.
+      total_calls: ``K * n`` of the report.
+    """
+
+    lo: float
+    hi: float
+    n_replicates: int
+    n_instances: int
+    median_gap: float
+    budgets: np.ndarray
+    accuracy: np.ndarray
+    accuracy_se: np.ndarray
+    calls_used: np.ndarray
+    total_calls: int
+
+    def calls_to(self, accuracy: float = 0.95, *, fraction: bool = False) -> float:
+        """LLM calls for the bin's replicates to reach ``accuracy`` (as
+        :meth:`IdentificationReport.calls_to`; ``inf`` if never reached or the bin is
+        empty)."""
+        if self.n_replicates == 0:
+            return math.inf
+        out = calls_to_target(self.calls_used, self.accuracy, accuracy)
+        out = math.inf if out is None else out
+        return out / self.total_calls if fraction else out
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class IdentificationReport:
     """Results of :func:`simulate_identification` (numpy arrays; ``C`` checkpoints,
     ``Q`` interval kinds, ``R`` replicates).
@@ -103,6 +149,8 @@ class IdentificationReport:
       instances: int64 ``[I, K]`` the candidate rows of each instance (models of the pool).
       pool_models: names of the pool's models (empty for synthetic truth).
       settings: every setting needed to reproduce the run (seed, versions, chunking).
+      calls: int64 ``[R, C]`` LLM calls each replicate spent at each checkpoint
+        (``None`` in reports built without it; :attr:`calls_used` is its mean).
 
     Example:
       >>> import jaxeval
@@ -134,6 +182,7 @@ class IdentificationReport:
     instances: np.ndarray
     pool_models: np.ndarray
     settings: dict
+    calls: np.ndarray | None = None
 
     @property
     def total_calls(self) -> int:
@@ -167,6 +216,84 @@ class IdentificationReport:
         out = calls_to_target(self.calls_used, self.accuracy, accuracy)
         out = math.inf if out is None else out
         return out / self.total_calls if fraction else out
+
+    @property
+    def top_two_gap(self) -> np.ndarray:
+        """``[R]`` true accuracy of each replicate's best candidate minus the second
+        best's (0 for a tie)."""
+        top = np.sort(np.asarray(self.theta, np.float64), axis=1)
+        return top[:, -1] - top[:, -2]
+
+    def by_gap(self, bins: int = 3, *, edges: ArrayLike | None = None) -> list[GapBin]:
+        """Accuracy versus calls per bin of the true top-two gap (:class:`GapBin`).
+
+        Args:
+          bins: number of bins of (nearly) equal numbers of *instances*, the edges at
+            the quantiles of the instances' gaps (of the replicates' gaps for synthetic
+            truth, where every replicate is its own instance). Ignored with ``edges``.
+          edges: increasing finite gap edges ``[B + 1]`` instead, e.g. the edges of
+            another policy's report, so that several policies run on the same instances
+            are binned alike. Replicates outside ``[edges[0], edges[-1]]`` are in no bin.
+
+        Returns:
+          ``B`` bins, smallest gaps first. Quantile edges that coincide (many equal
+          gaps) are merged, so there may be fewer than ``bins``.
+
+        Example:
+          >>> import jaxeval
+          >>> rep = jaxeval.simulate_identification(
+          ...     jaxeval.SyntheticSpec(n_items=40), "ucbe", K=3, n_replicates=64,
+          ...     budget_fractions=(0.1, 0.25, 0.5, 1.0), seed=0)
+          >>> hard, easy = rep.by_gap(2)
+          >>> hard.n_replicates + easy.n_replicates, hard.hi == easy.lo
+          (64, True)
+          >>> bool(hard.median_gap < easy.median_gap), float(easy.accuracy[-1])
+          (True, 1.0)
+        """
+        gap = self.top_two_gap
+        inst = np.asarray(self.instance)
+        real = inst.size > 0 and bool((inst >= 0).all())
+        if edges is None:
+            if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 1:
+                raise ValueError(f"bins: expected an integer >= 1, got {bins!r}")
+            if gap.size == 0:
+                raise ValueError("by_gap: the report has no replicates")
+            if real:
+                per_inst = np.unique(inst, return_index=True)[1]
+                base = gap[per_inst]
+            else:
+                base = gap
+            e = np.unique(np.quantile(base, np.linspace(0.0, 1.0, int(bins) + 1)))
+            if e.size == 1:  # every gap equal: one bin holding them all
+                e = np.array([e[0], e[0]])
+        else:
+            e = np.asarray(edges, np.float64)
+            if e.ndim != 1 or e.size < 2 or not np.isfinite(e).all() or (np.diff(e) <= 0).any():
+                raise ValueError(
+                    "edges: expected at least two increasing finite gap values, got "
+                    f"{np.asarray(edges).tolist()!r}")
+        calls = (np.asarray(self.calls, np.float64) if self.calls is not None
+                 else np.broadcast_to(self.calls_used, self.correct.shape))
+        out = []
+        for b in range(e.size - 1):
+            lo, hi = float(e[b]), float(e[b + 1])
+            last = b == e.size - 2
+            sel = (gap >= lo) & ((gap <= hi) if last else (gap < hi))
+            r = int(sel.sum())
+            if r:
+                acc = np.asarray(self.correct, np.float64)[sel].mean(axis=0)
+                used = calls[sel].mean(axis=0)
+                n_inst = int(np.unique(inst[sel]).size) if real else r
+                med = float(np.median(gap[sel]))
+            else:
+                acc = np.full(self.budgets.shape, np.nan)
+                used = np.full(self.budgets.shape, np.nan)
+                n_inst, med = 0, math.nan
+            out.append(GapBin(lo=lo, hi=hi, n_replicates=r, n_instances=n_inst,
+                              median_gap=med, budgets=self.budgets, accuracy=acc,
+                              accuracy_se=np.sqrt(acc * (1 - acc) / max(r, 1)),
+                              calls_used=used, total_calls=self.total_calls))
+        return out
 
     def summary(self) -> str:
         """A plain-text table: accuracy, calls used and coverage per checkpoint."""
@@ -953,4 +1080,5 @@ def _summarise(out, config, settings, instances, pool_models, has_pred) -> Ident
         instances=np.asarray(instances, np.int64),
         pool_models=pool_models,
         settings=settings,
+        calls=np.asarray(cp.calls).astype(np.int64),
     )

@@ -485,3 +485,74 @@ def test_settings_a_policy_does_not_read_are_named_in_a_warning():
         warnings.simplefilter("error")
         jaxeval.IdentificationCampaign(["a", "b"], items=[f"i{j}" for j in range(6)],
                                        policy="ucbe", eps=0.5, stop_when_confident=False)
+
+
+def test_by_gap_bins_a_hand_built_report_exactly():
+    """Four replicates on four instances, gaps 0.0 / 0.1 / 0.2 / 0.3; two bins of two
+    instances each; per bin, the accuracy curve and calls-to-target of its replicates."""
+    base = _report([0.5, 0.5, 0.75, 1.0], K=3)
+    theta = np.array([[0.5, 0.5, 0.1], [0.6, 0.5, 0.1], [0.2, 0.7, 0.5], [0.9, 0.6, 0.1]],
+                     np.float32)
+    correct = np.array([[1, 1, 1, 1], [0, 0, 1, 1], [0, 1, 1, 1], [1, 0, 0, 1]], bool)
+    rep = dataclasses.replace(base, theta=theta, correct=correct,
+                              instance=np.arange(4, dtype=np.int32),
+                              calls=np.tile(np.asarray(base.budgets), (4, 1)))
+    np.testing.assert_allclose(rep.top_two_gap, [0.0, 0.1, 0.2, 0.3], atol=1e-6)
+    hard, easy = rep.by_gap(2)
+    assert (hard.n_replicates, easy.n_replicates) == (2, 2)
+    assert (hard.n_instances, easy.n_instances) == (2, 2)
+    np.testing.assert_allclose(hard.accuracy, [0.5, 0.5, 1.0, 1.0])
+    np.testing.assert_allclose(easy.accuracy, [0.5, 0.5, 0.5, 1.0])
+    np.testing.assert_allclose(hard.median_gap, 0.05, atol=1e-6)
+    assert hard.calls_to(0.95) == pytest.approx(20 + 0.45 / 0.5 * 20)
+    assert easy.calls_to(0.95) == pytest.approx(40 + 0.45 / 0.5 * 40)
+    assert easy.calls_to(0.95, fraction=True) == pytest.approx(easy.calls_to(0.95) / 120)
+    # given edges: the last bin is closed, a replicate outside every bin is dropped
+    a, b = rep.by_gap(edges=[0.05, 0.15, 0.3])
+    assert (a.n_replicates, b.n_replicates) == (1, 2)
+    empty, = rep.by_gap(edges=[0.4, 0.5])
+    assert empty.n_replicates == 0 and np.isnan(empty.accuracy).all()
+    assert empty.calls_to(0.5) == float("inf")
+    # a report without per-replicate calls bins on the mean calls
+    old = dataclasses.replace(rep, calls=None)
+    np.testing.assert_allclose(old.by_gap(2)[0].calls_used, base.calls_used)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(bins=0), "bins: expected an integer >= 1"),
+    (dict(bins=True), "bins: expected an integer >= 1"),
+    (dict(bins=2.0), "bins: expected an integer >= 1"),
+    (dict(edges=[0.1]), "edges: expected at least two increasing"),
+    (dict(edges=[0.2, 0.1]), "edges: expected at least two increasing"),
+    (dict(edges=[0.0, np.nan]), "edges: expected at least two increasing"),
+    (dict(edges=[[0.0, 0.1]]), "edges: expected at least two increasing"),
+])
+def test_by_gap_refuses_bad_bins(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        _report([0.5, 1.0], budgets=(10, 20)).by_gap(**kwargs)
+
+
+def test_by_gap_on_real_data_partitions_the_replicates_by_instance():
+    """Quantile bins hold whole instances (every replicate of an instance has its gap),
+    partition the replicates, and reproduce the report's curves when pooled; edges
+    taken from one policy bin another policy's run on the same instances alike."""
+    sm = _small_matrix(m=16, n=20)
+    kw = dict(K=3, n_replicates=24, seed=4, n_instances=6, budget_fractions=(0.2, 0.5, 1.0),
+              cs_kinds=("eb",), instance_assignment="balanced")
+    u = simulate_identification(sm, "ucbe", **kw)
+    v = simulate_identification(sm, "uniform", **kw)
+    np.testing.assert_allclose(u.calls.mean(axis=0), u.calls_used)
+    bins = u.by_gap(3)
+    assert sum(b.n_replicates for b in bins) == 24
+    inst_gap = {int(i): float(g) for i, g in zip(u.instance, u.top_two_gap)}
+    for b in bins:
+        inside = [i for i, g in inst_gap.items()
+                  if b.lo <= g and (g < b.hi or (b is bins[-1] and g <= b.hi))]
+        assert b.n_instances == len(inside) and b.n_replicates == 4 * len(inside)
+    pooled = sum(b.accuracy * b.n_replicates for b in bins) / 24
+    np.testing.assert_allclose(pooled, u.accuracy)
+    edges = [bins[0].lo] + [b.hi for b in bins]
+    for bu, bv in zip(bins, v.by_gap(edges=edges)):
+        assert (bu.n_replicates, bu.n_instances, bu.lo, bu.hi) == (
+            bv.n_replicates, bv.n_instances, bv.lo, bv.hi)
+        assert bv.accuracy[-1] == 1.0  # every arm fully evaluated at 100%
