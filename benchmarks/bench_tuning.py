@@ -32,6 +32,9 @@ gives each policy's calls to 95% (90%) within each bin; the JSON has it under
 
 ``--plot PATH`` draws the report seed's accuracy-versus-calls curves (one panel per
 dataset and K, one line per policy) to a PNG; the curves are also in the ``--out`` JSON.
+``--gap-plot PATH`` draws the per-bin table as bars (calls to 95% per gap bin, one
+panel per dataset and K). ``--replot JSON`` draws either figure from a saved ``--out``
+file without simulating anything.
 
 Usage (from the repository root):
 
@@ -42,7 +45,14 @@ the budget grid to 100% of K n so that every policy reaches 95%), table and curv
 
     python benchmarks/bench_tuning.py --datasets ifeval musr arc math5 tailored --K 10 50 \
         --reps 200 --max-frac 1.0 --policies ucbe pulse_ucb --defaults pulse_ucb \
-        --out benchmarks/results/issue7_defaults.json --plot benchmarks/plots/issue7_defaults.png
+        --out benchmarks/results/issue7_defaults.json --plot benchmarks/plots/issue7_defaults.png \
+        --gap-plot benchmarks/plots/issue7_defaults_gap.png
+
+Both figures again from the saved results, in seconds:
+
+    python benchmarks/bench_tuning.py --replot benchmarks/results/issue7_defaults.json \
+        --plot benchmarks/plots/issue7_defaults.png \
+        --gap-plot benchmarks/plots/issue7_defaults_gap.png
 """
 
 from __future__ import annotations
@@ -202,6 +212,88 @@ def print_gap_table(gap_rows, pols):
                   + " |")
 
 
+def plot_gap_bins(results, policies, path, *, reps=None):
+    """Calls to 95% per bin of the true top-two gap, one panel per (dataset, K), to a PNG.
+
+    ``results`` is the ``results`` mapping of the ``--out`` JSON (its ``by_gap`` lists);
+    one group of bars per bin, smallest gaps (the hard bin) on the left, one bar per
+    policy in the colours of the accuracy curves, each bar labelled with its value. A bin
+    a policy never takes to 95% on the budget grid is drawn as a hatched bar to the top
+    of its panel.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(key, r["by_gap"]) for key, r in results.items() if r.get("by_gap")]
+    if not panels:
+        raise ValueError("--gap-plot: the results hold no per-bin figures (by_gap); "
+                         "run with --gap-bins > 0")
+    ncol = min(4, len(panels))
+    nrow = -(-len(panels) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.6 * ncol, 3.0 * nrow), squeeze=False)
+    colours = {p: f"C{i}" for i, p in enumerate(policies)}
+    width = 0.8 / len(policies)
+    for ax, (key, bins) in zip(axes.flat, panels):
+        vals = [100 * b["to95"][p] for b in bins for p in policies if p in b["to95"]]
+        finite = [v for v in vals if math.isfinite(v)]
+        top = 1.15 * max(finite) if finite else 100.0
+        for i, p in enumerate(policies):
+            x = np.arange(len(bins)) + (i - (len(policies) - 1) / 2) * width
+            y = np.array([100 * b["to95"].get(p, math.nan) for b in bins])
+            missing = ~np.isfinite(y)
+            ax.bar(x, np.where(missing, 0.0, y), width, color=colours[p], label=p)
+            for xi, yi in zip(x[~missing], y[~missing]):
+                ax.text(xi, yi, f"{yi:.3g}", ha="center", va="bottom", fontsize=5.5)
+            if missing.any():
+                ax.bar(x[missing], np.full(missing.sum(), top), width, color="white",
+                       edgecolor=colours[p], hatch="///", lw=0.5)
+        ds, kk = key.split("/")
+        ax.set_ylim(0, top)
+        ax.set_xticks(np.arange(len(bins)))
+        ax.set_xticklabels([f"{100 * b['lo']:.1f}-{100 * b['hi']:.1f} pp\n"
+                            f"{b['n_instances']} inst." for b in bins], fontsize=7)
+        ax.set_title(f"{ds}, K = {kk[1:]}", fontsize=9)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.grid(axis="y", alpha=0.3, lw=0.5)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("LLM calls to 95% (% of K*n)", fontsize=8)
+    axes.flat[0].legend(fontsize=7, loc="upper right")
+    note = f"{reps} replicates per (dataset, K), " if reps else ""
+    fig.suptitle("Calls to 95% identification per bin of the true top-two gap "
+                 f"(x: gap range, instances per bin; {note}same instances for every policy)",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    print(f"plot written to {path}")
+
+
+def replot(path, *, plot=None, gap_plot=None):
+    """Draw ``--plot`` / ``--gap-plot`` from a saved ``--out`` JSON (no simulation)."""
+    if not (plot or gap_plot):
+        raise SystemExit("--replot: give --plot PATH and/or --gap-plot PATH to draw")
+    try:
+        with open(path) as fh:
+            saved = json.load(fh)
+        args, results = saved["args"], saved["results"]
+        pols = [*args["policies"], "sysrs"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"--replot: {path} is not a results file of this script ({e!r})") from None
+    if plot:
+        from bench_identification import plot_curves
+
+        if not saved.get("curves"):
+            raise SystemExit(f"--replot: {path} holds no curves (a --sysrs-only run?)")
+        plot_curves(saved["curves"], pols, plot, reps=args.get("reps"))
+    if gap_plot:
+        plot_gap_bins(results, pols, gap_plot, reps=args.get("reps"))
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
@@ -226,10 +318,18 @@ def main(argv=None):
                          "instances) for the per-bin table; 0: no per-bin table")
     ap.add_argument("--plot", default=None,
                     help="PNG of the report seed's accuracy-versus-calls curves")
+    ap.add_argument("--gap-plot", default=None,
+                    help="PNG of the report seed's calls to 95%% per bin of the true "
+                         "top-two gap (bars, one panel per dataset and K)")
+    ap.add_argument("--replot", default=None, metavar="JSON",
+                    help="draw --plot / --gap-plot from a saved --out JSON and stop "
+                         "(no simulation)")
     ap.add_argument("--sysrs-only", action="store_true",
                     help="only SySRs (run per budget) on the report seed: no tuning, no "
                          "other policy; to set SySRs beside earlier tables of this script")
     args = ap.parse_args(argv)
+    if args.replot:
+        return replot(args.replot, plot=args.plot, gap_plot=args.gap_plot)
     if args.sysrs_only:
         return _sysrs_only(args)
     grids = {p: GRIDS[p] for p in args.policies}
@@ -312,6 +412,8 @@ def main(argv=None):
         from bench_identification import plot_curves
 
         plot_curves(curves, list(pols), args.plot, reps=args.reps)
+    if args.gap_plot:
+        plot_gap_bins(results, list(pols), args.gap_plot, reps=args.reps)
 
 
 def _sysrs_only(args) -> int:
