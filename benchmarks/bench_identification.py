@@ -78,21 +78,44 @@ def print_table(curves, policies):
         print(f"| {ds} | {kk[1:]} | {gap:.3f} | " + " | ".join(cells) + " |")
 
 
-def plot_curves(curves, policies, path, reps=None):
-    """Accuracy versus calls (share of K*n), one panel per (dataset, K), to a PNG."""
+def panel_grid(n_panels, **subplots_kw):
+    """A figure of ``n_panels`` panels, at most four a row (the benchmarks' figures)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    ncol = min(4, n_panels)
+    nrow = -(-n_panels // ncol)
+    return plt.subplots(nrow, ncol, figsize=(3.6 * ncol, 3.0 * nrow), squeeze=False,
+                        **subplots_kw)
+
+
+def save_panels(fig, axes, n_panels, path, *, ylabel, title, legend_loc):
+    """Hide the unused panels, label the first column, legend on the first panel, and
+    write the figure to ``path`` (PNG, 90 dpi)."""
+    import matplotlib.pyplot as plt
+
+    for ax in axes.flat[n_panels:]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(ylabel, fontsize=8)
+    axes.flat[0].legend(fontsize=7, loc=legend_loc)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    print(f"plot written to {path}")
+
+
+def plot_curves(curves, policies, path, reps=None):
+    """Accuracy versus calls (share of K*n), one panel per (dataset, K), to a PNG."""
     import matplotlib.ticker
 
     panels = _panels(curves)
     if not panels:
         raise ValueError("--plot: no curves to draw")
-    ncol = min(4, len(panels))
-    nrow = -(-len(panels) // ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(3.6 * ncol, 3.0 * nrow), squeeze=False,
-                             sharey=True)
+    fig, axes = panel_grid(len(panels), sharey=True)
     for ax, (ds, kk) in zip(axes.flat, panels):
         for p in policies:
             c = curves.get(f"{ds}/{kk}/{p}")
@@ -111,18 +134,10 @@ def plot_curves(curves, policies, path, reps=None):
         ax.set_xlabel("LLM calls (% of K*n)", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3, lw=0.5)
-    for ax in axes.flat[len(panels):]:
-        ax.set_visible(False)
-    for ax in axes[:, 0]:
-        ax.set_ylabel("identification accuracy", fontsize=8)
-    axes.flat[0].legend(fontsize=7, loc="lower right")
     note = f"{reps} replicates per point; " if reps else ""
-    fig.suptitle(f"Best-model identification ({note}same instances and item orders "
-                 "for every policy)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    print(f"plot written to {path}")
+    save_panels(fig, axes, len(panels), path, ylabel="identification accuracy",
+                title=f"Best-model identification ({note}same instances and item orders "
+                      "for every policy)", legend_loc="lower right")
 
 
 def main(argv=None):

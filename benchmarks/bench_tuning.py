@@ -221,18 +221,13 @@ def plot_gap_bins(results, policies, path, *, reps=None):
     a policy never takes to 95% on the budget grid is drawn as a hatched bar to the top
     of its panel.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from bench_identification import panel_grid, save_panels
 
     panels = [(key, r["by_gap"]) for key, r in results.items() if r.get("by_gap")]
     if not panels:
         raise ValueError("--gap-plot: the results hold no per-bin figures (by_gap); "
                          "run with --gap-bins > 0")
-    ncol = min(4, len(panels))
-    nrow = -(-len(panels) // ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(3.6 * ncol, 3.0 * nrow), squeeze=False)
+    fig, axes = panel_grid(len(panels))
     colours = {p: f"C{i}" for i, p in enumerate(policies)}
     width = 0.8 / len(policies)
     for ax, (key, bins) in zip(axes.flat, panels):
@@ -257,19 +252,11 @@ def plot_gap_bins(results, policies, path, *, reps=None):
         ax.set_title(f"{ds}, K = {kk[1:]}", fontsize=9)
         ax.tick_params(axis="y", labelsize=7)
         ax.grid(axis="y", alpha=0.3, lw=0.5)
-    for ax in axes.flat[len(panels):]:
-        ax.set_visible(False)
-    for ax in axes[:, 0]:
-        ax.set_ylabel("LLM calls to 95% (% of K*n)", fontsize=8)
-    axes.flat[0].legend(fontsize=7, loc="upper right")
     note = f"{reps} replicates per (dataset, K), " if reps else ""
-    fig.suptitle("Calls to 95% identification per bin of the true top-two gap "
-                 f"(x: gap range, instances per bin; {note}same instances for every policy)",
-                 fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    print(f"plot written to {path}")
+    save_panels(fig, axes, len(panels), path, ylabel="LLM calls to 95% (% of K*n)",
+                title="Calls to 95% identification per bin of the true top-two gap "
+                      f"(x: gap range, instances per bin; {note}same instances for every "
+                      "policy)", legend_loc="upper right")
 
 
 def replot(path, *, plot=None, gap_plot=None):
