@@ -1041,20 +1041,7 @@ def _step_whole(
     """
     n, b = config.num_items, config.batch_size
     count = state.sampler.count
-    full = count >= n
-    view = _policies.ArmView(
-        count=count,
-        full=full,
-        mean_obs=state.sum_s / jnp.maximum(count, 1).astype(jnp.float32),
-        estimate=state.estimate,
-        naive=state.naive,
-        half_width=_half_width(state, config),
-    )
-    arm, item_cap, ok, pstate = _policies.choose_arm(
-        config.policy, view, state.pstate, params.a, params.scale, config.phase_lengths
-    )
-    limit = jnp.minimum(jnp.minimum(item_cap, cap_calls - state.calls), b)
-    active = ok & (limit > 0) & ~state.stopped
+    arm, limit, active, pstate = _choose(state, config, params, cap_calls)
 
     # --- the arm's view: order, truth row, predictions frozen before the batch. With an
     # order table the batch is a slice of the arm's order and the seen-mask (needed only

@@ -469,24 +469,22 @@ class ReplicatePlan:
                 )
             if hi > 2**32:
                 raise ValueError(f"replicate indices must stay below 2**32, got {hi}")
+        def collect(lo: int, hi: int, out: Any) -> tuple[int, int, Any]:
+            res = self._to_host(out, hi - lo)
+            if progress is not None:
+                progress.update(hi - lo)
+            return lo, hi, res
+
         pending: tuple[int, int, Any] | None = None
         for lo, hi in ranges:
             out = self._dispatch(key_data, lo)
             if progress is not None:
                 progress.compiled()  # dispatch returns once the program is compiled
             if pending is not None:
-                plo, phi, pout = pending
-                res = self._to_host(pout, phi - plo)
-                if progress is not None:
-                    progress.update(phi - plo)
-                yield plo, phi, res
+                yield collect(*pending)
             pending = (lo, hi, out)
         if pending is not None:
-            plo, phi, pout = pending
-            res = self._to_host(pout, phi - plo)
-            if progress is not None:
-                progress.update(phi - plo)
-            yield plo, phi, res
+            yield collect(*pending)
 
     def run(self, seed: Any, start: int, n_replicates: int, *, progress: bool = True) -> Any:
         """Replicates ``start .. start + n_replicates - 1`` as numpy arrays."""
