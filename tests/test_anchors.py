@@ -942,6 +942,74 @@ def test_greedy_mlp_is_the_reference_mlp_on_the_greedy_anchors(small_sm, tmp_pat
     np.testing.assert_allclose(back.predict(x)[0], pred.predict(x)[0], rtol=1e-6)
 
 
+def test_greedy_mlp_ens_averages_its_members(small_sm, tmp_path):
+    """``greedy_mlp_ens`` = the mean of ``mlp_members`` reference MLPs on greedy_ridge's
+    anchors, member 0 trained with greedy_mlp's key and member e from
+    ``fold_in(that key, 1000 + e)``, each with its own validation checkpoint; it saves
+    and loads whole."""
+    from jaxeval.anchors._methods import _K_FINAL, _K_MEMBER
+
+    s, y, _ = _planted(seed=5, m=160, n=40)
+    d = SplitData(*(jnp.asarray(a) for a in (s[:100], y[:100], s[100:], y[100:])))
+    key = jax.random.key(2)
+    st = dataclasses.replace(FAST, final_steps=60, mlp_members=3)
+    ens = _fit(key, d, 6, "greedy_mlp_ens", st)
+    one = _fit(key, d, 6, "greedy_mlp", st)
+    np.testing.assert_array_equal(ens.anchors, one.anchors)
+    assert ens.kind == "mlp_mean" and ens.params["best_step"].shape == (3,)
+    x = d.s_val[:, ens.anchors]
+    kf = jax.random.fold_in(key, _K_FINAL)
+    preds = []
+    for e in range(3):
+        fit, static = train_mlp(kf if e == 0 else jax.random.fold_in(kf, _K_MEMBER + e),
+                                d.s_tr[:, ens.anchors], d.y_tr, x, d.y_val, num_steps=60,
+                                eval_every=st.eval_every)
+        preds.append(np.asarray(mlp_apply(fit.params, static, x)))
+    np.testing.assert_allclose(preds[0], apply_map(one, x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(apply_map(ens, x), np.mean(preds, axis=0), rtol=1e-5, atol=1e-6)
+    assert np.ptp(np.stack(preds), axis=0).max() > 1e-4  # the members really differ
+
+    pred = fit_anchors(small_sm, 5, method="greedy_mlp_ens", seed=0,
+                       settings=dataclasses.replace(FAST, final_steps=40, mlp_members=2))
+    assert pred.kind == "mlp_mean"
+    xs = small_sm.take(items=pred.anchor_items).scores
+    pred.save(tmp_path / "e.npz")
+    back = AnchorPredictor.load(tmp_path / "e.npz", items=small_sm)
+    assert back.kind == "mlp_mean"
+    np.testing.assert_allclose(back.predict(xs)[0], pred.predict(xs)[0], rtol=1e-6)
+
+
+def test_greedy_mlp_ens_crossfit_reuse_equals_refits():
+    """The halves' checkpoints of an ensemble chosen from its members' saved
+    validation paths (each member its own) give the residuals of refitting the
+    ensemble with each half as its validation set."""
+    from jaxeval.anchors._methods import crossfit_residuals, validation_halves
+
+    s, y, _ = _planted(m=140, n=40)
+    d = SplitData(*(jnp.asarray(a) for a in (s[:100], y[:100], s[100:131], y[100:131])))
+    ia, ib = (jnp.asarray(i) for i in validation_halves(31, 3))
+    st = dataclasses.replace(FAST, final_steps=300, eval_every=10, mlp_members=3)
+
+    def reuse(key):
+        c = {}
+        fit_method(key, d, 5, "greedy_mlp_ens", st, c)
+        return crossfit_residuals(key, d, 5, ("greedy_mlp_ens",), st, ia, ib, c)
+
+    key = jax.random.key(0)
+    got = jax.jit(reuse)(key)
+    fresh = jax.jit(lambda k: crossfit_residuals(k, d, 5, ("greedy_mlp_ens",), st, ia, ib,
+                                                 None))(key)
+    np.testing.assert_allclose(got[0], fresh[0], atol=1e-6)
+    np.testing.assert_allclose(got[1], fresh[1], rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1001, 2.0, True])
+def test_mlp_members_is_checked(small_sm, bad):
+    st = dataclasses.replace(FAST, mlp_members=bad)
+    with pytest.raises(ValueError, match="settings.mlp_members"):
+        fit_anchors(small_sm, 5, method="greedy_mlp_ens", settings=st)
+
+
 def test_resmlp_save_load_roundtrip(small_sm, tmp_path):
     st = dataclasses.replace(FAST, resmlp_steps=40)
     pred = fit_anchors(small_sm, 5, method="greedy_resmlp", seed=0, settings=st)

@@ -484,6 +484,8 @@ def _templates():
         "weighted_mean": lambda k: {"w": z},
         "linear": lambda k: {"lin": lin, "lam": z[0]},
         "mlp": lambda k: {"mlp": init_mlp(jax.random.key(0), k)[0], "best_step": z[0]},
+        # the members' parameters stacked (the same tree; the leaves' shapes are saved)
+        "mlp_mean": lambda k: {"mlp": init_mlp(jax.random.key(0), k)[0], "best_step": z},
         "resmlp": lambda k: {
             "lin": lin, "mlp": init_mlp(jax.random.key(0), k, hidden=RES_HIDDEN)[0],
             "best_step": z[0], "decay": z[0],
