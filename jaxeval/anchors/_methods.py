@@ -122,8 +122,8 @@ class Settings:
         initialisation and dropout stream on the same anchors, each with its own
         checkpoint chosen on validation models; member 0 is ``greedy_mlp``'s network).
         Five on metabench MMLU (k = 100, 3 000 steps, seeds 42-46) took the test MAE
-        from 1.02 to 0.95 pp (BUILD_NOTES.md, thirty-second session); the training
-        time grows in proportion.
+        from 1.04 to 1.00 pp, lower on every seed (BUILD_NOTES.md, thirty-second
+        session); the training time grows in proportion.
       auto_halves: when ``auto`` chooses on validation models, calibrate its
         interval on residuals that no tuning saw (:func:`crossfit_selected_residuals`:
         the candidate chosen on one half of the validation models, scored on the
