@@ -1357,10 +1357,10 @@ def test_crossfit_reuses_the_full_fit_only_where_a_refit_would_be_the_same():
     np.testing.assert_allclose(got2[1][0], fresh[1][0], rtol=1e-5, atol=1e-8)  # A's MSEs unchanged
 
 
-@pytest.mark.slow  # ~1-2 min: five MLP methods, with and without the guard
+@pytest.mark.slow  # ~1-2 min: six MLP methods, with and without the guard
 @pytest.mark.parametrize("guard", [False, True])
 def test_crossfit_reuse_equals_refits_for_every_mlp_method(guard):
-    """The reuse of :func:`crossfit_residuals` for all five MLP-trained methods
+    """The reuse of :func:`crossfit_residuals` for all six MLP-trained methods
     fitted together (one shared cache), an odd validation count (one model in
     neither half), with and without SparseEval's validation guard: the residuals of
     refitting each method on each half from scratch."""
@@ -1370,7 +1370,8 @@ def test_crossfit_reuse_equals_refits_for_every_mlp_method(guard):
     d = SplitData(*(jnp.asarray(a) for a in (s[:100], y[:100], s[100:133], y[100:133])))
     ia, ib = (jnp.asarray(i) for i in validation_halves(33, 5))
     st = dataclasses.replace(FAST, guard=guard)
-    methods = ("random_mlp", "sparseeval", "greedy_mlp", "sparseeval_ridge", "greedy_resmlp")
+    methods = ("random_mlp", "sparseeval", "greedy_mlp", "sparseeval_ridge", "greedy_resmlp",
+               "greedy_mlp_ens")
 
     def reuse(key):
         c = {}
