@@ -1,0 +1,26 @@
+"""``bench_anchors.py`` with ``greedy_mlp_ens`` in place of ``greedy_mlp`` among ``auto``'s
+validation-regime candidates: what adopting the ensemble would do to ``auto`` on a cell,
+before the issue-8 table is rerun with it (BUILD_NOTES.md, thirty-second session).
+
+Takes ``bench_anchors.py``'s arguments, e.g.::
+
+    python benchmarks/experiments/auto_with_mlp_ens.py --rows custom --datasets mb_mmlu \\
+        --k 100 --methods auto --seeds 5 --mlp never \\
+        --out benchmarks/results/anchors_auto_ens_mmlu.jsonl
+"""
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("NPROC", "32")  # as bench_anchors.py, before JAX starts
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import jaxeval.anchors._methods as M  # noqa: E402
+
+M.AUTO_VALIDATION_EXTRA = ("greedy_resmlp", "greedy_mlp_ens")
+
+import bench_anchors  # noqa: E402
+
+if __name__ == "__main__":
+    bench_anchors.main(sys.argv[1:])
