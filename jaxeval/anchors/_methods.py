@@ -199,11 +199,10 @@ def apply_map(fitted: Fitted, x: jax.Array) -> jax.Array:
         return x @ p["w"]
     if kind == "linear":
         return apply_linear(p["lin"], x)
-    if kind == "mlp":
+    if kind in ("mlp", "mlp_mean"):
         static = init_mlp(jax.random.key(0), x.shape[1])[1]
-        return mlp_apply(p["mlp"], static, x)
-    if kind == "mlp_mean":
-        static = init_mlp(jax.random.key(0), x.shape[1])[1]
+        if kind == "mlp":
+            return mlp_apply(p["mlp"], static, x)
         return jnp.mean(jax.vmap(lambda q: mlp_apply(q, static, x))(p["mlp"]), axis=0)
     if kind == "resmlp":
         static = init_mlp(jax.random.key(0), x.shape[1], hidden=RES_HIDDEN)[1]
@@ -272,14 +271,18 @@ def _fit_mix_map(shrunk: Fitted, lowrank: Fitted) -> Fitted:
 
 
 def _fit_mlp_map(key, anchors, d: SplitData, st: Settings, cache: dict | None = None,
-                 name: str = "") -> Fitted:
-    """The reference MLP on ``anchors``; with a ``cache``, its validation-prediction
-    path is kept there as ``"path:" + name`` (``(anchors, path)``, see
+                 name: str = "", ensemble: bool = False) -> Fitted:
+    """The reference MLP on ``anchors`` (map kind ``"mlp"``), or with ``ensemble`` the
+    average of ``st.mlp_members`` of them (``"mlp_mean"``, :func:`_train_final_mlps`).
+    With a ``cache``, the validation-prediction path (``[C + 1, m]``, an ensemble's
+    ``[E, C + 1, m]``) is kept there as ``"path:" + name`` (``(anchors, path)``, see
     :func:`crossfit_residuals`)."""
-    fit = _train_final_mlp(key, anchors, d, st, return_path=cache is not None)
+    train = _train_final_mlps if ensemble else _train_final_mlp
+    fit = train(key, anchors, d, st, return_path=cache is not None)
     if cache is not None:
         cache["path:" + name] = (anchors, fit.val_path)
-    return Fitted(anchors, "mlp", {"mlp": fit.params, "best_step": fit.best_step})
+    return Fitted(anchors, "mlp_mean" if ensemble else "mlp",
+                  {"mlp": fit.params, "best_step": fit.best_step})
 
 
 def _train_final_mlp(key, anchors, d: SplitData, st: Settings, return_path: bool):
@@ -302,17 +305,6 @@ def _train_final_mlps(key, anchors, d: SplitData, st: Settings, return_path: boo
     of the :class:`MLPFit` gets a leading member axis."""
     return jax.lax.map(lambda kk: _train_final_mlp(kk, anchors, d, st, return_path),
                        _member_keys(key, st.mlp_members))
-
-
-def _fit_mlp_ens_map(key, anchors, d: SplitData, st: Settings, cache: dict | None = None,
-                     name: str = "") -> Fitted:
-    """The average of ``st.mlp_members`` reference MLPs on ``anchors`` (map kind
-    ``"mlp_mean"``); with a ``cache`` the members' validation paths ``[E, C + 1, m]``
-    are kept as :func:`_fit_mlp_map` keeps one."""
-    fits = _train_final_mlps(key, anchors, d, st, return_path=cache is not None)
-    if cache is not None:
-        cache["path:" + name] = (anchors, fits.val_path)
-    return Fitted(anchors, "mlp_mean", {"mlp": fits.params, "best_step": fits.best_step})
 
 
 def _path_prediction(path, rows, y):
@@ -782,7 +774,8 @@ def fit_method(
     if method == "greedy_mlp":
         return _fit_mlp_map(jax.random.fold_in(key, _K_FINAL), greedy(), d, st, c, method)
     if method == "greedy_mlp_ens":
-        return _fit_mlp_ens_map(jax.random.fold_in(key, _K_FINAL), greedy(), d, st, c, method)
+        return _fit_mlp_map(jax.random.fold_in(key, _K_FINAL), greedy(), d, st, c, method,
+                            ensemble=True)
     raise ValueError(f"method must be one of {METHODS + ('auto',)}, got {method!r}")
 
 
