@@ -204,16 +204,55 @@ def versus_sparseeval(auto_from, sparseeval_from) -> str:
     return "\n".join(out)
 
 
-def summary_table(path: str, sparseeval_from=None) -> str:
+_PER_METHOD = ("mae_pp", "tau_b", "coverage", "width")
+
+
+def merged_records(paths) -> dict:
+    """Per (dataset, k), the cell's records in ``paths`` (files in the order given, lines
+    in file order: later is newer) merged method by method: a method's per-seed figures
+    come from the newest record that ran it; every other field (``auto``'s picks, the
+    unbiased estimate, the commit) from the newest record of the cell, and
+    ``"sources"`` lists each method's ``"file:line"``. Records of one cell with other
+    seeds are not mixed: a ``ValueError`` names the cell and both files.
+
+    So a rerun of ``auto`` alone (say, with other candidates) replaces ``auto``'s
+    column and keeps the other methods' figures of the earlier full run.
+    """
+    recs: dict = {}
+    for path in [paths] if isinstance(paths, (str, Path)) else paths:
+        for i, line in enumerate(Path(path).read_text().splitlines(), 1):
+            r = json.loads(line)
+            c = (r["dataset"], r["k"])
+            where = f"{Path(path).name}:{i}"
+            old = recs.get(c)
+            if old is not None and old["seeds"] != r["seeds"]:
+                raise ValueError(
+                    f"cell {c}: {where} has seeds {r['seeds']} but {old['sources']} has "
+                    f"{old['seeds']}; records of other seeds are not merged")
+            fig = {} if old is None else {m: {f: old[f][j] for f in _PER_METHOD if old.get(f)}
+                                          for j, m in enumerate(old["methods"])}
+            src = {} if old is None else dict(old["sources"])
+            for j, m in enumerate(r["methods"]):
+                fig[m] = {f: r[f][j] for f in _PER_METHOD if r.get(f)}
+                src[m] = where
+            new = dict(r, methods=list(fig), sources=src)
+            for f in _PER_METHOD:  # a field some method lacks is dropped, not misaligned
+                if all(f in v for v in fig.values()):
+                    new[f] = [fig[m][f] for m in fig]
+                else:
+                    new.pop(f, None)
+            recs[c] = new
+    return recs
+
+
+def summary_table(paths, sparseeval_from=None) -> str:
     """Markdown: per (dataset, k) the recommended ``auto`` against the SPEC best cell,
     the best single method, the faithful SparseEval (when run here, or taken from the
     same seeds of an ``anchors_grid.py`` results file), tau-b against the best
-    baseline, coverage of the 90% interval and the unbiased estimate."""
+    baseline, coverage of the 90% interval and the unbiased estimate. ``paths``: one
+    results file or several, merged method by method (:func:`merged_records`)."""
     se_grid = _sparseeval_seeds(sparseeval_from or [])
-    recs = {}
-    for line in Path(path).read_text().splitlines():
-        r = json.loads(line)
-        recs[(r["dataset"], r["k"])] = r  # newest record of a cell wins
+    recs = merged_records(paths)
     order = [c for c in SPEC_ORDER if c in recs] + sorted(c for c in recs if c not in SPEC_ORDER)
     out = ["| row | SPEC best MAE / τ | `auto` MAE (pp) | ≤ SPEC best? | best single method | "
            "SparseEval MAE | `auto` τ-b vs best baseline τ-b | `auto` τ-b ≥ SPEC best τ? | "
@@ -338,8 +377,9 @@ def main(argv=None):
     ap.add_argument("--rows", choices=["spec", "issue8", "grid", "custom"], default="custom",
                     help="spec: the ten SPEC 6.2 rows; issue8: those, then every other dataset "
                          "at k in {20, 50, 100}; grid/custom: --datasets x --k")
-    ap.add_argument("--table", metavar="JSONL", default=None,
-                    help="only print the summary table of a results file and exit")
+    ap.add_argument("--table", metavar="JSONL", nargs="+", default=None,
+                    help="only print the summary table of results files and exit (several: "
+                         "a cell's methods each from the newest record that ran them)")
     ap.add_argument("--sparseeval-from", nargs="+",
                     default=["benchmarks/results/anchors_grid.jsonl",
                              "benchmarks/results/anchors_sparseeval_k50.jsonl"],
