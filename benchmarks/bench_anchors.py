@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 import jaxeval
-from jaxeval.anchors import Settings
+from jaxeval.anchors import Settings, _methods
 from jaxeval.anchors._methods import halved_methods
 from jaxeval.anchors._protocol import evaluate_protocol
 
@@ -510,6 +510,9 @@ def main(argv=None):
             "auto_choice": r.info.get("auto_choice"), "auto_picks": r.info.get("auto_picks"),
             "cv_mse": r.info.get("cv_mse"), "auto_calibration": r.info.get("auto_calibration"),
             "half_picks": r.info.get("half_picks"), "commit": _git_commit(),
+            # the candidates auto weighs in the validation regime (experiments patch it)
+            "auto_validation_extra": list(_methods.AUTO_VALIDATION_EXTRA)
+            if "auto" in r.methods else None,
             "named_halves": r.info.get("named_halves"),
             "seeds_batched": r.info["seeds_batched"], "nproc": os.environ.get("NPROC"),
             "n_models": r.info["n_models"], "n_test": int(round(0.2 * r.info["n_models"]))
