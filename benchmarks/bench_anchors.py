@@ -314,6 +314,89 @@ def summary_table(paths, sparseeval_from=None) -> str:
     return "\n".join(out)
 
 
+def plot_table(paths, out, sparseeval_from=None) -> Path:
+    """The summary table as a figure: one panel per dataset, test MAE (pp, log scale)
+    against k, mean over seeds with a +-1 sd bar, for ``auto`` (thick), the best other
+    method of each cell, the best baseline of each cell and the faithful SparseEval
+    (same seeds, from ``sparseeval_from``); the SPEC 6.2 best cell as a star. ``paths``
+    as :func:`summary_table`; writes ``out`` (PNG) and returns its path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FormatStrFormatter
+
+    se_grid = _sparseeval_seeds(sparseeval_from or [])
+    recs = {c: r for c, r in merged_records(paths).items() if "auto" in r["methods"]}
+    if not recs:
+        raise ValueError(f"--plot: no cell with auto in {paths}")
+    names = sorted({d for d, _ in recs})
+    cols = min(4, len(names))
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False)
+    lines = {"auto": dict(color="C3", lw=2.4, zorder=4),
+             "best other method": dict(color="C0", lw=1.0, ls="--"),
+             "best baseline": dict(color="0.55", lw=1.0),
+             "SparseEval (faithful)": dict(color="black", lw=1.2, ls=":")}
+    for ax, d in zip(axes.ravel(), names):
+        ks = sorted(k for dd, k in recs if dd == d)
+        pts = {name: [] for name in lines}
+        for k in ks:
+            r = recs[(d, k)]
+            mae = {m: np.asarray(v) for m, v in zip(r["methods"], r["mae_pp"])}
+            pts["auto"].append((k, mae["auto"]))
+            others = [m for m in mae if m != "auto"]
+            if others:
+                pts["best other method"].append(
+                    (k, mae[min(others, key=lambda m: mae[m].mean())]))
+            base = [m for m in BASELINES if m in mae]
+            if base:
+                pts["best baseline"].append((k, mae[min(base, key=lambda m: mae[m].mean())]))
+            grid = se_grid.get((d, k), {})
+            if "sparseeval" in mae:
+                pts["SparseEval (faithful)"].append((k, mae["sparseeval"]))
+            elif all(sd in grid for sd in r["seeds"]):
+                pts["SparseEval (faithful)"].append(
+                    (k, np.asarray([grid[sd] for sd in r["seeds"]])))
+            if r.get("spec_best"):
+                ax.plot([k], [r["spec_best"][0]], marker="*", ms=9, color="C2", ls="none",
+                        label="SPEC 6.2 best", zorder=5)
+        for name, style in lines.items():
+            if pts[name]:
+                x = [k for k, _ in pts[name]]
+                ax.errorbar(x, [v.mean() for _, v in pts[name]],
+                            yerr=[v.std(ddof=1) if v.size > 1 else 0.0 for _, v in pts[name]],
+                            marker="o", ms=3, capsize=2, label=name, **style)
+        ax.set_title(f"{d} ({recs[(d, ks[0])]['n_models']} models)", fontsize=8)
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+        ax.set_xticks(ks)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3, which="both")
+    for ax in axes.ravel()[len(names):]:
+        ax.axis("off")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("test MAE (pp)", fontsize=8)
+    for ax in axes[-1, :]:
+        ax.set_xlabel("anchor items k", fontsize=8)
+    handles = {}
+    for ax in axes.ravel():
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    fig.legend(list(handles.values()), list(handles), loc="lower center",
+               ncol=len(handles), fontsize=8, frameon=False)
+    n_seeds = len(next(iter(recs.values()))["seeds"])
+    fig.suptitle(f"Anchor estimators: test MAE vs k, mean ± sd over {n_seeds} seeds",
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.97))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def calibration_table(before: str, after: str, grid=None) -> str:
     """Markdown: ``auto`` per cell in two results files (say, before and after a change of
     its interval's calibration): MAE, coverage against its band, mean width, and the
@@ -380,6 +463,9 @@ def main(argv=None):
     ap.add_argument("--table", metavar="JSONL", nargs="+", default=None,
                     help="only print the summary table of results files and exit (several: "
                          "a cell's methods each from the newest record that ran them)")
+    ap.add_argument("--plot", metavar="PNG", default=None,
+                    help="with --table: also draw it (MAE vs k per dataset: auto, the best "
+                         "other method, the best baseline, SparseEval, the SPEC best)")
     ap.add_argument("--sparseeval-from", nargs="+",
                     default=["benchmarks/results/anchors_grid.jsonl",
                              "benchmarks/results/anchors_sparseeval_k50.jsonl"],
@@ -429,6 +515,8 @@ def main(argv=None):
         return
     if a.table:
         print(summary_table(a.table, a.sparseeval_from))
+        if a.plot:
+            print(f"wrote {plot_table(a.table, a.plot, a.sparseeval_from)}")
         return
 
     if a.rows == "spec":

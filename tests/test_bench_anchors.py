@@ -69,3 +69,16 @@ def test_records_of_other_seeds_are_not_merged(tmp_path):
     b = _write(tmp_path / "b.jsonl", _rec(["auto"], [1.1], seeds=(47, 48)))
     with pytest.raises(ValueError, match=r"cell \('mb_toy', 100\).*b.jsonl:1.*seeds"):
         ba.merged_records([a, b])
+
+
+def test_the_table_is_drawn_and_a_file_without_auto_is_refused(tmp_path):
+    pytest.importorskip("matplotlib")
+    f = _write(tmp_path / "r.jsonl",
+               _rec(["random_ridge", "greedy_mlp", "auto"], [2.0, 1.2, 1.3], k=20),
+               _rec(["random_ridge", "greedy_mlp", "auto"], [1.5, 1.0, 1.1]))
+    png = ba.plot_table([f], tmp_path / "plots" / "t.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    g = _write(tmp_path / "g.jsonl", _rec(["random_ridge"], [2.0]))
+    with pytest.raises(ValueError, match="no cell with auto"):
+        ba.plot_table([g], tmp_path / "u.png")
+    assert not (tmp_path / "u.png").exists()
