@@ -272,22 +272,60 @@ def print_tables(recs: list[dict]) -> None:
               f"({res[ranked[1]]['mae_mean']:.2f}) | {se} |")
 
 
-def plot_grid(recs: list[dict], path: Path) -> Path:
-    """One panel per dataset: test MAE (pp, log scale) against k for every method,
-    mean over seeds with a +-1 sd bar; SparseEval drawn thicker."""
+def mae_panels(n: int):
+    """``pyplot`` and a figure of ``n`` panels (4 a row) for test MAE against k."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    cols = min(4, n)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False)
+    return plt, fig, axes
+
+
+def style_mae_panel(ax, ks, title: str) -> None:
+    """One panel's axes: log MAE scale with plain tick labels, ``ks`` as x ticks."""
     from matplotlib.ticker import FormatStrFormatter
 
+    ax.set_title(title, fontsize=8)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+    ax.set_xticks(ks)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3, which="both")
+
+
+def save_mae_panels(plt, fig, axes, n_used: int, handles, labels, ncol: int, title: str,
+                    bottom: float, path) -> Path:
+    """Hide the unused panels, label the outer axes, add the legend and title, write
+    ``path`` (PNG, its folder made) and return it."""
+    for ax in axes.ravel()[n_used:]:
+        ax.axis("off")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("test MAE (pp)", fontsize=8)
+    for ax in axes[-1, :]:
+        ax.set_xlabel("anchor items k", fontsize=8)
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, bottom, 1, 0.97))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_grid(recs: list[dict], path: Path) -> Path:
+    """One panel per dataset: test MAE (pp, log scale) against k for every method,
+    mean over seeds with a +-1 sd bar; SparseEval drawn thicker."""
     if not recs:
         raise ValueError("--plot: no finished cells to draw")
     cells, keys, methods = _cells(recs)
     names = list(dict.fromkeys(d for d, _ in keys))  # datasets in table order
-    cols = min(4, len(names))
-    rows = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False)
+    plt, fig, axes = mae_panels(len(names))
     colors = plt.get_cmap("tab10")
     for ax, d in zip(axes.ravel(), names):
         ks = sorted(k for dd, k in cells if dd == d)
@@ -302,30 +340,12 @@ def plot_grid(recs: list[dict], path: Path) -> Path:
             ax.errorbar(x, y, yerr=e, color="black" if se else colors(j % 10), marker="o",
                         ms=3, capsize=2, lw=2.2 if se else 1.0, label=m, zorder=3 if se else 2)
         rec = cells[(d, ks[0])]
-        ax.set_title(f"{d} ({rec['n_models']} models, {rec['n_items']} items)", fontsize=8)
-        ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-        ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
-        ax.set_xticks(ks)
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.3, which="both")
-    for ax in axes.ravel()[len(names):]:
-        ax.axis("off")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("test MAE (pp)", fontsize=8)
-    for ax in axes[-1, :]:
-        ax.set_xlabel("anchor items k", fontsize=8)
+        style_mae_panel(ax, ks, f"{d} ({rec['n_models']} models, {rec['n_items']} items)")
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(8, len(labels)), fontsize=8,
-               frameon=False)
     n_seeds = len(next(iter(cells.values()))["seeds"])
-    fig.suptitle(f"Anchors grid: test MAE vs k, mean ± sd over {n_seeds} seeds", fontsize=10)
-    fig.tight_layout(rect=(0, 0.05, 1, 0.97))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_mae_panels(plt, fig, axes, len(names), handles, labels, min(8, len(labels)),
+                           f"Anchors grid: test MAE vs k, mean ± sd over {n_seeds} seeds",
+                           0.05, path)
 
 
 def main(argv=None):

@@ -320,20 +320,14 @@ def plot_table(paths, out, sparseeval_from=None) -> Path:
     method of each cell, the best baseline of each cell and the faithful SparseEval
     (same seeds, from ``sparseeval_from``); the SPEC 6.2 best cell as a star. ``paths``
     as :func:`summary_table`; writes ``out`` (PNG) and returns its path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FormatStrFormatter
+    from anchors_grid import mae_panels, save_mae_panels, style_mae_panel  # same folder
 
     se_grid = _sparseeval_seeds(sparseeval_from or [])
     recs = {c: r for c, r in merged_records(paths).items() if "auto" in r["methods"]}
     if not recs:
         raise ValueError(f"--plot: no cell with auto in {paths}")
     names = sorted({d for d, _ in recs})
-    cols = min(4, len(names))
-    rows = -(-len(names) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False)
+    plt, fig, axes = mae_panels(len(names))
     lines = {"auto": dict(color="C3", lw=2.4, zorder=4),
              "best other method": dict(color="C0", lw=1.0, ls="--"),
              "best baseline": dict(color="0.55", lw=1.0),
@@ -367,34 +361,15 @@ def plot_table(paths, out, sparseeval_from=None) -> Path:
                 ax.errorbar(x, [v.mean() for _, v in pts[name]],
                             yerr=[v.std(ddof=1) if v.size > 1 else 0.0 for _, v in pts[name]],
                             marker="o", ms=3, capsize=2, label=name, **style)
-        ax.set_title(f"{d} ({recs[(d, ks[0])]['n_models']} models)", fontsize=8)
-        ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-        ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
-        ax.set_xticks(ks)
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.3, which="both")
-    for ax in axes.ravel()[len(names):]:
-        ax.axis("off")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("test MAE (pp)", fontsize=8)
-    for ax in axes[-1, :]:
-        ax.set_xlabel("anchor items k", fontsize=8)
+        style_mae_panel(ax, ks, f"{d} ({recs[(d, ks[0])]['n_models']} models)")
     handles = {}
     for ax in axes.ravel():
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
-    fig.legend(list(handles.values()), list(handles), loc="lower center",
-               ncol=len(handles), fontsize=8, frameon=False)
     n_seeds = len(next(iter(recs.values()))["seeds"])
-    fig.suptitle(f"Anchor estimators: test MAE vs k, mean ± sd over {n_seeds} seeds",
-                 fontsize=10)
-    fig.tight_layout(rect=(0, 0.06, 1, 0.97))
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_mae_panels(plt, fig, axes, len(names), list(handles.values()), list(handles),
+                           len(handles), "Anchor estimators: test MAE vs k, mean ± sd over "
+                           f"{n_seeds} seeds", 0.06, out)
 
 
 def calibration_table(before: str, after: str, grid=None) -> str:
