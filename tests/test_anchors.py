@@ -979,6 +979,20 @@ def test_greedy_mlp_ens_averages_its_members(small_sm, tmp_path):
     np.testing.assert_allclose(back.predict(xs)[0], pred.predict(xs)[0], rtol=1e-6)
 
 
+def test_one_member_ensemble_is_greedy_mlp():
+    """``Settings(mlp_members=1)``: ``auto``'s ensemble candidate is ``greedy_mlp``'s
+    single network (its documented cheap setting), up to float rounding."""
+    s, y, _ = _planted(seed=6, m=160, n=40)
+    d = SplitData(*(jnp.asarray(a) for a in (s[:100], y[:100], s[100:], y[100:])))
+    key = jax.random.key(3)
+    st = dataclasses.replace(FAST, final_steps=60, mlp_members=1)
+    ens, one = (_fit(key, d, 6, m, st) for m in ("greedy_mlp_ens", "greedy_mlp"))
+    np.testing.assert_array_equal(ens.anchors, one.anchors)
+    assert int(ens.params["best_step"][0]) == int(one.params["best_step"])
+    x = d.s_val[:, ens.anchors]
+    np.testing.assert_allclose(apply_map(ens, x), apply_map(one, x), rtol=1e-5, atol=1e-6)
+
+
 def test_greedy_mlp_ens_crossfit_reuse_equals_refits():
     """The halves' checkpoints of an ensemble chosen from its members' saved
     validation paths (each member its own) give the residuals of refitting the

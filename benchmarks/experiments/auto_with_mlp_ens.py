@@ -1,6 +1,10 @@
 """``bench_anchors.py`` with ``greedy_mlp_ens`` in place of ``greedy_mlp`` among ``auto``'s
 validation-regime candidates: what adopting the ensemble would do to ``auto`` on a cell,
 before the issue-8 table is rerun with it (BUILD_NOTES.md, thirty-second session).
+Since the ensemble became that candidate by default, the patch below changes nothing;
+the script is kept because the thirty-second to thirty-fourth sessions' records of
+``benchmarks/results/anchors_auto_ens_mmlu.jsonl`` and ``anchors_issue8_ens.jsonl``
+were made with it.
 
 Takes ``bench_anchors.py``'s arguments, e.g.::
 

@@ -571,8 +571,9 @@ def fit_anchors(
         matrix has one, else the row mean).
       k: number of anchor items (``1 <= k < n_items``).
       method: ``"auto"`` (default; chooses among :data:`AUTO_CANDIDATES` plus the
-        residual MLP ``greedy_resmlp`` and the reference MLP on the greedy anchors
-        ``greedy_mlp`` on validation models, or among
+        residual MLP ``greedy_resmlp`` and the mean of ``settings.mlp_members``
+        reference MLPs on the greedy anchors ``greedy_mlp_ens`` on validation
+        models, or among
         :data:`AUTO_CANDIDATES` by cross-validation over training + validation
         models when there are fewer than ``settings.auto_cv_below`` validation
         models; see :func:`auto_candidates`) or one of :data:`METHODS`
