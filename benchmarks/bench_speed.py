@@ -30,6 +30,10 @@ otherwise (one Newton step per refit, λ prior 1 with pseudo-count 10, EB interv
 Usage (from the repository root):
 
     python benchmarks/bench_speed.py --dataset ifeval --K 10 --max-frac 0.2 --reps 512 --chunk 64
+
+On a GPU the kernels need thousands of vmapped replicates per call to fill the chip, e.g.
+``--reps 65536 --chunk 16384`` (``benchmarks/experiments/gpu_run.sh`` runs the grid of
+BUILD_NOTES.md "Speed on a GPU"); the peers still run on the CPU.
 """
 
 from __future__ import annotations
