@@ -12,10 +12,13 @@ platform, then compare the two files:
 
 The item orders are drawn from the same keys and sorted by different code on the two
 platforms (NumPy through a callback on a one-device CPU, XLA's sort elsewhere), both
-exact, so UCB-E, naive pooling, SySRs and uniform sampling must agree pull for pull.
-PULSE's policies also use a factorization fitted with optax and an online refit in
-float32, where the platforms' arithmetic differs in the last bits; a near tie between
-two arms' indices can then break the other way, so for them the comparison reports the
+exact, so UCB-E, naive pooling, SySRs and uniform sampling agree pull for pull unless
+two arms' indices come within the last bit of each other (the platforms may round a
+float32 square root or quotient differently); ``compare`` fails if any of these
+differs here. PULSE's policies also use a factorization fitted with optax and an online
+refit in float32, where the platforms' arithmetic differs in the last bits (and JAX
+computes float32 matrix products in TF32 on recent NVIDIA GPUs unless told otherwise);
+a near tie can then break the other way more often, so for them ``compare`` reports the
 share of replicates whose recommendation is the same at every checkpoint.
 """
 
