@@ -1,0 +1,67 @@
+"""``benchmarks/experiments/gpu_parity.py compare``: the CPU/GPU parity check can fail.
+
+The check itself needs a GPU; here two saved runs are crafted so that ``compare`` must
+accept identical runs, accept PULSE recommendations that differ (reported as a share),
+and reject a differing recommendation of an exact policy."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "experiments"))
+import gpu_parity as gp  # noqa: E402
+
+
+def _run(seed):
+    """A saved run in ``gpu_parity.run``'s layout, every array drawn from ``seed``."""
+    g = np.random.default_rng(seed)
+    out = {"platform": np.array("cpu")}
+    for policy in gp.POLICIES:
+        for b in (1, 8):
+            pre = f"{policy}/b{b}/"
+            out[pre + "recommended"] = g.integers(0, 6, (16, 4)).astype(np.int32)
+            out[pre + "correct"] = g.random((16, 4)) < 0.8
+            out[pre + "calls"] = np.tile(np.array([6, 16, 32, 65]), (16, 1))
+            out[pre + "theta"] = g.random((16, 6)).astype(np.float32)
+            out[pre + "instance"] = g.integers(0, 10, 16).astype(np.int32)
+            for name in gp.SUMMARY:
+                out[pre + name] = g.random(4)
+    return out
+
+
+def _save(tmp_path, name, arrays):
+    path = tmp_path / name
+    np.savez(path, **arrays)
+    return str(path)
+
+
+def test_identical_runs_pass(tmp_path, capsys):
+    a = _save(tmp_path, "a.npz", _run(0))
+    assert gp.compare(a, a) == 0
+    out = capsys.readouterr().out
+    assert "DIFFERS" not in out and out.count("same recommendations 1.000") == 12
+
+
+def test_a_pulse_difference_is_reported_not_failed(tmp_path, capsys):
+    base = _run(0)
+    other = dict(base)
+    rec = base["pulse/b1/recommended"].copy()
+    rec[3, 2] = (rec[3, 2] + 1) % 6
+    other["pulse/b1/recommended"] = rec
+    assert gp.compare(_save(tmp_path, "a.npz", base), _save(tmp_path, "b.npz", other)) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if "pulse b=1" in x][0]
+    assert "but recommended" in line and "same recommendations 0.938" in line  # 15 of 16
+
+
+def test_an_exact_policy_difference_fails(tmp_path, capsys):
+    base = _run(0)
+    other = dict(base)
+    calls = base["ucbe/b8/calls"].copy()
+    calls[0, 1] += 1
+    other["ucbe/b8/calls"] = calls
+    assert gp.compare(_save(tmp_path, "a.npz", base), _save(tmp_path, "b.npz", other)) == 1
+    line = [x for x in capsys.readouterr().out.splitlines() if "ucbe b=8" in x][0]
+    assert "but calls" in line and "DIFFERS" in line
