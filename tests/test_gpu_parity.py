@@ -2,7 +2,8 @@
 
 The check itself needs a GPU; here two saved runs are crafted so that ``compare`` must
 accept identical runs, accept PULSE recommendations that differ (reported as a share),
-and reject a differing recommendation of an exact policy."""
+reject a differing recommendation or call count of an exact policy and PULSE runs on other
+instances, and refuse files that do not match."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "experiments"))
 import gpu_parity as gp  # noqa: E402
@@ -54,6 +56,36 @@ def test_a_pulse_difference_is_reported_not_failed(tmp_path, capsys):
     assert gp.compare(_save(tmp_path, "a.npz", base), _save(tmp_path, "b.npz", other)) == 0
     line = [x for x in capsys.readouterr().out.splitlines() if "pulse b=1" in x][0]
     assert "but recommended" in line and "same recommendations 0.938" in line  # 15 of 16
+
+
+def test_an_exact_policy_recommendation_difference_fails(tmp_path, capsys):
+    base = _run(0)
+    other = dict(base)
+    rec = base["ucbe/b1/recommended"].copy()
+    rec[5, 0] = (rec[5, 0] + 1) % 6
+    other["ucbe/b1/recommended"] = rec
+    assert gp.compare(_save(tmp_path, "a.npz", base), _save(tmp_path, "b.npz", other)) == 1
+    line = [x for x in capsys.readouterr().out.splitlines() if "ucbe b=1" in x][0]
+    assert "but recommended" in line and "DIFFERS" in line
+
+
+def test_pulse_on_other_instances_fails(tmp_path, capsys):
+    base = _run(0)
+    other = dict(base)
+    other["pulse_ucb/b8/theta"] = base["pulse_ucb/b8/theta"] + np.float32(0.01)
+    assert gp.compare(_save(tmp_path, "a.npz", base), _save(tmp_path, "b.npz", other)) == 1
+    line = [x for x in capsys.readouterr().out.splitlines() if "pulse_ucb b=8" in x][0]
+    assert "but theta" in line and "DIFFERS" in line
+
+
+def test_mismatched_files_are_refused(tmp_path):
+    base = _run(0)
+    fewer = {k: (v[:8] if v.ndim and v.shape[0] == 16 else v) for k, v in base.items()}
+    with pytest.raises(ValueError, match="different shapes"):
+        gp.compare(_save(tmp_path, "a.npz", base), _save(tmp_path, "b.npz", fewer))
+    missing = {k: v for k, v in base.items() if not k.startswith("sysrs/")}
+    with pytest.raises(ValueError, match="different arrays"):
+        gp.compare(_save(tmp_path, "a.npz", base), _save(tmp_path, "c.npz", missing))
 
 
 def test_an_exact_policy_difference_fails(tmp_path, capsys):

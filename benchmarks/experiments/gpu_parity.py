@@ -57,8 +57,20 @@ def run(path: str, reps: int = 64) -> None:
 
 def compare(path_a: str, path_b: str) -> int:
     """Print, per policy and batch size, whether the two runs agree; 1 if an exact policy
-    differs anywhere."""
+    differs anywhere, or a PULSE policy played other instances (``theta``, ``instance``).
+
+    Raises:
+      ValueError: the two files do not hold the same arrays with the same shapes (runs
+        with different ``--reps``, or not made by :func:`run`).
+    """
     a, b = np.load(path_a), np.load(path_b)
+    if sorted(a.files) != sorted(b.files):
+        raise ValueError(f"compare: {path_a} and {path_b} hold different arrays "
+                         f"({sorted(set(a.files) ^ set(b.files))[:4]} ...)")
+    shapes = [k for k in a.files if a[k].shape != b[k].shape]
+    if shapes:
+        raise ValueError(f"compare: arrays of different shapes in {path_a} and {path_b}: "
+                         f"{shapes[:4]} (runs with different --reps?)")
     print(f"{path_a} ({a['platform']}) against {path_b} ({b['platform']})")
     bad = 0
     for policy in POLICIES:
