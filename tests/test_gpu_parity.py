@@ -47,34 +47,42 @@ def test_identical_runs_pass(tmp_path, capsys):
     assert "DIFFERS" not in out and out.count("same recommendations 1.000") == 12
 
 
-def test_a_pulse_difference_is_reported_not_failed(tmp_path, capsys):
+def _compare_changed(tmp_path, capsys, key, change):
+    """``compare`` of a run against a copy whose array ``key`` went through ``change``;
+    returns the exit value and the printed line of that policy and batch size."""
     base = _run(0)
     other = dict(base)
-    rec = base["pulse/b1/recommended"].copy()
-    rec[3, 2] = (rec[3, 2] + 1) % 6
-    other["pulse/b1/recommended"] = rec
-    assert gp.compare(_save(tmp_path, "a.npz", base), _save(tmp_path, "b.npz", other)) == 0
-    line = [x for x in capsys.readouterr().out.splitlines() if "pulse b=1" in x][0]
+    other[key] = change(base[key].copy())
+    rc = gp.compare(_save(tmp_path, "a.npz", base), _save(tmp_path, "b.npz", other))
+    policy, b = key.split("/")[:2]
+    lines = [x for x in capsys.readouterr().out.splitlines()
+             if x.split(":")[0].split() == [policy, f"b={b[1:]}"]]
+    return rc, lines[0]
+
+
+def _bump(index, modulo=None):
+    def change(x):
+        x[index] = x[index] + 1 if modulo is None else (x[index] + 1) % modulo
+        return x
+    return change
+
+
+def test_a_pulse_difference_is_reported_not_failed(tmp_path, capsys):
+    rc, line = _compare_changed(tmp_path, capsys, "pulse/b1/recommended", _bump((3, 2), 6))
+    assert rc == 0
     assert "but recommended" in line and "same recommendations 0.938" in line  # 15 of 16
 
 
 def test_an_exact_policy_recommendation_difference_fails(tmp_path, capsys):
-    base = _run(0)
-    other = dict(base)
-    rec = base["ucbe/b1/recommended"].copy()
-    rec[5, 0] = (rec[5, 0] + 1) % 6
-    other["ucbe/b1/recommended"] = rec
-    assert gp.compare(_save(tmp_path, "a.npz", base), _save(tmp_path, "b.npz", other)) == 1
-    line = [x for x in capsys.readouterr().out.splitlines() if "ucbe b=1" in x][0]
+    rc, line = _compare_changed(tmp_path, capsys, "ucbe/b1/recommended", _bump((5, 0), 6))
+    assert rc == 1
     assert "but recommended" in line and "DIFFERS" in line
 
 
 def test_pulse_on_other_instances_fails(tmp_path, capsys):
-    base = _run(0)
-    other = dict(base)
-    other["pulse_ucb/b8/theta"] = base["pulse_ucb/b8/theta"] + np.float32(0.01)
-    assert gp.compare(_save(tmp_path, "a.npz", base), _save(tmp_path, "b.npz", other)) == 1
-    line = [x for x in capsys.readouterr().out.splitlines() if "pulse_ucb b=8" in x][0]
+    rc, line = _compare_changed(tmp_path, capsys, "pulse_ucb/b8/theta",
+                                lambda x: x + np.float32(0.01))
+    assert rc == 1
     assert "but theta" in line and "DIFFERS" in line
 
 
@@ -89,11 +97,6 @@ def test_mismatched_files_are_refused(tmp_path):
 
 
 def test_an_exact_policy_difference_fails(tmp_path, capsys):
-    base = _run(0)
-    other = dict(base)
-    calls = base["ucbe/b8/calls"].copy()
-    calls[0, 1] += 1
-    other["ucbe/b8/calls"] = calls
-    assert gp.compare(_save(tmp_path, "a.npz", base), _save(tmp_path, "b.npz", other)) == 1
-    line = [x for x in capsys.readouterr().out.splitlines() if "ucbe b=8" in x][0]
+    rc, line = _compare_changed(tmp_path, capsys, "ucbe/b8/calls", _bump((0, 1)))
+    assert rc == 1
     assert "but calls" in line and "DIFFERS" in line
