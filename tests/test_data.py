@@ -315,3 +315,24 @@ def test_saved_synthetic_truth_still_follows_take(tmp_path):
     np.testing.assert_allclose(np.asarray(part["probabilities"]), want, rtol=1e-6)
     assert np.asarray(part["U"]).shape[0] == 2 and np.asarray(part["V"]).shape[0] == 3
     assert part["best"] is None
+
+
+def test_package_ships_py_typed_and_only_mit_datasets():
+    """PEP 561: the annotations reach type checkers (``py.typed`` is in the package and in
+    its package data); the package data holds only the MIT-licensed matrices."""
+    import pathlib
+
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    root = pathlib.Path(jaxeval.__file__).parent
+    assert (root / "py.typed").is_file()
+    pyproject = root.parent / "pyproject.toml"
+    if not pyproject.is_file():
+        pytest.skip("not a source checkout")
+    data = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"]
+    assert "py.typed" in data["jaxeval"]
+    # every data file in the package is one of the registered MIT matrices (a stray
+    # copy of a non-commercial matrix would be shipped by the "*.npz" pattern)
+    shipped = sorted(p.name for p in (root / "datasets").iterdir()
+                     if p.is_file() and p.suffix not in (".py", ".pyc"))
+    registered = sorted(jaxeval.load(name).metadata["file"] for name in jaxeval.datasets.names())
+    assert shipped == sorted([*registered, "LICENSE.md"])
