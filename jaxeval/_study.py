@@ -73,8 +73,10 @@ FORMAT = "jaxeval-study/1"
 #: (:func:`_setup_changes`). 5: the named anchor methods of
 #: ``jaxeval.anchors.HALVES_METHODS`` calibrate their intervals on validation halves.
 #: 6: so do the MLP-trained ones (:data:`_HALVED_AT_6`). 7: so does ``auto`` where it
-#: chooses on validation models (``Settings.auto_halves`` on by default).
-SETUP = 7
+#: chooses on validation models (``Settings.auto_halves`` on by default). 8: there,
+#: ``auto`` weighs the MLP ensemble ``greedy_mlp_ens`` instead of one ``greedy_mlp``
+#: (``jaxeval.anchors.AUTO_VALIDATION_EXTRA``), so its choice, MAE and interval moved.
+SETUP = 8
 #: The named anchor methods whose intervals set-up 6 moved to validation halves.
 _HALVED_AT_6 = ("random_mlp", "sparseeval", "sparseeval_ridge", "greedy_resmlp", "greedy_mlp")
 STUDY_FILE = "study.json"
@@ -1157,7 +1159,9 @@ def _setup_changes(study: Study, since: int, until: int = SETUP) -> dict[str, st
     ``jaxeval.anchors.HALVES_METHODS`` (their intervals: calibrated on validation
     halves now). Set-up 6: the same for a task that runs an MLP-trained method
     (:data:`_HALVED_AT_6`). Set-up 7: the same for a task that runs ``auto`` on data
-    where it chooses on validation models (:func:`_auto_on_validation`)."""
+    where it chooses on validation models (:func:`_auto_on_validation`). Set-up 8: such a
+    task again (``auto``'s candidates there: ``greedy_mlp_ens`` instead of
+    ``greedy_mlp``)."""
     if since >= until:
         return {}
     if isinstance(study, AnchorStudy):
@@ -1169,11 +1173,23 @@ def _setup_changes(study: Study, since: int, until: int = SETUP) -> dict[str, st
                      if m in HALVES_METHODS and m not in _HALVED_AT_6]
         if since < 6 <= until:
             named += [m for m in study.methods if m in _HALVED_AT_6 and m not in named]
-        if since < 7 <= until and "auto" in study.methods and _auto_on_validation(study):
-            named.append("auto")
+        auto_val = None  # loaded at most once, and only when a change could concern auto
+        if since < 7 <= until and "auto" in study.methods:
+            auto_val = _auto_on_validation(study)
+            if auto_val:
+                named.append("auto")
+        whys = []
         if named:
-            why = (f"intervals of {', '.join(named)}: calibrated on all validation models "
-                   "then, on validation halves now")
+            whys.append(f"intervals of {', '.join(named)}: calibrated on all validation "
+                        "models then, on validation halves now")
+        if since < 8 <= until and "auto" in study.methods:
+            if auto_val is None:
+                auto_val = _auto_on_validation(study)
+            if auto_val:
+                whys.append("auto's candidates on validation models: one greedy_mlp then, "
+                            "the ensemble greedy_mlp_ens now (its choice, MAE and interval)")
+        if whys:
+            why = "; ".join(whys)
             return {f"k{k}": why for k in study.k}
         return {}
     if not isinstance(study, IdentificationStudy):
@@ -1209,8 +1225,9 @@ def _setup_changes(study: Study, since: int, until: int = SETUP) -> dict[str, st
 def _auto_on_validation(study: AnchorStudy) -> bool:
     """Whether ``auto`` chooses on validation models in ``study`` (its protocol splits
     hold at least ``Settings.auto_cv_below`` of them), where set-up 7 moved its
-    interval to validation halves. Data that cannot be loaded counts as yes: a task
-    is then not extended or merged across the change rather than perhaps mixed."""
+    interval to validation halves and set-up 8 its candidates. Data that cannot be
+    loaded counts as yes: a task is then not extended or merged across the change
+    rather than perhaps mixed."""
     from jaxeval.anchors import Settings
 
     try:

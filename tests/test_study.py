@@ -691,6 +691,13 @@ def test_folder_of_an_older_setup_is_not_extended_or_merged(tmp_path):
                       k=(5,))
     assert list(_setup_changes(big, 6)) == ["k5"] and "auto" in _setup_changes(big, 6)["k5"]
     assert _setup_changes(big, 6, 6) == {} and _setup_changes(big, SETUP) == {}
+    # set-up 8 swapped auto's validation-regime MLP for the ensemble: there only
+    assert "halves" in _setup_changes(big, 6, 7)["k5"]
+    assert "greedy_mlp_ens" not in _setup_changes(big, 6, 7)["k5"]
+    assert "greedy_mlp_ens" in _setup_changes(big, 7)["k5"]
+    assert "halves" not in _setup_changes(big, 7)["k5"]
+    assert "halves" in _setup_changes(big, 6)["k5"] and "greedy_mlp_ens" in _setup_changes(
+        big, 6)["k5"]
     assert _setup_changes(AnchorStudy(data=big.data, methods=("random_mean",), k=(5,)), 6) == {}
     small = tmp_path / "small.npz"
     np.savez(small, scores=(rng.random((480, 40)) < 0.5).astype(np.float32))
@@ -705,6 +712,8 @@ def test_folder_of_an_older_setup_is_not_extended_or_merged(tmp_path):
     small.unlink()  # data that cannot be read: counted as moved (never mixed)
     assert list(_setup_changes(AnchorStudy(data=DataSource(npz=str(small)),
                                            methods=("auto",), k=(5,)), 6)) == ["k5"]
+    assert list(_setup_changes(AnchorStudy(data=DataSource(npz=str(small)),
+                                           methods=("auto",), k=(5,)), 7)) == ["k5"]
     real = study_from_dict(dict(d, data="oll2_ifeval", policies=["pulse"]))
     assert "online_rho" in _setup_changes(real, 1)["pulse"]
     eb = study_from_dict(dict(d, cs_kinds=["eb", "hoeffding"]))  # the EB fix moves all
