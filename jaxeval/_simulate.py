@@ -447,6 +447,10 @@ def split_pool(sm: ScoreMatrix, n_train: int | None, K: int, seed: int):
     return train, pool, n_train
 
 
+#: ``simulate_identification``'s default ``n_instances`` (a setting it refuses where it
+#: would change nothing only when it differs from this).
+_N_INSTANCES_DEFAULT = 10
+
 #: Defaults of the settings that only some configurations read (see
 #: :func:`unused_settings`).
 _SETTING_DEFAULTS = {"a": 1.0, "scale": 1.0, "eps": 0.0, "bias": 0.3, "lam0": 1.0,
@@ -726,7 +730,8 @@ def simulate_identification(
       seed: base seed; replicate ``i`` uses ``fold_in(key(seed), i)``.
       batch_size: items per pull, ``1 <= b <= n``.
       n_train: training models (default: half of the deduplicated models).
-      n_instances: instances drawn from the pool.
+      n_instances: instances drawn from the pool (real data; left at its default when
+        ``instances`` are given, or equal to their number).
       instances: the instances themselves instead of ``n_instances`` random draws: an
         ``[I, K]`` array of candidate-pool rows (as in a report's ``instances``) or of
         model names (each must be a pool model, i.e. not one of the ``n_train``
@@ -847,10 +852,13 @@ def simulate_identification(
         raise ValueError(
             f"instance_assignment must be 'random' or 'balanced', got {instance_assignment!r}"
         )
+    n_instances = _check_int("n_instances", n_instances, 1)
     if isinstance(data, SyntheticSpec):
         given = [k for k, v in (("factors", factors), ("n_train", n_train)) if v is not None]
         if instance_assignment != "random":
             given.append("instance_assignment")
+        if n_instances != _N_INSTANCES_DEFAULT:
+            given.append("n_instances")
         if given:
             raise ValueError(
                 f"{', '.join(given)}: only for real data (synthetic truth draws its own "
@@ -892,10 +900,15 @@ def simulate_identification(
         if learn_prior and (train is None or train.n_models < 4):
             raise ValueError(f"lam0='learned' needs at least 4 training models, n_train={n_train}")
         if instances is None:
-            n_instances = _check_int("n_instances", n_instances, 1)
             instances = draw_instances(pool.n_models, K, n_instances, seed)
         else:
-            instances = _check_instances(instances, K, pool)
+            instances = _check_instances(instances, K, pool, train,
+                                         sm.metadata.get("dropped_duplicates", ()))
+            if n_instances not in (_N_INSTANCES_DEFAULT, len(instances)):
+                raise ValueError(
+                    f"n_instances={n_instances}: the {len(instances)} instances are given "
+                    "(instances=); leave n_instances at its default or pass their number"
+                )
         pool_models = np.asarray(pool.models)
         data_name = str(sm.source)
         # every setting the kernel checks, checked before the (slow) factorization fit
@@ -989,21 +1002,38 @@ def simulate_identification(
     return _summarise(out, config, settings, instances, pool_models, needs_pred)
 
 
-def _check_instances(instances, K: int, pool: ScoreMatrix) -> np.ndarray:
-    """``instances`` (pool rows or model names) as an int64 ``[I, K]`` array of pool rows."""
+def _check_instances(instances, K: int, pool: ScoreMatrix, train: ScoreMatrix | None = None,
+                     dropped: Sequence[str] = ()) -> np.ndarray:
+    """``instances`` (pool rows or model names) as an int64 ``[I, K]`` array of pool rows.
+
+    ``train`` (this seed's training models) and ``dropped`` (the names that
+    ``drop_duplicates`` removed) only say why a name is not a candidate."""
     arr = np.asarray(instances)
     if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] != K:
         raise ValueError(
             f"instances: expected shape [I, K] = [I, {K}] with I >= 1, got {arr.shape}"
         )
+    if arr.dtype.kind == "O" and all(
+        isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+        for x in arr.ravel()
+    ):  # pool rows held as Python objects (a pandas column, a list of mixed ints)
+        arr = arr.astype(np.int64)
     if arr.dtype.kind in "USO":
         names = {str(m): i for i, m in enumerate(pool.models)}
         missing = sorted({str(m) for m in arr.ravel()} - names.keys())
         if missing:
+            trained = set() if train is None else {str(m) for m in train.models}
+            removed = {str(m) for m in dropped}
+            groups = (
+                ("training model(s) of this seed's split", [m for m in missing if m in trained]),
+                ("removed as exact duplicate(s) of another model's row (drop_duplicates)",
+                 [m for m in missing if m in removed and m not in trained]),
+                ("unknown", [m for m in missing if m not in trained and m not in removed]),
+            )
+            why = "; ".join(f"{len(ms)} {what}: {ms[:5]}" for what, ms in groups if ms)
             raise ValueError(
                 f"instances: {len(missing)} model name(s) are not in the candidate pool of "
-                f"this seed's split (training models and unknown names cannot be "
-                f"candidates): {missing[:5]}"
+                f"this seed's split: {why}"
             )
         rows = np.vectorize(lambda m: names[str(m)], otypes=[np.int64])(arr)
     elif arr.dtype.kind in "iu":

@@ -1,7 +1,9 @@
 """simulate_identification: input checks, the report, real data (jaxeval._simulate)."""
 
 import dataclasses
+import inspect
 import json
+import re
 import warnings
 
 import numpy as np
@@ -377,6 +379,63 @@ def test_refuses_bad_instances(instances, match):
     with pytest.raises((ValueError, TypeError), match=match):
         simulate_identification(_small_matrix(), "ucbe", K=3, n_replicates=4,
                                 instances=instances)
+
+
+def test_instances_as_an_object_array_of_ints_are_pool_rows():
+    sm = _small_matrix(m=16, n=20)
+    kw = dict(K=3, n_replicates=4, seed=4, budget_fractions=(0.5,), cs_kinds=("eb",))
+    rows = np.array([[0, 1, 2], [3, 4, 5]])
+    a = simulate_identification(sm, "ucbe", instances=rows, **kw)
+    b = simulate_identification(sm, "ucbe", instances=rows.astype(object), **kw)
+    np.testing.assert_array_equal(a.instances, b.instances)
+    np.testing.assert_array_equal(a.recommended, b.recommended)
+
+
+def test_names_that_are_not_candidates_say_why():
+    """A training model, a model removed as a duplicate and an unknown name are each
+    named as such (all three used to read 'not in the candidate pool')."""
+    s = (np.random.default_rng(1).random((16, 30)) < 0.5).astype(np.float32)
+    s[15] = s[3]  # model 15 repeats model 3: drop_duplicates removes it
+    sm = jaxeval.ScoreMatrix(s, models=[f"m{i}" for i in range(16)])
+    rep = simulate_identification(sm, "ucbe", K=2, n_replicates=2, n_instances=1,
+                                  budget_fractions=(0.5,), cs_kinds=("eb",))
+    pool = set(rep.pool_models.tolist())
+    trained = sorted(f"m{i}" for i in range(15) if f"m{i}" not in pool)
+    cand = sorted(pool)
+    for names, what in (([trained[0], cand[0]], "1 training model"),
+                        (["m15", cand[0]], "1 removed as exact duplicate"),
+                        (["nobody", cand[0]], "1 unknown: ['nobody']")):
+        with pytest.raises(ValueError, match=re.escape(what)):
+            simulate_identification(sm, "ucbe", K=2, n_replicates=2, instances=[names])
+
+
+@pytest.mark.parametrize("n_instances, match", [
+    (0, "n_instances"), (-7, "n_instances"), (2.5, "n_instances"),
+])
+def test_n_instances_checked_whether_or_not_it_is_used(n_instances, match):
+    sm = _small_matrix()
+    with pytest.raises((ValueError, TypeError), match=match):
+        simulate_identification(sm, "ucbe", K=3, n_replicates=4, instances=[[0, 1, 2]],
+                                n_instances=n_instances)
+    with pytest.raises((ValueError, TypeError), match=match):
+        simulate_identification(SyntheticSpec(n_items=20), "ucbe", K=2, n_replicates=4,
+                                n_instances=n_instances)
+
+
+def test_n_instances_that_would_be_ignored_is_refused():
+    sm = _small_matrix()
+    kw = dict(K=3, n_replicates=4, budget_fractions=(0.5,), cs_kinds=("eb",))
+    with pytest.raises(ValueError, match=r"n_instances=3: the 2 instances are given"):
+        simulate_identification(sm, "ucbe", instances=[[0, 1, 2], [3, 4, 5]], n_instances=3,
+                                **kw)
+    rep = simulate_identification(sm, "ucbe", instances=[[0, 1, 2], [3, 4, 5]], n_instances=2,
+                                  **kw)  # their number: fine
+    assert rep.settings["n_instances"] == 2
+    with pytest.raises(ValueError, match="n_instances: only for real data"):
+        simulate_identification(SyntheticSpec(n_items=20), "ucbe", K=2, n_replicates=4,
+                                n_instances=3)
+    default = inspect.signature(simulate_identification).parameters["n_instances"].default
+    assert default == _simulate._N_INSTANCES_DEFAULT
 
 
 def test_refuses_instances_with_synthetic_truth():
