@@ -621,11 +621,20 @@ def _new_campaign(args: argparse.Namespace):
         history = _load_table_arg("--history", args.history, args.sep,
                                   _lm_eval_options(args), args.history_duplicate_names)
         if args.exclude_candidates:
+            if not cands:
+                raise ValueError("--exclude-candidates: needs the candidates (--candidates "
+                                 "or --candidates-file)")
             drop = set(cands)
+            held = set(history.models.tolist())
             keep = [i for i, m in enumerate(history.models.tolist()) if m not in drop]
             if len(keep) == history.n_models:
                 raise ValueError("--exclude-candidates: none of the candidates is in "
-                                 f"{args.history}")
+                                 f"{args.history} (misspelled?)")
+            absent = [m for m in cands if m not in held]
+            if absent:  # a new model, or a typo: say so, the run may go on
+                print(f"warning: --exclude-candidates: {len(absent)} candidate(s) not in "
+                      f"{args.history}, so nothing was dropped for them (new models, or "
+                      f"misspelled?): {absent[:5]}", file=sys.stderr)
             history = history.take(models=keep)
     elif args.exclude_candidates:
         raise ValueError("--exclude-candidates: needs --history")
@@ -655,6 +664,7 @@ def _new_campaign(args: argparse.Namespace):
         flags = {a: "--" + a.replace("_", "-") for a in
                  ("rank", "fit_steps", "lam0", "budget", "batch_size", "alpha", "history",
                   "policy", "seed")}
+        flags["items"] = "--items-file"
         msg = _renamed(str(e), flags, forms=(":", "=", " must "))
         msg = msg.replace("drop them from history (history.take(models=...)) or from "
                           "candidates", "pass --exclude-candidates to drop them from "

@@ -729,7 +729,9 @@ def simulate_identification(
       n_replicates: Monte Carlo replicates.
       seed: base seed; replicate ``i`` uses ``fold_in(key(seed), i)``.
       batch_size: items per pull, ``1 <= b <= n``.
-      n_train: training models (default: half of the deduplicated models).
+      n_train: training models (default ``None``: half of the deduplicated models;
+        ``0``: none, for policies without predictions. A study definition's
+        ``"n_train": 0`` means half instead).
       n_instances: instances drawn from the pool (real data; left at its default when
         ``instances`` are given, or equal to their number).
       instances: the instances themselves instead of ``n_instances`` random draws: an

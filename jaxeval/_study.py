@@ -119,16 +119,17 @@ def _int(v: Any, key: str, lo: int = 0, hi: int | None = None) -> int:
     return int(v)
 
 
-def _float(v: Any, key: str, lo: float, hi: float, *, open_lo=False, open_hi=False) -> float:
+def _float(v: Any, key: str, lo: float, hi: float, *, open_lo=False, open_hi=False,
+           what: str = "a number") -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
-        raise StudyConfigError(key, f"expected a number, got {v!r}")
+        raise StudyConfigError(key, f"expected {what}, got {v!r}")
     v = float(v)
     bad = (
         not math.isfinite(v) or (v <= lo if open_lo else v < lo) or (v >= hi if open_hi else v > hi)
     )
     if bad:
         lb, rb = "(" if open_lo else "[", ")" if open_hi else "]"
-        raise StudyConfigError(key, f"expected a number in {lb}{lo}, {hi}{rb}, got {v}")
+        raise StudyConfigError(key, f"expected {what} in {lb}{lo}, {hi}{rb}, got {v}")
     return v
 
 
@@ -399,7 +400,8 @@ class IdentificationStudy:
         bit-identical for a fixed ``lanes``).
       n_instances: distinct K-subsets drawn from the pool (real data).
       n_train: training models for the factorization (real data; ``0`` = half
-        of the deduplicated models).
+        of the deduplicated models. Note: in :func:`jaxeval.simulate_identification`
+        half is ``None`` and ``0`` means no training models).
       rank: factorization rank (real data).
       fit_steps: Adam steps of the offline factorization fit.
       cs_kinds: confidence sequences computed (``eb``, ``hoeffding``, ``betting``).
@@ -512,7 +514,8 @@ class IdentificationStudy:
             kw["alpha"] = _float(d["alpha"], "alpha", 0.0, 1.0, open_lo=True, open_hi=True)
         if "budgets" in d:
             b = tuple(
-                _float(v, f"budgets[{i}]", 0.0, 1.0, open_lo=True)
+                _float(v, f"budgets[{i}]", 0.0, 1.0, open_lo=True,
+                       what="a fraction of K*n LLM calls (a study's budgets are fractions)")
                 for i, v in enumerate(_list(d["budgets"], "budgets"))
             )
             if list(b) != sorted(set(b)):

@@ -457,7 +457,21 @@ def test_campaign_new_exclude_candidates(tmp_path, capsys, monkeypatch):
     assert main(["campaign", "new", "d.npz", "--items-file", "c.npz", "--candidates", "x",
                  "y", "--policy", "ucbe", "--exclude-candidates"]) == 2
     assert "needs --history" in capsys.readouterr().err
+    assert main(["campaign", "new", "d.npz", "--history", hist, "--policy", "ucbe",
+                 "--exclude-candidates"]) == 2
+    assert "--exclude-candidates: needs the candidates" in capsys.readouterr().err
     assert not Path("d.npz").exists()
+    # a candidate the history does not hold (a new model, or a typo) is named, and the
+    # campaign is still made: its other candidates' rows are dropped
+    assert main(["campaign", "new", "e.npz", "--history", hist, "--candidates", names[1],
+                 "no/such-model", "--policy", "ucbe", "--exclude-candidates"]) == 0
+    out = capsys.readouterr()
+    assert "created e.npz" in out.out
+    assert "1 candidate(s) not in" in out.err and "no/such-model" in out.err
+    # the library's "items" is this command's --items-file
+    assert main(["campaign", "new", "f.npz", "--candidates", "x", "y", "--policy",
+                 "ucbe"]) == 2
+    assert "--items-file:" in capsys.readouterr().err
 
 
 def test_campaign_export_reads_back_exactly(tmp_path, capsys, monkeypatch):

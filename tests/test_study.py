@@ -139,6 +139,13 @@ def test_identification_refusals_name_the_key(patch, key):
     assert str(e.value).startswith(key + ":")
 
 
+def test_budgets_in_calls_are_refused_as_fractions():
+    """A study's budgets are fractions of K*n (simulate_identification's ``budgets`` are
+    calls): budgets in calls get a message that says so."""
+    with pytest.raises(StudyConfigError, match=r"budgets\[0\]: expected a fraction of K\*n"):
+        study_from_dict({"kind": "identification", "budgets": [100, 99999]})
+
+
 @pytest.mark.parametrize(
     "patch, key",
     [
