@@ -24,6 +24,13 @@ are drawn independently (jaxeval from its keys, banditeval from ``torch.manual_s
 so the comparison per budget is a two-proportion z-test of identification accuracy
 (and the calls to 95% / 90% accuracy side by side).
 
+``--same-orders`` is the exact check: banditeval's own UCB-E step is driven with the item
+orders of jaxeval's replicates (its ``torch.randperm`` draw is replaced by the arm's next
+items in jaxeval's order; the index, the arm choice and everything else are banditeval's
+code), and every replicate's recommendation and calls at every checkpoint must equal
+jaxeval's. Same algorithm, same orders => same decisions; a statistical difference in the
+main comparison can then only come from the independent item orders.
+
 Speed: microseconds per simulated LLM call of banditeval (one replicate at a time, as the
 package runs) against jaxeval's vmapped kernel (compiled once, timed warm), as a ratio.
 
@@ -31,6 +38,7 @@ Usage (from the repository root):
 
     python benchmarks/bench_banditeval.py --datasets ifeval musr --K 10 --reps 40
     python benchmarks/bench_banditeval.py --K 50 --reps 20 --batch 32 --a 1
+    python benchmarks/bench_banditeval.py --K 10 50 --batch 1 32 --a 0.1 1 10 --same-orders
 """
 
 from __future__ import annotations
@@ -60,7 +68,37 @@ def have_banditeval() -> bool:
     return True
 
 
-def banditeval_ucbe(S, budgets, *, a=1.0, batch_size=32, seed=0, lrf=False):
+class _OrderedTorch:
+    """``torch`` as banditeval's UCB-E step sees it, with its item draw made to follow given
+    per-arm orders: ``argmax`` (the step's arm choice) is torch's, and remembered;
+    ``randperm(m)`` then returns the permutation that puts the chosen arm's next items in
+    ``orders`` first among its ``m`` unobserved items (which the step lists in ascending
+    order). Everything else is torch itself."""
+
+    def __init__(self, torch, orders):
+        self._torch = torch
+        self._orders = np.asarray(orders)
+        self._arm = None
+
+    def __getattr__(self, name):
+        return getattr(self._torch, name)
+
+    def argmax(self, *args, **kwargs):
+        out = self._torch.argmax(*args, **kwargs)
+        self._arm = int(out)
+        return out
+
+    def randperm(self, m, *args, **kwargs):
+        if self._arm is None:
+            raise RuntimeError("randperm before the step chose an arm")
+        order = self._orders[self._arm]
+        rest = order[len(order) - int(m):]  # the arm's unobserved items, in its order
+        perm = np.searchsorted(np.sort(rest), rest)
+        self._arm = None
+        return self._torch.as_tensor(perm, dtype=self._torch.int64)
+
+
+def banditeval_ucbe(S, budgets, *, a=1.0, batch_size=32, seed=0, lrf=False, orders=None):
     """Run banditeval's own UCB-E step (or, with ``lrf=True``, its UCB-E-LRF step with the
     package defaults: rank 1, an ensemble of 64 ALS factorizations, 5% uniform warm-up,
     ``eta = 5``) on the true matrix ``S`` and record each budget.
@@ -70,14 +108,31 @@ def banditeval_ucbe(S, budgets, *, a=1.0, batch_size=32, seed=0, lrf=False):
     completed matrix (observed entries kept), from one more fit at the checkpoint, or
     the observed means during the warm-up, when the package computes none.
 
+    ``orders`` (int ``[K, n]``, UCB-E only): each arm's items are drawn in this order
+    instead of by ``torch.randperm`` (see :class:`_OrderedTorch`); the step is otherwise
+    banditeval's own.
+
     Returns:
       ``(recommended int [C], mus [C, K], calls int [C])``.
     """
+    import banditeval.bandits as be_bandits
     import torch
     from banditeval.bandits import upper_confidence_bound_exploration as step_ucbe
     from banditeval.bandits import (
         upper_confidence_bound_exploration_low_rank_factorization as step_lrf,
     )
+
+    if orders is not None:
+        if lrf:
+            raise ValueError("orders: only banditeval's UCB-E step can be driven by orders")
+        orders = np.asarray(orders)
+        if orders.shape != np.shape(S):
+            raise ValueError(f"orders: expected shape {np.shape(S)}, got {orders.shape}")
+        be_bandits.torch = _OrderedTorch(torch, orders)
+        try:
+            return banditeval_ucbe(S, budgets, a=a, batch_size=batch_size, seed=seed)
+        finally:
+            be_bandits.torch = torch
 
     torch.manual_seed(int(seed))
     K, n = S.shape
@@ -162,6 +217,56 @@ def _peers(sm, pool_s, rep, kw, fracs, args, b):
     return out
 
 
+def jaxeval_orders(seed: int, reps: int, K: int, n: int) -> np.ndarray:
+    """Every arm's item order in each of the first ``reps`` replicates of
+    :func:`jaxeval.simulate_identification` with this ``seed`` (int ``[reps, K, n]``):
+    replicate ``r`` has key ``fold_in(key(seed), r)``, its orders come from
+    ``fold_in(that, purpose "order")``, arm ``i``'s from :func:`jaxeval._sampling.arm_order`
+    (each arm its own order: not ``synchronized``)."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxeval import _identification as idn
+    from jaxeval import _sampling
+    from jaxeval._runner import _int_key
+
+    base = _int_key(int(seed))
+
+    def one(i):
+        order_key = jax.random.fold_in(jax.random.fold_in(base, i), idn._PURPOSE_ORDER)
+        return jax.vmap(lambda arm: _sampling.arm_order(order_key, arm, n))(jnp.arange(K))
+
+    return np.asarray(jax.jit(jax.vmap(one))(jnp.arange(reps)))
+
+
+def same_orders_check(rep, pool_s, *, a, batch_size, seed):
+    """Drive banditeval's UCB-E step with the item orders of ``rep``'s replicates and
+    compare every checkpoint's recommendation and calls with jaxeval's.
+
+    Returns:
+      dict: ``replicates``, ``identical`` (replicates equal at every checkpoint),
+      ``checkpoints_differing`` (recommendation or calls) and the first differing
+      replicate (or None).
+    """
+    R = rep.recommended.shape[0]
+    budgets = rep.budgets.tolist()
+    K, n = rep.instances.shape[1], pool_s.shape[1]
+    orders = jaxeval_orders(seed, R, K, n)
+    identical, differing, first = 0, 0, None
+    for r in range(R):
+        S = pool_s[rep.instances[rep.instance[r]]]
+        rec, _, calls = banditeval_ucbe(S, budgets, a=a, batch_size=batch_size,
+                                        orders=orders[r])
+        bad = (rec != rep.recommended[r]) | (calls != rep.calls[r])
+        identical += int(not bad.any())
+        differing += int(bad.sum())
+        if bad.any() and first is None:
+            first = dict(replicate=r, checkpoints=np.nonzero(bad)[0].tolist(),
+                         banditeval=rec.tolist(), jaxeval=rep.recommended[r].tolist())
+    return dict(replicates=R, identical=identical, checkpoints_differing=differing,
+                checkpoints=R * len(budgets), first_difference=first)
+
+
 def two_proportion_p(k1, n1, k2, n2) -> float:
     """Two-sided p-value of the pooled two-proportion z-test (1.0 when degenerate)."""
     p = (k1 + k2) / (n1 + n2)
@@ -205,6 +310,10 @@ def main(argv=None):
                          "(pulse_ucb, pulse) on the same instances: the peers table")
     ap.add_argument("--lrf-reps", type=int, default=None,
                     help="UCB-E-LRF replicates (default --reps; ~0.1 s per step)")
+    ap.add_argument("--same-orders", action="store_true",
+                    help="also drive banditeval's UCB-E step with jaxeval's item orders and "
+                         "check that every recommendation and call count is the same; exit "
+                         "status 1 if any differs")
     args = ap.parse_args(argv)
 
     if not have_banditeval():
@@ -265,6 +374,14 @@ def main(argv=None):
                         us_per_call=(us_j, us_b), speed_ratio=us_b / us_j, median_gap=gap,
                         min_p=min(pvals), n_reject_05=int(sum(p < 0.05 for p in pvals)),
                     )
+                    if args.same_orders:
+                        same = same_orders_check(rep, pool_s, a=a, batch_size=b,
+                                                 seed=args.seed)
+                        res["same_orders"] = same
+                        print(f"{ds} K={K} b={b} a={a:g} same orders: "
+                              f"{same['identical']}/{same['replicates']} replicates identical "
+                              f"({same['checkpoints_differing']} of {same['checkpoints']} "
+                              "checkpoints differ)", flush=True)
                     if args.lrf:
                         res["peers"] = _peers(sm, pool_s, rep, kw, fracs, args, b)
                         peer_rows.append((ds, K, b, gap, res["to95"], res["to90"],
@@ -289,6 +406,15 @@ def main(argv=None):
               f"{r['n_reject_05']}/{len(r['p_values'])} ({r['min_p']:.2f}) | "
               f"{r['us_per_call'][0]:.3f} / {r['us_per_call'][1]:.1f} | "
               f"{r['speed_ratio']:.0f}x |")
+    if args.same_orders:
+        print()
+        print("| dataset | K | b | a | same orders: replicates identical | checkpoints "
+              "differing |")
+        print("|---|---|---|---|---|---|")
+        for ds, K, b, a, _, r in rows:
+            so = r["same_orders"]
+            print(f"| {ds} | {K} | {b} | {a:g} | {so['identical']} of {so['replicates']} | "
+                  f"{so['checkpoints_differing']} of {so['checkpoints']} |")
     if peer_rows:
         print()
         print("| dataset | K | b | median gap | calls to 95% (90%): jaxeval UCB-E | "
@@ -302,6 +428,9 @@ def main(argv=None):
     with open(args.out, "w") as fh:
         json.dump(dict(args=vars(args), results=results), fh, indent=1)
     print(f"\nresults written to {args.out}")
+    if args.same_orders and any(r["same_orders"]["checkpoints_differing"] for *_, r in rows):
+        print("same orders: some decisions differ (see the table)")
+        return 1
     return 0
 
 
