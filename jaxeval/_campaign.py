@@ -725,9 +725,14 @@ class IdentificationCampaign:
                 f"got shape {x.shape}"
             )
         if not np.all(np.isfinite(x)):
-            raise ValueError(f"scores: {int((~np.isfinite(x)).sum())} NaN or infinite value(s)")
+            bad = np.flatnonzero(~np.isfinite(x))
+            raise ValueError(
+                f"scores: {bad.size} NaN or infinite value(s), the first at position "
+                f"{int(bad[0])} (item {self.items[index[bad[0]]]!r})")
         if np.any((x < 0) | (x > 1)):
-            raise ValueError(f"scores: must lie in [0, 1], got [{x.min():g}, {x.max():g}]")
+            pct = " (percent? divide by 100 first)" if x.min() >= 0 and x.max() <= 100 else ""
+            raise ValueError(
+                f"scores: must lie in [0, 1], got [{x.min():g}, {x.max():g}]{pct}")
         x = x.astype(np.float32)
         data = self._data._replace(pool=self._data.pool.at[arm, index].set(x))
         new = self._stepped(data)

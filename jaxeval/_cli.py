@@ -989,9 +989,13 @@ def main(argv: list[str] | None = None) -> int:
 
         print(jaxeval.__version__)
         return 0
-    if args.command is None:
-        parser.print_help()
-        return 0
+    if args.command is None:  # a usage error, as a subcommand without its action
+        parser.print_help(sys.stderr)
+        cmds = next(a.choices for a in parser._actions
+                    if isinstance(a, argparse._SubParsersAction))
+        print(f"\njaxeval: error: a command is required: one of {', '.join(cmds)}",
+              file=sys.stderr)
+        return 2
     if args.command == "example":
         print(json.dumps(_example(args.kind), indent=1))
         return 0

@@ -416,8 +416,11 @@ class LowRankLogistic:
         """A fit saved by :meth:`to_npz` (files without its metadata, written before it
         was added, load with ``final_loss`` NaN and an empty ``info``)."""
         import json
+        import os
         import zipfile
 
+        if isinstance(path, (str, os.PathLike)) and not os.path.exists(path):
+            raise FileNotFoundError(f"{path}: no such file")
         try:
             from jaxeval._io import open_npz
 

@@ -282,6 +282,8 @@ def test_validation_must_be_held_out_and_match_the_target(small_sm):
         pred = fit_anchors(tr, 5, method="random_ridge", validation=val, settings=FAST)
     with pytest.raises(ValueError, match="k: expected an integer"):
         fit_anchors(tr, True, method="random_mean")
+    with pytest.raises(ValueError, match=r"train: 1 model\(s\) are too few.*at least 2"):
+        fit_anchors(tr.take(models=[0]), 5, method="random_mean")
     x = small_sm.take(models=[0], items=pred.anchor_items).scores[0]
     extra = pred.extra_items(3, seed=0)
     with pytest.raises(ValueError, match=r"alpha: expected a level in \(0, 1\), got 2.0"):
@@ -296,6 +298,11 @@ def test_validation_must_be_held_out_and_match_the_target(small_sm):
         pred.predict_unbiased(x, [], [])
     with pytest.raises(TypeError, match=r"extra_scores: expected numbers in \[0, 1\]"):
         pred.predict_unbiased(x, extra, ["yes", "no", "yes"])
+    # anchor scores as text ("1" would be read as 1.0) and in percent
+    with pytest.raises(TypeError, match="anchor_scores: expected numbers, got text"):
+        pred.predict([str(v) for v in x])
+    with pytest.raises(ValueError, match=r"must lie in \[0, 1\].*\(percent\? divide by 100"):
+        pred.predict(np.full_like(x, 50.0))
 
 
 def test_dr_interval_shrinks_to_the_truth_as_the_sample_covers_every_item():

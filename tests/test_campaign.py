@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import re
 import warnings
 import zipfile
 
@@ -174,10 +175,13 @@ def test_requests_and_answers_are_checked(problem):
     assert req.items.shape == (3,) and req.model in cands.models
     with pytest.raises(ValueError, match="expected 3 scores"):
         camp.tell(req, [1, 0])
-    with pytest.raises(ValueError, match="NaN"):
+    with pytest.raises(ValueError, match=re.escape(
+            f"1 NaN or infinite value(s), the first at position 1 (item {req.items[1]!r})")):
         camp.tell(req, [1, np.nan, 0])
-    with pytest.raises(ValueError, match=r"must lie in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"must lie in \[0, 1\], got \[0, 2\] \(percent"):
         camp.tell(req, [1, 2, 0])
+    with pytest.raises(ValueError, match=r"must lie in \[0, 1\], got \[-1, 1\]$"):
+        camp.tell(req, [1, -1, 0])  # no percent hint for a negative score
     with pytest.raises(TypeError, match="expected numbers, got text such as '1'"):
         camp.tell(req, ["1", 1, 0])  # was filed as 1.0
     with pytest.raises(TypeError, match="got text such as 'x'"):

@@ -28,6 +28,14 @@ def test_help_teaches_with_examples(capsys):
     assert "compilation-cache" in text
 
 
+def test_no_command_is_a_usage_error(capsys):
+    """As a subcommand without its action: usage on stderr, the commands named, exit 2."""
+    assert main([]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and "a command is required: one of run, resume" in out.err
+    assert "usage: jaxeval" in out.err
+
+
 def test_python_dash_m_help_runs():
     res = subprocess.run(
         [sys.executable, "-m", "jaxeval", "run", "--help"], capture_output=True, text=True

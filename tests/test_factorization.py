@@ -605,6 +605,8 @@ def test_wrapper_saves_and_loads_every_field(wrapped, tmp_path):
     np.save(tmp_path / "x.npy", np.zeros(3))
     with pytest.raises(ValueError, match="x.npy: not a factorization saved by to_npz"):
         jaxeval.LowRankLogistic.from_npz(tmp_path / "x.npy")
+    with pytest.raises(FileNotFoundError, match="nope.npz: no such file"):
+        jaxeval.LowRankLogistic.from_npz(tmp_path / "nope.npz")  # as every other loader
 
 
 def test_wrapper_auto_selection(planted):

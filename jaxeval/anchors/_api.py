@@ -157,6 +157,12 @@ class AnchorPredictor:
                 f"{what}: expected an array of scores, got a ScoreMatrix; pass "
                 "sm.take(items=predictor.anchor_items).scores"
             )
+        raw = np.asarray(anchor_scores) if not isinstance(anchor_scores, np.ndarray) \
+            else anchor_scores
+        if raw.dtype.kind in "USO" and any(
+                isinstance(v, (str, bytes, np.str_, np.bytes_)) for v in raw.ravel().tolist()):
+            # "1" would be read as 1.0: scores stored as text are a mistake upstream
+            raise TypeError(f"{what}: expected numbers, got text (dtype {raw.dtype})")
         try:
             x = np.asarray(anchor_scores, dtype=np.float64)
         except (TypeError, ValueError) as e:
@@ -177,7 +183,9 @@ class AnchorPredictor:
                 "item must be scored"
             )
         if x2.min() < 0 or x2.max() > 1:
-            raise ValueError(f"{what}: scores must lie in [0, 1], got {x2.min()}..{x2.max()}")
+            pct = " (percent? divide by 100 first)" if x2.min() >= 0 and x2.max() <= 100 else ""
+            raise ValueError(
+                f"{what}: scores must lie in [0, 1], got {x2.min()}..{x2.max()}{pct}")
         return x2.astype(np.float32)
 
     def predict(self, anchor_scores: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -626,7 +634,10 @@ def fit_anchors(
     if validation is None:
         n_val = max(int(round(0.2 * train.n_models)), 1)
         if train.n_models - n_val < 1:
-            raise ValueError(f"train: {train.n_models} models are too few to hold out validation")
+            raise ValueError(
+                f"train: {train.n_models} model(s) are too few to hold out validation: at "
+                "least 2 are needed (a fifth, at least one, is held out; dozens in practice), "
+                "or pass validation=")
         validation, train = train.split([n_val], seed=split_seed)
     else:
         if not isinstance(validation, ScoreMatrix):
