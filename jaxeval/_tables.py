@@ -403,8 +403,23 @@ def _names_header(h: Any) -> bool:
     return _NAMES_HEADER.fullmatch(re.sub(r"[\s_\-.]+", " ", h)) is not None
 
 
+#: First-column headers of a transposed wide table (items as rows, models as columns).
+_ITEMS_HEADER = re.compile(
+    r"(items?|questions?|prompts?|examples?|samples?|problems?|docs?|tasks?)"
+    r"( ?(id|name|idx|index|no|number)s?)?", re.IGNORECASE)
+
+
 def _wide(header, rows, wheres, src, model_col, target_col, notes, flags):
     im = header.index(model_col) if model_col in header else 0
+    h0 = re.sub(r"[\s_\-.]+", " ", re.sub(r"([a-z])([A-Z])", r"\1 \2", str(header[0]).strip()))
+    if model_col not in header and _ITEMS_HEADER.fullmatch(h0):
+        # read as it stands, the items would become models and the models items
+        raise ValueError(
+            f"{src}: the first column is {header[0]!r}, which names items, so the table "
+            "looks transposed (items as rows, models as columns); a wide table has one row "
+            f"per model: transpose it (DataFrame.T), or pass model_col={header[0]!r} if "
+            "that column does name the models"
+        )
     first = [_number(row[0]) for row in rows]
     index_like = _names_header(header[0])
     if model_col not in header and first and all(v is not None and 0 <= v <= 1 for v in first) \

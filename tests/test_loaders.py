@@ -590,6 +590,23 @@ def test_wide_table_whose_first_column_holds_scores_is_refused(tmp_path):
             _write(tmp_path / "bin.csv", "q1,q2\n1,0\n0,1\n1,1\n"))
 
 
+def test_transposed_wide_table_is_refused(tmp_path):
+    """Items as rows and models as columns (a first header such as 'item') would load
+    with models and items swapped: refused, with the way out named."""
+    text = "item,gpt-a,llama-b,mistral-c\nq1,1,0,1\nq2,0,0,1\nq3,1,1,0\n"
+    for head in ("item", "Items", "question_id", "doc_id", "PromptName"):
+        p = _write(tmp_path / f"{head}.csv", text.replace("item", head, 1))
+        _raises([str(p), f"first column is {head!r}", "looks transposed", "DataFrame.T",
+                 f"model_col={head!r}"], jaxeval.load, p)
+    sm = jaxeval.load(tmp_path / "item.csv", model_col="item")  # the caller who means it
+    assert sm.models.tolist() == ["q1", "q2", "q3"]
+    # headers that merely contain such a word are item names as before
+    ok = jaxeval.load(_write(tmp_path / "ok.csv", "model,item_1,item_2\na,1,0\nb,0,1\n"))
+    assert ok.items.tolist() == ["item_1", "item_2"]
+    ok = jaxeval.load(_write(tmp_path / "ok2.csv", "name,items_hard,q2\na,1,0\nb,0,1\n"))
+    assert ok.models.tolist() == ["a", "b"]
+
+
 def test_a_table_cut_off_mid_cell_warns(tmp_path):
     """A CSV ending without a line break may have lost the end of its last cell (0.75
     cut to "0." reads as 0 with nothing else amiss): the loader says so; a file ending
