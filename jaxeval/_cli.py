@@ -172,6 +172,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="seed of the item orders (and of the factorization fit on --history)")
     cn.add_argument("--no-stop", action="store_true",
                     help="keep asking after the leader is separated (until the budget)")
+    cn.add_argument("--no-skip-separated", action="store_true",
+                    help="keep requesting models already separated from the leader (by "
+                    "default they are skipped, so the confident stop needs fewer calls; "
+                    "sysrs follows its own schedule either way)")
     cn.add_argument("--rank", type=int, default=8,
                     help="rank of the factorization fitted on --history (default 8; at most "
                     "the number of history models and of items)")
@@ -658,6 +662,7 @@ def _new_campaign(args: argparse.Namespace):
             cands, history, items=items, policy=args.policy, budget=args.budget,
             batch_size=args.batch_size, alpha=args.alpha, seed=args.seed,
             stop_when_confident=not args.no_stop, rank=args.rank, fit_steps=args.fit_steps,
+            skip_separated=False if args.no_skip_separated else None,
             lam0=lam0,
         )
     except ValueError as e:  # the library's argument names -> this command's flags

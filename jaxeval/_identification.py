@@ -182,6 +182,13 @@ class Config:
         the order keys on every step: the same draws bit for bit, O(b) per step to find
         a batch. ``None`` (default): on when the rows are whole and ``K n`` (``n`` when
         synchronized) is at most :data:`ORDER_TABLE_MAX`.
+      skip_separated: never pull an arm that is already separated from the leader (its
+        stop-kind upper bound below the leader's lower bound plus ``eps``, the stopping
+        rule's test; the leader is the arm the policy would recommend). Such an arm can
+        neither be the best (at the interval's level) nor delay the confident stop, so
+        its calls go to the arms that keep the stop open. A predictable rule (the
+        bounds before the pull), so every interval stays valid. Costs the stop kind's
+        bounds on every step. Not for ``"sysrs"`` (its own schedule rejects arms).
     """
 
     policy: str
@@ -202,6 +209,7 @@ class Config:
     corruption: str = "none"
     item_block: int = ITEM_BLOCK
     order_table: bool | None = None
+    skip_separated: bool = False
 
     def __post_init__(self):
         if not jax.config.jax_threefry_partitionable:
@@ -241,6 +249,14 @@ class Config:
                 f"order_table=True needs whole rows (num_items={self.num_items} > "
                 f"item_block={self.item_block}: the rows are streamed in blocks)"
             )
+        if not isinstance(self.skip_separated, bool):
+            raise ValueError(
+                f"skip_separated: expected True or False, got {self.skip_separated!r}")
+        if self.skip_separated and (self.policy == "sysrs" or not self.cs_kinds):
+            raise ValueError(
+                "skip_separated: needs an interval (cs_kinds) and an index policy, not "
+                f"{self.policy!r}" + (" (SySRs rejects arms by its own schedule)"
+                                      if self.policy == "sysrs" else " with no interval"))
         if self.mode not in ("budget", "confidence"):
             raise ValueError(f"mode: expected 'budget' or 'confidence', got {self.mode!r}")
         bad = [k for k in self.cs_kinds if k not in CS_KINDS]
@@ -785,6 +801,11 @@ def _choose(state: LoopState, config: Config, params: Params, cap_calls):
     n, b = config.num_items, config.batch_size
     count = state.sampler.count
     full = count >= n
+    if config.skip_separated:
+        # an arm whose upper bound is already below the leader's lower bound (the
+        # stop kind's, plus eps: the stopping rule's own test) cannot change the stop:
+        # it is not pulled again, so the calls go to the arms that keep the stop open
+        full = full | _separated(state, config, params)
     view = _policies.ArmView(
         count=count,
         full=full,
@@ -799,6 +820,22 @@ def _choose(state: LoopState, config: Config, params: Params, cap_calls):
     limit = jnp.minimum(jnp.minimum(item_cap, cap_calls - state.calls), b)
     active = ok & (limit > 0) & ~state.stopped
     return arm, limit, active, pstate
+
+
+def _separated(state: LoopState, config: Config, params: Params) -> jax.Array:
+    """bool ``[K]``: the arms other than the leader whose stop-kind upper bound lies
+    below the leader's lower bound plus ``eps`` (separated as the stopping rule sees
+    them; see :func:`confident_record`)."""
+    q = config.cs_kinds.index(config.stop_kind)
+    mod = _confseq.get(config.stop_kind)
+    n = config.num_items
+    count = state.sampler.count
+    exact = state.sum_s / n
+    margin = _confseq.NUM_TOL + float(n) * 2.0**-24 * jnp.abs(exact)
+    lo, hi = mod.bounds(mod.finalize(state.cs[q], exact, count >= n, margin))
+    lead = jnp.argmax(jnp.where(state.pstate.alive, _ranking(state, config), -jnp.inf))
+    others = jnp.arange(config.num_arms) != lead
+    return others & (hi < lo[lead] + params.eps)
 
 
 def _batch_lambda(state: LoopState, arm, config: Config, params: Params):

@@ -642,3 +642,61 @@ def test_damaged_files_and_unordered_or_ignored_arguments(problem, tmp_path):
         IdentificationCampaign(set(names), hist, factors=lr)
     with pytest.raises(TypeError, match="items: expected an ordered sequence"):
         IdentificationCampaign(names, items={"q1", "q2"}, policy="ucbe")
+
+
+def test_a_separated_model_is_never_requested(problem):
+    """``skip_separated`` (on by default): before every request, the requested model's
+    upper bound is not below the leader's lower bound plus eps (the stopping rule's
+    test); with it off the same campaign does request separated models, and needs
+    more calls to its confident stop."""
+    hist, cands, lr = problem
+    kw = dict(batch_size=4, seed=0, factors=lr, cs_kinds=("eb",))
+    camp = IdentificationCampaign(cands.models, hist, **kw)
+    assert camp.settings["skip_separated"] is True
+    off = IdentificationCampaign(cands.models, hist, skip_separated=False, **kw)
+    assert "skip_separated" not in off.settings  # as a file saved before it existed
+
+    def requests_of_separated(c):
+        n = 0
+        while True:
+            st = c.status()
+            req = c.ask()
+            if req is None:
+                return n, st
+            lead = list(st.models).index(st.recommended)
+            sep = st.upper < st.lower[lead] + c.settings["eps"]
+            sep[lead] = False
+            n += bool(sep[req.arm])
+            c.tell(req, cands.take(models=[req.model], items=req.items).scores[0])
+
+    n_on, st_on = requests_of_separated(camp)
+    n_off, st_off = requests_of_separated(off)
+    assert n_on == 0 and n_off > 0
+    assert st_on.reason == st_off.reason == "confident"
+    assert st_on.calls < st_off.calls
+    assert st_on.recommended == st_off.recommended
+
+
+def test_skip_separated_defaults_saves_and_replays(problem, tmp_path):
+    hist, cands, lr = problem
+    kw = dict(batch_size=4, seed=0, factors=lr, budget=120)
+    sr = dict(kw, factors=None, fit_steps=500)
+    assert "skip_separated" not in IdentificationCampaign(cands.models, hist, policy="sysrs",
+                                                          **sr).settings  # off for SySRs
+    with pytest.raises(ValueError, match="skip_separated: needs"):
+        IdentificationCampaign(cands.models, hist, policy="sysrs", skip_separated=True, **sr)
+    with pytest.raises(TypeError, match="skip_separated: expected True or False"):
+        IdentificationCampaign(cands.models, hist, skip_separated="yes", **kw)
+    camp = IdentificationCampaign(cands.models, hist, **kw)
+    _oracle(camp, cands, stop_after=12)
+    path = camp.save(tmp_path / "c.npz")
+    for replay in (False, True):
+        back = IdentificationCampaign.load(path, replay=replay)
+        assert back.settings["skip_separated"] is True and back._config.skip_separated
+        assert back.ask().index.tolist() == camp.ask().index.tolist()
+    # a file without the setting (saved before it existed) loads with it off
+    off = IdentificationCampaign(cands.models, hist, skip_separated=False, **kw)
+    _oracle(off, cands, stop_after=12)
+    back = IdentificationCampaign.load(off.save(tmp_path / "off.npz"))
+    assert not back._config.skip_separated
+    assert back.ask().index.tolist() == off.ask().index.tolist()

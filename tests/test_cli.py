@@ -501,6 +501,10 @@ def test_campaign_export_reads_back_exactly(tmp_path, capsys, monkeypatch):
                  "cands.txt", "--policy", "ucbe", "--batch-size", "2", "--no-stop"]) == 0
     camp = jaxeval.IdentificationCampaign.load("c.npz")
     assert camp.candidates.tolist() == ["modèle,α", '"quoted"']
+    assert camp.settings["skip_separated"] is True  # the default
+    assert main(["campaign", "new", "d.npz", "--items-file", "items.txt", "--candidates-file",
+                 "cands.txt", "--policy", "ucbe", "--no-skip-separated"]) == 0
+    assert "skip_separated" not in jaxeval.IdentificationCampaign.load("d.npz").settings
     capsys.readouterr()
     given = {}
     for step in range(3):

@@ -166,12 +166,15 @@ def test_no_retrace_for_new_seed_alpha_scale():
     assert r2.settings["alpha"] == 0.2
 
 
-@pytest.mark.parametrize("policy, synchronized", [("pulse", None), ("pulse_ucb", True)])
-def test_coverage_smoke_biased_predictions(policy, synchronized):
+@pytest.mark.parametrize("policy, synchronized, skip", [
+    ("pulse", None, False), ("pulse_ucb", True, False), ("pulse_ucb", None, True)])
+def test_coverage_smoke_biased_predictions(policy, synchronized, skip):
     # DR intervals stay valid with biased predictions (fixed seed, binomial tolerance),
     # also when every arm draws its items in one shared order (an arm's own sequence
-    # is still a uniform draw without replacement; its predictions use its own past)
-    cfg = dataclasses.replace(_tiny_pulse_config(), policy=policy, synchronized=synchronized)
+    # is still a uniform draw without replacement; its predictions use its own past),
+    # and when separated arms are skipped (a rule on the bounds before each pull)
+    cfg = dataclasses.replace(_tiny_pulse_config(), policy=policy, synchronized=synchronized,
+                              skip_separated=skip)
     assert cfg.sync == bool(synchronized)
     fn, ops = _operands(cfg, alpha=0.2, bias=0.4)
     out = _runner.run_replicates(fn, 11, 400, chunk_size=8, operands=ops, progress=False)
@@ -195,10 +198,12 @@ def test_fixed_confidence_stops_and_is_right():
     assert rep.accuracy[0] >= 0.9 - 3 * np.sqrt(0.09 / 64)
 
 
-def test_a_confident_stop_has_separated_intervals_and_errs_at_most_alpha():
+@pytest.mark.parametrize("skip", [False, True])
+def test_a_confident_stop_has_separated_intervals_and_errs_at_most_alpha(skip):
     """Every replicate that stops as confident has the recommended arm's lower bound
     above every other arm's upper bound at the stop (the rule itself, not only its
-    outcome), and with two close arms wrong confident stops stay within alpha."""
+    outcome), and with two close arms wrong confident stops stay within alpha; also
+    when separated arms are no longer pulled (``skip_separated``)."""
     n, alpha = 200, 0.1
     rng = np.random.default_rng(3)
     pool = np.zeros((3, n), np.float32)
@@ -207,7 +212,8 @@ def test_a_confident_stop_has_separated_intervals_and_errs_at_most_alpha():
     data = idn.ProblemData(jnp.asarray(pool), jnp.asarray([[0, 1, 2]], jnp.int32),
                            ItemFactors(jnp.zeros((n, 1)), jnp.zeros(n), jnp.zeros(1)))
     budget = 480  # the stops fall between ~310 and ~590 calls: about half stop by 480
-    cfg = idn.Config("ucbe", 3, n, budgets=(budget,), mode="confidence", cs_kinds=("eb",))
+    cfg = idn.Config("ucbe", 3, n, budgets=(budget,), mode="confidence", cs_kinds=("eb",),
+                     skip_separated=skip)
     params = idn.Params.make(alpha=alpha)
     run = jax.jit(jax.vmap(lambda k: idn.run_identification(k, data, params, cfg)))
     reps = 400
@@ -223,6 +229,23 @@ def test_a_confident_stop_has_separated_intervals_and_errs_at_most_alpha():
     assert wrong.mean() <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / reps)
     # the runs that did not stop confident spent the whole budget
     assert np.all(cp.calls[~conf, 0] == budget) and np.all(cp.calls[conf, 0] <= budget)
+    if skip:  # the calls an already separated arm would get go where the stop is open:
+        # more runs stop confident within the budget, after fewer calls (the same orders)
+        base = dataclasses.replace(cfg, skip_separated=False)
+        run0 = jax.jit(jax.vmap(lambda k: idn.run_identification(k, data, params, base)))
+        cp0 = jax.tree.map(np.asarray, run0(jax.random.split(jax.random.key(2), reps)))
+        cp0 = cp0.checkpoints
+        assert conf.sum() > 1.1 * (cp0.status[:, 0] == idn.STATUS_CONFIDENT).sum()
+        assert cp.calls[:, 0].mean() < cp0.calls[:, 0].mean()
+
+
+def test_skip_separated_refused_where_it_cannot_act():
+    with pytest.raises(ValueError, match="skip_separated: needs .* not 'sysrs'"):
+        idn.Config("sysrs", 3, N, budgets=(9,), skip_separated=True)
+    with pytest.raises(ValueError, match="skip_separated: needs an interval"):
+        idn.Config("ucbe", 3, N, budgets=(9,), cs_kinds=(), skip_separated=True)
+    with pytest.raises(ValueError, match="skip_separated: expected True or False"):
+        idn.Config("ucbe", 3, N, budgets=(9,), skip_separated=1)
 
 
 @pytest.mark.slow

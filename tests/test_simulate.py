@@ -615,3 +615,22 @@ def test_by_gap_on_real_data_partitions_the_replicates_by_instance():
         assert (bu.n_replicates, bu.n_instances, bu.lo, bu.hi) == (
             bv.n_replicates, bv.n_instances, bv.lo, bv.hi)
         assert bv.accuracy[-1] == 1.0  # every arm fully evaluated at 100%
+
+
+def test_skip_separated_default_follows_the_mode():
+    spec = SyntheticSpec(n_items=30)
+    kw = dict(K=3, n_replicates=8, cs_kinds=("eb",))
+    conf = simulate_identification(spec, "ucbe", mode="confidence", budgets=(90,), **kw)
+    assert conf.settings["skip_separated"] is True
+    assert simulate_identification(spec, "ucbe", budgets=(90,), **kw).settings[
+        "skip_separated"] is False
+    off = simulate_identification(spec, "ucbe", mode="confidence", budgets=(90,),
+                                  skip_separated=False, **kw)
+    assert off.settings["skip_separated"] is False
+    assert conf.calls_used[-1] <= off.calls_used[-1]
+    sr = simulate_identification(spec, "sysrs", mode="confidence", budgets=(90,), **kw)
+    assert sr.settings["skip_separated"] is False  # SySRs: its own schedule
+    with pytest.raises(ValueError, match="skip_separated: needs"):
+        simulate_identification(spec, "sysrs", skip_separated=True, budgets=(90,), **kw)
+    with pytest.raises(TypeError, match="skip_separated: expected True or False"):
+        simulate_identification(spec, "ucbe", skip_separated="yes", budgets=(90,), **kw)
