@@ -224,6 +224,127 @@ class IdentificationReport:
         top = np.sort(np.asarray(self.theta, np.float64), axis=1)
         return top[:, -1] - top[:, -2]
 
+    def _boot_calls_to(self, accuracy, n_boot, seed, other=None):
+        """Bootstrap draws of :meth:`calls_to` (``[n_boot]``, and ``other``'s on the same
+        draws): instances resampled with replacement, each with all its replicates
+        (replicates themselves for synthetic truth). Paired when ``other`` is given."""
+        acc = _as_number("accuracy", accuracy)
+        if not 0.0 < acc <= 1.0:
+            raise ValueError(f"accuracy: expected a number in (0, 1], got {accuracy!r}")
+        if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or \
+                not 100 <= n_boot <= 10**6:
+            raise ValueError(f"n_boot: expected an integer in [100, 10**6], got {n_boot!r}")
+        reps = [self] if other is None else [self, other]
+        if other is not None:
+            if not isinstance(other, IdentificationReport):
+                raise TypeError(
+                    f"other: expected an IdentificationReport, got {type(other).__name__}")
+            if not (np.array_equal(self.instance, other.instance)
+                    and np.array_equal(self.instances, other.instances)
+                    and np.array_equal(self.theta, other.theta)):
+                raise ValueError(
+                    "other: not played on the same instances (same data, seed, K, "
+                    "instances and replicates are needed for a paired comparison)")
+        if any(r.calls is None for r in reps):
+            raise ValueError("the report has no per-replicate calls (an older report)")
+        inst = np.asarray(self.instance)
+        real = inst.size > 0 and bool((inst >= 0).all())
+        codes = np.unique(inst, return_inverse=True)[1] if real else np.arange(inst.size)
+        m = int(codes.max()) + 1 if codes.size else 0
+        if m < 2:
+            raise ValueError(
+                f"a bootstrap over instances needs at least 2 of them, the report has {m}")
+        rng = np.random.default_rng(seed)
+        w = rng.multinomial(m, np.full(m, 1.0 / m), size=int(n_boot))[:, codes]  # [B, R]
+        w = w.astype(np.float64) / w.sum(1, keepdims=True)
+        out = []
+        for r in reps:
+            acc = w @ np.asarray(r.correct, np.float64)
+            used = w @ np.asarray(r.calls, np.float64)
+            draws = [calls_to_target(u, a, accuracy) for u, a in zip(used, acc)]
+            out.append(np.array([math.inf if d is None else d for d in draws]))
+        return out
+
+    def calls_to_interval(self, accuracy: float = 0.95, *, level: float = 0.9,
+                          n_boot: int = 1000, seed: int = 0,
+                          fraction: bool = False) -> tuple[float, float]:
+        """A bootstrap interval for :meth:`calls_to`: how much the answer depends on
+        the draw of instances (candidate sets) and item orders.
+
+        Instances are resampled with replacement, each with all its replicates (a
+        cluster bootstrap: replicates of one instance share its gap, so they are not
+        independent); with synthetic truth every replicate is its own instance. The
+        percentile interval of the resampled ``calls_to``; an end is ``inf`` where that
+        share of the draws never reaches ``accuracy``. With few instances (the default
+        ``n_instances=10``) the interval is wide: compare policies with
+        :meth:`calls_to_ratio` on the same instances instead.
+
+        Args:
+          accuracy: target identification accuracy in (0, 1].
+          level: coverage of the interval in (0, 1).
+          n_boot: bootstrap draws (at least 100).
+          seed: seed of the resampling.
+          fraction: a fraction of ``K * n`` instead of calls.
+
+        Returns:
+          ``(low, high)``.
+
+        Example:
+          >>> import jaxeval
+          >>> rep = jaxeval.simulate_identification(
+          ...     jaxeval.SyntheticSpec(n_items=40), "ucbe", K=3, n_replicates=64,
+          ...     budget_fractions=(0.1, 0.25, 0.5, 1.0), seed=0)
+          >>> lo, hi = rep.calls_to_interval(0.9)
+          >>> bool(lo <= rep.calls_to(0.9) <= hi), bool(hi <= 120)
+          (True, True)
+        """
+        level = _check_level_open(level)
+        (d,) = self._boot_calls_to(accuracy, n_boot, seed)
+        q = (1.0 - level) / 2
+        lo = float(np.quantile(d, q, method="lower"))
+        hi = float(np.quantile(d, 1.0 - q, method="higher"))
+        if fraction:
+            lo, hi = lo / self.total_calls, hi / self.total_calls
+        return lo, hi
+
+    def calls_to_ratio(self, other: IdentificationReport, accuracy: float = 0.95, *,
+                       level: float = 0.9, n_boot: int = 1000,
+                       seed: int = 0) -> tuple[float, float, float]:
+        """This report's :meth:`calls_to` over ``other``'s, with a paired bootstrap
+        interval: both played the same instances (same data, seed and settings of the
+        draw), which are resampled together, each with all its replicates.
+
+        Returns:
+          ``(ratio, low, high)``. A draw where neither reaches ``accuracy`` has no
+          ratio and is left out; one where only ``other`` reaches it counts as
+          ``inf``, one where only this report does as 0. NaN ends mean that more than
+          ``(1 - level) / 2`` of the draws had no ratio.
+
+        Example:
+          >>> import jaxeval
+          >>> kw = dict(K=3, n_replicates=64, budget_fractions=(0.1, 0.25, 0.5, 1.0),
+          ...           seed=0)
+          >>> spec = jaxeval.SyntheticSpec(n_items=40)
+          >>> a = jaxeval.simulate_identification(spec, "ucbe", **kw)
+          >>> b = jaxeval.simulate_identification(spec, "uniform", **kw)
+          >>> r, lo, hi = a.calls_to_ratio(b, 0.9)
+          >>> bool(lo <= r <= hi)
+          True
+        """
+        level = _check_level_open(level)
+        da, db = self._boot_calls_to(accuracy, n_boot, seed, other)
+        point = _ratio(self.calls_to(accuracy), other.calls_to(accuracy))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.array([_ratio(x, y) for x, y in zip(da, db)])
+        q = (1.0 - level) / 2
+        if np.isnan(r).mean() > q:
+            return point, math.nan, math.nan
+        r = np.where(np.isnan(r), -np.inf, r)  # dropped below, whatever their share
+        r = np.sort(r[np.isfinite(r) | (r == np.inf)])
+        lo = float(np.quantile(r, q, method="lower"))
+        hi = float(np.quantile(r, 1.0 - q, method="higher"))
+        return point, lo, hi
+
     def by_gap(self, bins: int = 3, *, edges: ArrayLike | None = None) -> list[GapBin]:
         """Accuracy versus calls per bin of the true top-two gap (:class:`GapBin`).
 
@@ -556,6 +677,26 @@ def _check_unit(name, value, lo=0.0, hi=1.0):
 #: 1e-38 ``log(2 K / alpha)`` is no longer finite (the Hoeffding bounds turn NaN); 1e-30
 #: leaves room for K up to 1e7.
 MIN_ALPHA = 1e-30
+
+
+def _ratio(x: float, y: float) -> float:
+    """``x / y`` of two calls-to figures (``inf`` = never reached): NaN when neither is
+    reached, ``inf`` when only ``y`` is, 0 when only ``x`` is."""
+    if math.isinf(x) and math.isinf(y):
+        return math.nan
+    if math.isinf(y):
+        return 0.0
+    if math.isinf(x):
+        return math.inf
+    return x / y
+
+
+def _check_level_open(level) -> float:
+    """A level strictly inside (0, 1)."""
+    v = _as_number("level", level)
+    if not 0.0 < v < 1.0:
+        raise ValueError(f"level: expected a number in (0, 1), got {level!r}")
+    return v
 
 
 def _check_alpha(value, name="alpha"):

@@ -634,3 +634,48 @@ def test_skip_separated_default_follows_the_mode():
         simulate_identification(spec, "sysrs", skip_separated=True, budgets=(90,), **kw)
     with pytest.raises(TypeError, match="skip_separated: expected True or False"):
         simulate_identification(spec, "ucbe", skip_separated="yes", budgets=(90,), **kw)
+
+
+def test_calls_to_interval_covers_at_its_level():
+    """The cluster bootstrap's 90% interval for calls_to, over 40 independent small
+    studies, covers the calls_to of a 4 096-replicate study as often as it says
+    (binomial tolerance), and is not trivially wide."""
+    spec = SyntheticSpec(n_items=40)
+    kw = dict(K=3, budget_fractions=(0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0), cs_kinds=("eb",))
+    truth = simulate_identification(spec, "ucbe", n_replicates=4096, seed=999,
+                                    **kw).calls_to(0.8)
+    runs, hits, widths = 40, 0, []
+    for s in range(runs):
+        rep = simulate_identification(spec, "ucbe", n_replicates=128, seed=s, **kw)
+        lo, hi = rep.calls_to_interval(0.8, level=0.9, n_boot=400, seed=s)
+        assert lo <= rep.calls_to(0.8) <= hi
+        hits += lo <= truth <= hi
+        widths.append(hi - lo)
+    assert hits / runs >= 0.9 - 3 * np.sqrt(0.9 * 0.1 / runs), hits
+    assert np.isfinite(widths).all() and np.mean(widths) < 0.3 * rep.total_calls
+
+
+def test_calls_to_ratio_is_paired_and_checked():
+    sm = _small_matrix(m=24, n=30)
+    kw = dict(K=3, n_replicates=48, n_instances=8, seed=2, budget_fractions=(0.1, 0.3, 0.6, 1.0),
+              cs_kinds=("eb",))
+    a = simulate_identification(sm, "ucbe", **kw)
+    b = simulate_identification(sm, "uniform", **kw)
+    assert a.calls_to_ratio(a, 0.9) == (1.0, 1.0, 1.0)  # the same draws, paired
+    r, lo, hi = a.calls_to_ratio(b, 0.9, n_boot=300)
+    assert r == pytest.approx(a.calls_to(0.9) / b.calls_to(0.9)) and lo <= r <= hi
+    lo_a, hi_a = a.calls_to_interval(0.9, fraction=True)
+    assert lo_a <= a.calls_to(0.9, fraction=True) <= hi_a <= 1.0
+    other = simulate_identification(sm, "uniform", **dict(kw, seed=3))
+    with pytest.raises(ValueError, match="other: not played on the same instances"):
+        a.calls_to_ratio(other)
+    with pytest.raises(TypeError, match="other: expected an IdentificationReport"):
+        a.calls_to_ratio("b")
+    for bad, match in ((dict(level=1.0), "level: expected a number in"),
+                       (dict(n_boot=10), r"n_boot: expected an integer in \[100"),
+                       (dict(accuracy=1.5), r"accuracy: expected a number in \(0, 1\]")):
+        with pytest.raises(ValueError, match=match):
+            a.calls_to_interval(**bad)
+    one = simulate_identification(sm, "ucbe", **dict(kw, n_instances=1))
+    with pytest.raises(ValueError, match="needs at least 2 of them, the report has 1"):
+        one.calls_to_interval()
