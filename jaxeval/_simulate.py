@@ -911,8 +911,8 @@ def simulate_identification(
       skip_separated: never pull an arm already separated from the leader (its upper
         bound below the leader's lower bound plus ``eps``, the stop's own test; see
         ``jaxeval._identification.Config``). Default ``None``: on in confidence mode for
-        every policy but SySRs (the confident stop then needs 30-64% fewer calls on the
-        bundled sets: BUILD_NOTES.md, "Thirty-seventh session"), off in budget mode
+        every policy but SySRs (the confident stop then needs 25-80% fewer calls on the
+        five development sets: BUILD_NOTES.md, "Thirty-seventh session"), off in budget mode
         (no measured effect there, and the bounds would cost every step).
       horizon: SySRs' planning horizon in calls. Default: SySRs is run once per budget,
         planned for that budget (SPEC 6.1); a value plans one run read at every budget.
