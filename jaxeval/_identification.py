@@ -635,26 +635,27 @@ def _prior_mean_blocked(truth, data, config: Config, params: Params):
 
 
 # --------------------------------------------------------------------- kernel
-def _bounds(cs, sum_s, count, config: Config):
-    """Lower/upper ``[Q, K]`` of every kind, exact (up to rounding) for fully evaluated arms."""
-    n = config.num_items
+def _kind_bounds(kind: str, st, sum_s, count, n: int):
+    """Lower/upper ``[K]`` of one kind's sequence state, exact (up to rounding) for
+    fully evaluated arms."""
     exact = sum_s / n
-    done = count >= n
     # the float32 running sum and the true mean (another reduction) differ by rounding:
     # nothing for 0/1 scores, but up to (n - 1) u * mean for a sequential sum of graded
     # ones (a repeated value drifts that way: ~1e-4 at n = 14 042), so the worst-case
     # bound n u * mean (u = 2^-24) on top of the margin every bound gets
     margin = _confseq.NUM_TOL + float(n) * 2.0**-24 * jnp.abs(exact)
+    mod = _confseq.get(kind)
+    return mod.bounds(mod.finalize(st, exact, count >= n, margin))
+
+
+def _bounds(cs, sum_s, count, config: Config):
+    """Lower/upper ``[Q, K]`` of every kind, exact (up to rounding) for fully evaluated arms."""
     if not config.cs_kinds:
-        return jnp.zeros((0,) + exact.shape, jnp.float32), jnp.zeros((0,) + exact.shape,
+        return jnp.zeros((0,) + sum_s.shape, jnp.float32), jnp.zeros((0,) + sum_s.shape,
                                                                      jnp.float32)
-    lows, ups = [], []
-    for kind, st in zip(config.cs_kinds, cs):
-        mod = _confseq.get(kind)
-        lo, hi = mod.bounds(mod.finalize(st, exact, done, margin))
-        lows.append(lo)
-        ups.append(hi)
-    return jnp.stack(lows), jnp.stack(ups)
+    both = [_kind_bounds(kind, st, sum_s, count, config.num_items)
+            for kind, st in zip(config.cs_kinds, cs)]
+    return jnp.stack([lo for lo, _ in both]), jnp.stack([hi for _, hi in both])
 
 
 class _Snapshot(NamedTuple):
@@ -827,12 +828,8 @@ def _separated(state: LoopState, config: Config, params: Params) -> jax.Array:
     below the leader's lower bound plus ``eps`` (separated as the stopping rule sees
     them; see :func:`confident_record`)."""
     q = config.cs_kinds.index(config.stop_kind)
-    mod = _confseq.get(config.stop_kind)
-    n = config.num_items
-    count = state.sampler.count
-    exact = state.sum_s / n
-    margin = _confseq.NUM_TOL + float(n) * 2.0**-24 * jnp.abs(exact)
-    lo, hi = mod.bounds(mod.finalize(state.cs[q], exact, count >= n, margin))
+    lo, hi = _kind_bounds(config.stop_kind, state.cs[q], state.sum_s, state.sampler.count,
+                          config.num_items)
     lead = jnp.argmax(jnp.where(state.pstate.alive, _ranking(state, config), -jnp.inf))
     others = jnp.arange(config.num_arms) != lead
     return others & (hi < lo[lead] + params.eps)
