@@ -338,8 +338,10 @@ def test_predictor_input_and_file_errors_name_the_problem(small_sm, tmp_path):
         pred.predict(x)
     with pytest.raises(ValueError, match="anchor_scores: no model"):
         pred.predict(np.zeros((0, 6)))
-    with pytest.raises(TypeError, match="anchor_scores: expected an array of numbers"):
+    with pytest.raises(TypeError, match="anchor_scores: expected numbers, got text"):
         pred.predict([["a"] * 6])
+    with pytest.raises(TypeError, match="anchor_scores: expected an array of numbers"):
+        pred.predict([[{}] * 6])  # not numbers, not text
     sp = small_sm.protocol_split(0)
     with pytest.raises(TypeError, match="validation: .*Split.*split.validation"):
         fit_anchors(sp.train, 5, method="random_mean", validation=sp)
