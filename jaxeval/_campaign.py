@@ -132,9 +132,34 @@ def _digest(*arrays: np.ndarray) -> str:
     return h.hexdigest()
 
 
+def _same_value(a: Any, b: Any) -> bool:
+    """Equality that compares arrays whole (and dicts / tuples of them) instead of
+    raising NumPy's "truth value of an array is ambiguous"."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(np.asarray(a), np.asarray(b), equal_nan=np.asarray(a).dtype.kind
+                              in "fc" and np.asarray(b).dtype.kind in "fc")
+    return bool(a == b)
 
-@dataclasses.dataclass(frozen=True)
-class CampaignRequest:
+
+class _ArrayFieldsEq:
+    """``==`` of a dataclass with array fields: same type, every field equal (arrays
+    compared whole, NaN equal to NaN); not hashable."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(_same_value(getattr(self, f.name), getattr(other, f.name))
+                   for f in dataclasses.fields(self))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CampaignRequest(_ArrayFieldsEq):
     """What to evaluate next: one model on a batch of items, in order.
 
     Attributes:
@@ -153,8 +178,8 @@ class CampaignRequest:
     step: int
 
 
-@dataclasses.dataclass(frozen=True)
-class CampaignStatus:
+@dataclasses.dataclass(frozen=True, eq=False)
+class CampaignStatus(_ArrayFieldsEq):
     """The campaign's estimates and anytime-valid intervals now (numpy).
 
     Attributes:

@@ -700,3 +700,21 @@ def test_skip_separated_defaults_saves_and_replays(problem, tmp_path):
     back = IdentificationCampaign.load(off.save(tmp_path / "off.npz"))
     assert not back._config.skip_separated
     assert back.ask().index.tolist() == off.ask().index.tolist()
+
+
+def test_statuses_and_requests_compare_with_eq(problem, tmp_path):
+    """``==`` compares the array fields whole (it raised NumPy's ambiguous-truth error)."""
+    hist, cands, lr = problem
+    camp = IdentificationCampaign(cands.models, hist, batch_size=4, seed=0, factors=lr,
+                                  budget=60)
+    _oracle(camp, cands, stop_after=5)
+    back = IdentificationCampaign.load(camp.save(tmp_path / "c.npz"))
+    assert back.status() == camp.status() and not back.status() != camp.status()
+    assert back.ask() == camp.ask()
+    req = camp.ask()
+    camp.tell(req, cands.take(models=[req.model], items=req.items).scores[0])
+    assert back.status() != camp.status()
+    assert back.ask() != camp.ask()  # the next request is another step
+    assert camp.status() != "status"
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(camp.status())
