@@ -117,7 +117,8 @@ STATUS_CONFIDENT = 1
 #: Every arm is fully evaluated (all intervals exact).
 STATUS_EXHAUSTED = 2
 #: The policy stopped pulling before the budget was spent (SySRs' schedule ended with its
-#: survivor exhausted, or every arm it may still pull is exhausted).
+#: survivor exhausted, or every arm it may still pull is exhausted, or with
+#: ``skip_separated`` exhausted or separated from the leader: exactly tied leaders).
 STATUS_POLICY_DONE = 3
 #: A non-finite estimate or bound appeared.
 STATUS_NONFINITE = 4
@@ -184,9 +185,11 @@ class Config:
         synchronized) is at most :data:`ORDER_TABLE_MAX`.
       skip_separated: never pull an arm that is already separated from the leader (its
         stop-kind upper bound below the leader's lower bound plus ``eps``, the stopping
-        rule's test; the leader is the arm the policy would recommend). Such an arm can
-        neither be the best (at the interval's level) nor delay the confident stop, so
-        its calls go to the arms that keep the stop open. A predictable rule (the
+        rule's test; the leader is the arm the policy would recommend). Such an arm
+        cannot be more than ``eps`` better than the leader (at the intervals' level) nor
+        delay the confident stop, so its calls go to the arms that keep the stop open.
+        When every arm left is fully evaluated or separated (exactly tied leaders), the
+        run ends there (status :data:`STATUS_POLICY_DONE`). A predictable rule (the
         bounds before the pull), so every interval stays valid. Costs the stop kind's
         bounds on every step. Not for ``"sysrs"`` (its own schedule rejects arms).
     """
@@ -1346,8 +1349,10 @@ def run_identification(
 
     def cond(carry):
         st, i = carry
-        exhausted = jnp.all(st.sampler.count >= config.num_items)
-        return ~st.stopped & (st.calls < cap) & ~exhausted & (i < config.num_steps)
+        done = st.sampler.count >= config.num_items
+        if config.skip_separated:  # arms left, but all separated: every step a no-op
+            done = done | _separated(st, config, params)
+        return ~st.stopped & (st.calls < cap) & ~jnp.all(done) & (i < config.num_steps)
 
     def wbody(carry):
         st, i = carry

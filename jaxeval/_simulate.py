@@ -234,6 +234,8 @@ class IdentificationReport:
         if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or \
                 not 100 <= n_boot <= 10**6:
             raise ValueError(f"n_boot: expected an integer in [100, 10**6], got {n_boot!r}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed: expected an integer >= 0, got {seed!r}")
         reps = [self] if other is None else [self, other]
         if other is not None:
             if not isinstance(other, IdentificationReport):
@@ -299,6 +301,8 @@ class IdentificationReport:
           (True, True)
         """
         level = _check_level_open(level)
+        if not isinstance(fraction, (bool, np.bool_)):
+            raise TypeError(f"fraction: expected True or False, got {fraction!r}")
         (d,) = self._boot_calls_to(accuracy, n_boot, seed)
         q = (1.0 - level) / 2
         lo = float(np.quantile(d, q, method="lower"))
@@ -580,7 +584,8 @@ _SETTING_DEFAULTS = {"a": 1.0, "scale": 1.0, "eps": 0.0, "bias": 0.3, "lam0": 1.
 
 
 def unused_settings(policy: str, predictions: bool, mode: str, corruption: str,
-                    synthetic: bool, **given: Any) -> list[str]:
+                    synthetic: bool, skip_separated: bool = False,
+                    **given: Any) -> list[str]:
     """The names among ``given`` that differ from their defaults yet change nothing in
     this configuration (``a`` for a policy whose index has no ``sqrt(a / N)`` term,
     ``eps`` outside the fixed-confidence mode, the prediction settings for a policy
@@ -601,7 +606,7 @@ def unused_settings(policy: str, predictions: bool, mode: str, corruption: str,
         unused.append("a")
     if policy != "pulse":
         unused.append("scale")
-    if mode != "confidence":
+    if mode != "confidence" and not skip_separated:  # eps: the stop's and the skip's test
         unused.append("eps")
     if corruption != "biased":
         unused.append("bias")
@@ -1025,8 +1030,9 @@ def simulate_identification(
         )
     unused = unused_settings(
         policy, needs_pred, mode, corruption, isinstance(data, SyntheticSpec),
-        a=a, scale=scale, eps=eps, bias=bias, lam0=lam0, shrink=shrink, rank=rank,
-        rho=rho, num_newton=num_newton, refit=refit, factors=factors, fit_steps=fit_steps,
+        skip_separated=bool(skip_separated), a=a, scale=scale, eps=eps, bias=bias,
+        lam0=lam0, shrink=shrink, rank=rank, rho=rho, num_newton=num_newton, refit=refit,
+        factors=factors, fit_steps=fit_steps,
     )
     if unused:
         warnings.warn(

@@ -694,6 +694,9 @@ def test_skip_separated_defaults_saves_and_replays(problem, tmp_path):
         back = IdentificationCampaign.load(path, replay=replay)
         assert back.settings["skip_separated"] is True and back._config.skip_separated
         assert back.ask().index.tolist() == camp.ask().index.tolist()
+    # a fixed budget (no confident stop) is spent whole: the skip is off by default there
+    assert "skip_separated" not in IdentificationCampaign(
+        cands.models, hist, stop_when_confident=False, **kw).settings
     # a file without the setting (saved before it existed) loads with it off
     off = IdentificationCampaign(cands.models, hist, skip_separated=False, **kw)
     _oracle(off, cands, stop_after=12)
@@ -718,3 +721,21 @@ def test_statuses_and_requests_compare_with_eq(problem, tmp_path):
     assert camp.status() != "status"
     with pytest.raises(TypeError, match="unhashable"):
         hash(camp.status())
+
+
+def test_a_fixed_budget_campaign_spends_its_budget():
+    """Without the confident stop the skip is off by default, so the budget is spent
+    whole (with it on, the campaign ends once every model left is separated)."""
+    rng = np.random.default_rng(0)
+    n = 200
+    S = np.stack([(rng.random(n) < p).astype(np.float32) for p in (0.85, 0.4, 0.35, 0.3)])
+    cands = jaxeval.ScoreMatrix(S, models=list("abcd"), items=[f"q{i}" for i in range(n)])
+    out = {}
+    for skip in (None, True):
+        camp = IdentificationCampaign(cands.models, items=cands.items, policy="ucbe",
+                                      batch_size=5, budget=600, stop_when_confident=False,
+                                      skip_separated=skip)
+        _oracle(camp, cands)
+        out[skip] = camp.status()
+    assert (out[None].calls, out[None].reason) == (600, "budget")
+    assert out[True].calls < 600 and out[True].reason == "policy"

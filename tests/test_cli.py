@@ -501,10 +501,13 @@ def test_campaign_export_reads_back_exactly(tmp_path, capsys, monkeypatch):
                  "cands.txt", "--policy", "ucbe", "--batch-size", "2", "--no-stop"]) == 0
     camp = jaxeval.IdentificationCampaign.load("c.npz")
     assert camp.candidates.tolist() == ["modèle,α", '"quoted"']
-    assert camp.settings["skip_separated"] is True  # the default
+    assert "skip_separated" not in camp.settings  # --no-stop: the budget is spent whole
     assert main(["campaign", "new", "d.npz", "--items-file", "items.txt", "--candidates-file",
+                 "cands.txt", "--policy", "ucbe"]) == 0
+    assert jaxeval.IdentificationCampaign.load("d.npz").settings["skip_separated"] is True
+    assert main(["campaign", "new", "e.npz", "--items-file", "items.txt", "--candidates-file",
                  "cands.txt", "--policy", "ucbe", "--no-skip-separated"]) == 0
-    assert "skip_separated" not in jaxeval.IdentificationCampaign.load("d.npz").settings
+    assert "skip_separated" not in jaxeval.IdentificationCampaign.load("e.npz").settings
     capsys.readouterr()
     given = {}
     for step in range(3):

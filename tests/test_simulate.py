@@ -634,6 +634,13 @@ def test_skip_separated_default_follows_the_mode():
         simulate_identification(spec, "sysrs", skip_separated=True, budgets=(90,), **kw)
     with pytest.raises(TypeError, match="skip_separated: expected True or False"):
         simulate_identification(spec, "ucbe", skip_separated="yes", budgets=(90,), **kw)
+    # eps is the skip's test too: no "has no effect" warning for it in budget mode then
+    with pytest.warns(UserWarning, match="eps=0.2 has no effect"):
+        simulate_identification(spec, "ucbe", budgets=(90,), eps=0.2, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        simulate_identification(spec, "ucbe", budgets=(90,), eps=0.2, skip_separated=True,
+                                **kw)
 
 
 def test_calls_to_interval_covers_at_its_level():
@@ -673,9 +680,12 @@ def test_calls_to_ratio_is_paired_and_checked():
         a.calls_to_ratio("b")
     for bad, match in ((dict(level=1.0), "level: expected a number in"),
                        (dict(n_boot=10), r"n_boot: expected an integer in \[100"),
-                       (dict(accuracy=1.5), r"accuracy: expected a number in \(0, 1\]")):
+                       (dict(accuracy=1.5), r"accuracy: expected a number in \(0, 1\]"),
+                       (dict(seed=None), "seed: expected an integer >= 0")):
         with pytest.raises(ValueError, match=match):
             a.calls_to_interval(**bad)
+    with pytest.raises(TypeError, match="fraction: expected True or False"):
+        a.calls_to_interval(fraction="yes")
     one = simulate_identification(sm, "ucbe", **dict(kw, n_instances=1))
     with pytest.raises(ValueError, match="needs at least 2 of them, the report has 1"):
         one.calls_to_interval()
