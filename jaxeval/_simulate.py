@@ -918,7 +918,7 @@ def simulate_identification(
         ``jaxeval._identification.Config``). Default ``None``: on in confidence mode for
         every policy but SySRs (the confident stop then needs 25-80% fewer calls on the
         five development sets: BUILD_NOTES.md, "Thirty-seventh session"), off in budget mode
-        (no measured effect there, and the bounds would cost every step).
+        (within the noise there, and the bounds would cost every step).
       horizon: SySRs' planning horizon in calls. Default: SySRs is run once per budget,
         planned for that budget (SPEC 6.1); a value plans one run read at every budget.
       corruption: ``"none"``, ``"biased"``, ``"random"``, ``"adversarial"`` predictions.
