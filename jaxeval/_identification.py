@@ -834,8 +834,13 @@ def _separated(state: LoopState, config: Config, params: Params) -> jax.Array:
     lo, hi = _kind_bounds(config.stop_kind, state.cs[q], state.sum_s, state.sampler.count,
                           config.num_items)
     lead = jnp.argmax(jnp.where(state.pstate.alive, _ranking(state, config), -jnp.inf))
-    others = jnp.arange(config.num_arms) != lead
-    return others & (hi < lo[lead] + params.eps)
+    return _separated_of(lo, hi, lead, params.eps)
+
+
+def _separated_of(lo, hi, lead, eps) -> jax.Array:
+    """bool ``[K]``: the arms other than ``lead`` whose upper bound ``hi`` lies below
+    ``lo[lead] + eps`` (bounds of one kind, ``[K]`` each)."""
+    return (jnp.arange(hi.shape[-1]) != lead) & (hi < lo[lead] + eps)
 
 
 def _batch_lambda(state: LoopState, arm, config: Config, params: Params):
@@ -1344,27 +1349,34 @@ def run_identification(
     # ------------------------------------------------------- fixed confidence
     cap = budgets[-1]
 
-    def confident(st):
-        return confident_record(st, config, params)[1]
+    q = config.cs_kinds.index(config.stop_kind)
 
-    def cond(carry):
-        st, i = carry
+    def confident(st):
+        """``(stop, more)``: the stopping rule, and whether a step can still pull an
+        arm, both from the one record of the stop's bounds."""
+        rec, stop = confident_record(st, config, params)
         done = st.sampler.count >= config.num_items
         if config.skip_separated:  # arms left, but all separated: every step a no-op
-            done = done | _separated(st, config, params)
-        return ~st.stopped & (st.calls < cap) & ~jnp.all(done) & (i < config.num_steps)
+            done = done | _separated_of(rec.lower[q], rec.upper[q], rec.recommended,
+                                        params.eps)
+        return stop, ~jnp.all(done)
+
+    def cond(carry):
+        st, i, more = carry
+        return ~st.stopped & (st.calls < cap) & more & (i < config.num_steps)
 
     def wbody(carry):
-        st, i = carry
+        st, i, _ = carry
         st = _step(st, order_key, truth, data, config, params, cap, table)
-        stop = confident(st)
+        stop, more = confident(st)
         st = st._replace(
             stopped=stop, status=jnp.where(stop, STATUS_CONFIDENT, st.status).astype(jnp.int32)
         )
-        return st, i + 1
+        return st, i + 1, more
 
-    state = state._replace(stopped=confident(state))
-    state, steps = jax.lax.while_loop(cond, wbody, (state, jnp.zeros((), jnp.int32)))
+    stop, more = confident(state)
+    state = state._replace(stopped=stop)
+    state, steps, _ = jax.lax.while_loop(cond, wbody, (state, jnp.zeros((), jnp.int32), more))
     rec = _record(state, config)
     status = jnp.where(state.stopped, STATUS_CONFIDENT, _finish_status(state, config, rec))
     status = jnp.where(
