@@ -120,6 +120,12 @@ class GapBin:
         return out / self.total_calls if fraction else out
 
 
+MIN_INSTANCES_FOR_INTERVAL = 20
+"""Fewest instances for which :meth:`IdentificationReport.calls_to_interval` does not
+warn: its cluster bootstrap covered 89% (nominal 90%) at 20 instances, 78% at 10 (200
+simulated studies each; ``tests/test_simulate.py`` checks 20)."""
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class IdentificationReport:
     """Results of :func:`simulate_identification` (numpy arrays; ``C`` checkpoints,
@@ -224,6 +230,14 @@ class IdentificationReport:
         top = np.sort(np.asarray(self.theta, np.float64), axis=1)
         return top[:, -1] - top[:, -2]
 
+    def _clusters(self):
+        """``(codes [R], m, real)``: each replicate's cluster of the bootstrap (its
+        instance on real data, itself for synthetic truth) and how many there are."""
+        inst = np.asarray(self.instance)
+        real = inst.size > 0 and bool((inst >= 0).all())
+        codes = np.unique(inst, return_inverse=True)[1] if real else np.arange(inst.size)
+        return codes, int(codes.max()) + 1 if codes.size else 0, real
+
     def _boot_calls_to(self, accuracy, n_boot, seed, other=None):
         """Bootstrap draws of :meth:`calls_to` (``[n_boot]``, and ``other``'s on the same
         draws): instances resampled with replacement, each with all its replicates
@@ -249,10 +263,7 @@ class IdentificationReport:
                     "instances and replicates are needed for a paired comparison)")
         if any(r.calls is None for r in reps):
             raise ValueError("the report has no per-replicate calls (an older report)")
-        inst = np.asarray(self.instance)
-        real = inst.size > 0 and bool((inst >= 0).all())
-        codes = np.unique(inst, return_inverse=True)[1] if real else np.arange(inst.size)
-        m = int(codes.max()) + 1 if codes.size else 0
+        codes, m, _ = self._clusters()
         if m < 2:
             raise ValueError(
                 f"a bootstrap over instances needs at least 2 of them, the report has {m}")
@@ -278,8 +289,12 @@ class IdentificationReport:
         independent); with synthetic truth every replicate is its own instance. The
         percentile interval of the resampled ``calls_to``; an end is ``inf`` where that
         share of the draws never reaches ``accuracy``. With few instances (the default
-        ``n_instances=10``) the interval is wide: compare policies with
-        :meth:`calls_to_ratio` on the same instances instead.
+        ``n_instances=10``) the interval is wide and, worse, too short: over 200
+        simulated studies of 10 instances its nominal 90% covered the true
+        ``calls_to`` 78% of the time (89% at 20 instances), so below
+        ``MIN_INSTANCES_FOR_INTERVAL`` instances it warns. Compare policies with
+        :meth:`calls_to_ratio` on the same instances instead (its paired interval
+        covered 95% at 10 and at 20).
 
         Args:
           accuracy: target identification accuracy in (0, 1].
@@ -304,6 +319,13 @@ class IdentificationReport:
         if not isinstance(fraction, (bool, np.bool_)):
             raise TypeError(f"fraction: expected True or False, got {fraction!r}")
         (d,) = self._boot_calls_to(accuracy, n_boot, seed)
+        _, m, real = self._clusters()
+        if real and m < MIN_INSTANCES_FOR_INTERVAL:
+            warnings.warn(
+                f"calls_to_interval: a bootstrap over {m} instances undercovers (a "
+                f"nominal 90% covered 78% over simulated studies of 10 instances); use "
+                f"n_instances >= {MIN_INSTANCES_FOR_INTERVAL}, or calls_to_ratio on the "
+                "same instances to compare policies", UserWarning, stacklevel=2)
         q = (1.0 - level) / 2
         lo = float(np.quantile(d, q, method="lower"))
         hi = float(np.quantile(d, 1.0 - q, method="higher"))
