@@ -161,7 +161,8 @@ def test_distributed_flags_refused_unless_complete(tmp_path, capsys, args, match
     with pytest.raises(SystemExit) as e:
         main(["run", str(p), "--out", str(tmp_path / "o"), *args])
     assert e.value.code == 2
-    assert "jaxeval run: error: " in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "jaxeval run: error: " in err and match in err, err
     assert not (tmp_path / "o").exists()
 
 

@@ -127,15 +127,6 @@ def test_coverage_per_arm_and_family_wise():
     assert p.tolist() == [True, False] and not bool(f)
 
 
-def test_docstring_examples_run():
-    import doctest
-
-    from jaxeval import _metrics
-
-    res = doctest.testmod(_metrics, optionflags=doctest.ELLIPSIS)
-    assert res.failed == 0 and res.attempted >= 6
-
-
 def test_where_masks_equal_the_subset():
     rng = np.random.default_rng(8)
     x = rng.integers(0, 5, (6, 40)).astype(np.float32)
