@@ -194,7 +194,20 @@ class Fitted(eqx.Module):
 
 
 def apply_map(fitted: Fitted, x: jax.Array) -> jax.Array:
-    """Predicted accuracy ``[m]`` from anchor scores ``x [m, k]`` (anchor order)."""
+    """Predicted accuracy ``[m]`` from anchor scores ``x [m, k]`` (anchor order).
+
+    Example:
+      >>> import jax, jax.numpy as jnp, numpy as np
+      >>> rng = np.random.default_rng(0)
+      >>> s = jnp.asarray(rng.random((60, 40)) < rng.uniform(0.2, 0.9, 60)[:, None],
+      ...                 jnp.float32)  # 60 models x 40 items
+      >>> y, x = s.mean(axis=1), s[:, :8]  # accuracies; the first 8 items as anchors
+      >>> from jaxeval.anchors import Fitted, apply_map, fit_ridge
+      >>> f = Fitted(anchors=jnp.arange(8), kind="linear",
+      ...            params={"lin": fit_ridge(x[:40], y[:40], jnp.asarray(1.0))})
+      >>> apply_map(f, s[40:, f.anchors]).shape
+      (20,)
+    """
     p = fitted.params
     kind = fitted.kind
     if kind == "weighted_mean":
@@ -645,7 +658,17 @@ def min_models(method: str) -> int:
 
 
 def auto_candidates(n_validation: int, st: Settings) -> tuple:
-    """The candidates ``auto`` chooses among for ``n_validation`` validation models."""
+    """The candidates ``auto`` chooses among for ``n_validation`` validation models:
+    :data:`AUTO_CANDIDATES`, plus :data:`AUTO_VALIDATION_EXTRA` (the MLP-trained maps)
+    from ``st.auto_cv_below`` validation models on.
+
+    Example:
+      >>> from jaxeval.anchors import AUTO_CANDIDATES, Settings, auto_candidates
+      >>> auto_candidates(30, Settings()) == AUTO_CANDIDATES
+      True
+      >>> auto_candidates(300, Settings())[len(AUTO_CANDIDATES):]
+      ('greedy_resmlp', 'greedy_mlp_ens')
+    """
     if n_validation < st.auto_cv_below:
         return AUTO_CANDIDATES
     return AUTO_CANDIDATES + AUTO_VALIDATION_EXTRA

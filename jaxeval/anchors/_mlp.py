@@ -121,6 +121,8 @@ def mlp_apply(
     layer for the whole batch), which is what makes full-batch training cheap on CPU.
     With ``base [m]`` (a prediction in ``[0, 1]``, e.g. a ridge map's) the network is a
     correction in logit space: ``sigmoid(logit(base) + net(x))``.
+
+    Example: see :func:`train_mlp`.
     """
     net = eqx.combine(params, static)
     h = x
@@ -199,6 +201,18 @@ def train_mlp(
 
     Returns:
       ``(MLPFit, static)``; predict with ``mlp_apply(fit.params, static, x)``.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, numpy as np
+      >>> rng = np.random.default_rng(0)
+      >>> s = jnp.asarray(rng.random((60, 40)) < rng.uniform(0.2, 0.9, 60)[:, None],
+      ...                 jnp.float32)  # 60 models x 40 items
+      >>> y, x = s.mean(axis=1), s[:, :8]  # accuracies; the first 8 items as anchors
+      >>> from jaxeval.anchors import mlp_apply, train_mlp
+      >>> fit, static = train_mlp(jax.random.key(0), x[:40], y[:40], x[40:50], y[40:50],
+      ...                         num_steps=200)
+      >>> int(fit.best_step), mlp_apply(fit.params, static, x[50:]).shape
+      (100, (10,))
     """
     k = x_tr.shape[1]
     kinit, kdrop = jax.random.split(key)

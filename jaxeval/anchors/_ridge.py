@@ -92,7 +92,34 @@ def fit_ridge_path(x: jax.Array, y: jax.Array, lams: jax.Array) -> LinearMap:
 
 
 def fit_ridge(x: jax.Array, y: jax.Array, lam: jax.Array) -> LinearMap:
-    """Ridge regression with an unpenalised intercept and relative strength ``lam``."""
+    """Ridge regression with an unpenalised intercept and relative strength ``lam``.
+
+    The penalty is ``lam`` times the mean diagonal of the centred ``x.T @ x``, so one
+    ``lam`` means the same on any number of models and anchors.
+
+    Args:
+      x: ``[m, k]`` anchor scores of the training models.
+      y: ``[m]`` their targets (accuracies).
+      lam: relative strength (a scalar array; traced, so it can be vmapped).
+
+    Returns:
+      a :class:`LinearMap` (``x @ w + b``).
+
+    Example:
+      >>> import jax, jax.numpy as jnp, numpy as np
+      >>> rng = np.random.default_rng(0)
+      >>> s = jnp.asarray(rng.random((60, 40)) < rng.uniform(0.2, 0.9, 60)[:, None],
+      ...                 jnp.float32)  # 60 models x 40 items
+      >>> y, x = s.mean(axis=1), s[:, :8]  # accuracies; the first 8 items as anchors
+      >>> from jaxeval.anchors import fit_ridge
+      >>> lin = fit_ridge(x[:40], y[:40], jnp.asarray(1.0))
+      >>> lin.w.shape, round(float(jnp.abs(x[40:] @ lin.w + lin.b - y[40:]).mean()), 2)
+      ((8,), 0.1)
+      >>> path = jax.vmap(fit_ridge, in_axes=(None, None, 0))(x[:40], y[:40],
+      ...                                                     jnp.array([0.1, 1.0, 10.0]))
+      >>> path.w.shape  # one map per strength
+      (3, 8)
+    """
     p = fit_ridge_path(x, y, jnp.reshape(lam, (1,)))
     return jax.tree.map(lambda a: a[0], p)
 
@@ -106,8 +133,24 @@ def fit_ridge_validated(
 ) -> tuple[LinearMap, jax.Array, jax.Array]:
     """Ridge with ``lam`` chosen by validation mean squared error.
 
+    Args:
+      x_tr, y_tr: ``[m, k]`` training anchor scores and ``[m]`` targets.
+      x_val, y_val: the validation models' (the choice is made on them only).
+      lams: candidate relative strengths (default ``RIDGE_GRID``); see :func:`fit_ridge`.
+
     Returns:
       ``(params, lam, val_mse)`` for the chosen strength.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, numpy as np
+      >>> rng = np.random.default_rng(0)
+      >>> s = jnp.asarray(rng.random((60, 40)) < rng.uniform(0.2, 0.9, 60)[:, None],
+      ...                 jnp.float32)  # 60 models x 40 items
+      >>> y, x = s.mean(axis=1), s[:, :8]  # accuracies; the first 8 items as anchors
+      >>> from jaxeval.anchors import fit_ridge_validated
+      >>> lin, lam, mse = fit_ridge_validated(x[:40], y[:40], x[40:50], y[40:50])
+      >>> round(float(lam), 3), round(float(mse), 4)
+      (0.032, 0.0067)
     """
     lams = jnp.asarray(RIDGE_GRID if lams is None else lams, dtype=x_tr.dtype)
     path = fit_ridge_path(x_tr, y_tr, lams)

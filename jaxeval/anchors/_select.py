@@ -41,7 +41,16 @@ def check_k(k: int, n: int) -> None:
 
 
 def random_anchors(key: jax.Array, n: int, k: int) -> jax.Array:
-    """``k`` distinct items chosen uniformly at random (int32 ``[k]``, sorted)."""
+    """``k`` distinct items chosen uniformly at random (int32 ``[k]``, sorted).
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from jaxeval.anchors import random_anchors
+      >>> keys = jax.random.split(jax.random.key(0), 3)
+      >>> a = jax.vmap(random_anchors, in_axes=(0, None, None))(keys, 40, 8)  # 3 seeds
+      >>> a.shape, a.dtype, bool((jnp.diff(a, axis=1) > 0).all())
+      ((3, 8), dtype('int32'), True)
+    """
     check_k(k, n)
     return jnp.sort(jax.random.permutation(key, n)[:k]).astype(jnp.int32)
 
@@ -211,6 +220,24 @@ def refine_anchors(
 
     Returns:
       ``(anchors [k], RefineTrace)``.
+
+    Example:
+      A ridge proxy, three swaps from 8 random anchors:
+
+      >>> import jax, jax.numpy as jnp, numpy as np
+      >>> rng = np.random.default_rng(0)
+      >>> s = jnp.asarray(rng.random((60, 40)) < rng.uniform(0.2, 0.9, 60)[:, None],
+      ...                 jnp.float32)  # 60 models x 40 items
+      >>> y, x = s.mean(axis=1), s[:, :8]  # accuracies; the first 8 items as anchors
+      >>> from jaxeval.anchors import fit_ridge, random_anchors, refine_anchors
+      >>> def fit_proxy(key, x_tr, y_tr):
+      ...     lin = fit_ridge(x_tr, y_tr, jnp.asarray(0.1))
+      ...     return lambda xi: xi @ lin.w + lin.b
+      >>> a0 = random_anchors(jax.random.key(1), 40, 8)
+      >>> a1, trace = refine_anchors(jax.random.key(2), a0, s[:40], y[:40], s[40:50],
+      ...                            y[40:50], fit_proxy, num_swaps=3)
+      >>> a1.shape, len(set(a1.tolist())), trace.accepted.shape
+      ((8,), 8, (3,))
     """
     n = s_tr.shape[1]
 
