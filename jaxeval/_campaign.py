@@ -47,7 +47,7 @@ import numpy as np
 
 from jaxeval import _identification as idn
 from jaxeval import _policies, _sampling
-from jaxeval._data import ScoreMatrix
+from jaxeval._data import ScoreMatrix, out_of_unit_hint
 from jaxeval._factorization import ItemFactors
 from jaxeval._io import open_npz
 from jaxeval._runner import default_impl_key
@@ -441,8 +441,10 @@ class IdentificationCampaign:
                 item_names, np.asarray(history.items).astype(str)
             ):
                 raise ValueError("items: differ from history.items (names or order)")
-            if np.unique(item_names).size != item_names.size:
-                raise ValueError("items: repeated item names")
+            uniq, counts = np.unique(item_names, return_counts=True)
+            if uniq.size != item_names.size:
+                raise ValueError(f"items: repeated item names, e.g. "
+                                 f"{[str(u) for u in uniq[counts > 1][:5]]}")
         K, n = int(cands.size), int(item_names.size)
         if n < 2:
             raise ValueError(f"items: expected at least 2 items, got {n}")
@@ -715,7 +717,16 @@ class IdentificationCampaign:
             answer each request once), or ``scores`` has the wrong length or items,
             NaN or values outside ``[0, 1]``. Nothing is changed then.
         """
+        answered = isinstance(request, CampaignRequest) and isinstance(
+            request.step, (int, np.integer)) and 0 <= request.step < len(self._log)
         if self._pending is None:
+            reason = self._end_reason()
+            if reason:
+                raise ValueError(f"request: the campaign is done ({reason}); there is no "
+                                 "request to answer")
+            if answered:
+                raise ValueError(f"request: step {request.step} was already answered; "
+                                 "ask() for the next request")
             raise ValueError("request: no pending request; call ask() first")
         arm, index, step = self._pending
         if not isinstance(request, CampaignRequest) or request.step != step or (
@@ -723,6 +734,8 @@ class IdentificationCampaign:
             or request.model != str(self.candidates[arm])
         ):
             raise ValueError(
+                f"request: step {request.step} was already answered; the pending request "
+                f"is step {step} (ask() returns it)" if answered else
                 "request: not the pending request (answer the request the last ask() "
                 "returned, once)"
             )
@@ -752,6 +765,14 @@ class IdentificationCampaign:
         except (TypeError, ValueError):
             raw = np.asarray(scores, dtype=object)
         vals = list(scores) if isinstance(scores, (list, tuple)) else raw.ravel().tolist()
+        if raw.dtype.kind == "O" and raw.shape == index.shape:
+            none = [i for i, v in enumerate(vals) if v is None]
+            if none:  # (np.asarray(..., float) would make it a NaN)
+                raise ValueError(
+                    f"scores: no score (None) at {len(none)} position(s), the first "
+                    f"{none[0]} (item {str(self.items[index[none[0]]])!r}); every requested "
+                    "item needs one: retry the call, or score a failure as your benchmark "
+                    "does")
         text = [v for v in vals if isinstance(v, (str, bytes, np.str_, np.bytes_))] \
             if raw.dtype.kind in "USO" else []
         if text:
@@ -772,11 +793,14 @@ class IdentificationCampaign:
             bad = np.flatnonzero(~np.isfinite(x))
             raise ValueError(
                 f"scores: {bad.size} NaN or infinite value(s), the first at position "
-                f"{int(bad[0])} (item {self.items[index[bad[0]]]!r})")
-        if np.any((x < 0) | (x > 1)):
-            pct = " (percent? divide by 100 first)" if x.min() >= 0 and x.max() <= 100 else ""
+                f"{int(bad[0])} (item {str(self.items[index[bad[0]]])!r})")
+        out = np.flatnonzero((x < 0) | (x > 1))
+        if out.size:
+            i = int(out[0])
             raise ValueError(
-                f"scores: must lie in [0, 1], got [{x.min():g}, {x.max():g}]{pct}")
+                f"scores: must lie in [0, 1]; {out.size} do not, the first at position {i} "
+                f"(item {str(self.items[index[i]])!r}) is {float(x[i])!r}"
+                f"{out_of_unit_hint(x.min(), x.max())}")
         x = x.astype(np.float32)
         data = self._data._replace(pool=self._data.pool.at[arm, index].set(x))
         new = self._stepped(data)

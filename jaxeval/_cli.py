@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import NoReturn
 
@@ -153,7 +154,8 @@ def _parser() -> argparse.ArgumentParser:
     cn.add_argument("--candidates", nargs="+", metavar="MODEL", default=[],
                     help="the models to compare")
     cn.add_argument("--candidates-file", metavar="FILE",
-                    help="the models to compare, one name per line")
+                    help="the models to compare, one name per line (# starts a comment "
+                    "line)")
     cn.add_argument("--history", metavar="DATA",
                     help="models already scored on the benchmark: a bundled name or a file "
                     "jaxeval.load reads (needed by pulse_ucb, pulse and naive)")
@@ -162,7 +164,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="drop the candidates' rows from --history first (e.g. to try a "
                     "campaign on bundled data, whose history holds every model)")
     cn.add_argument("--items-file", metavar="FILE",
-                    help="the benchmark's item names, one per line (without --history)")
+                    help="the benchmark's item names, one per line (without --history; # "
+                    "starts a comment line)")
     cn.add_argument("--policy", default="pulse_ucb",
                     help="pulse_ucb (default), pulse, ucbe, naive, uniform or sysrs")
     cn.add_argument("--budget", type=int, help="most LLM calls to spend (default K*n)")
@@ -234,6 +237,7 @@ def _parser() -> argparse.ArgumentParser:
     af.add_argument("--method", default="auto", help="auto (default) or a method name")
     af.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     af.add_argument("--alpha", type=float, default=0.1, help="interval error level (0.1)")
+    af.add_argument("--quiet", action="store_true", help="no progress lines")
     help_ = "print a predictor's anchor items, one per line (the items to evaluate)"
     ai = asub.add_parser("items", help=help_,
                          description=help_ + "; with --extra M, M random non-anchor items "
@@ -499,7 +503,7 @@ def _lines(path: str, what: str) -> list[str]:
         names = [ln.strip() for ln in text.split("\n")]
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"{what}: cannot read {path} ({e})") from None
-    return [n for n in names if n]
+    return [n for n in names if n and not n.startswith("#")]  # blank lines, # comments
 
 
 def _npz_path(value: str) -> Path:
@@ -928,7 +932,7 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
                 "scored models: pass --drop-incomplete to leave those out")
         try:
             pred = jaxeval.fit_anchors(sm, args.k, method=args.method, seed=args.seed,
-                                       alpha=args.alpha)
+                                       alpha=args.alpha, progress=not args.quiet)
         except ValueError as e:
             # fit_anchors' messages name its own arguments; say which data they are about
             raise ValueError(f"DATA {args.data} ({sm.n_models} models after removing "
@@ -984,8 +988,24 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line of the command's own voice (``jaxeval: warning: ...``),
+    not Python's ``path:line: UserWarning`` with a line of the library's source."""
+    kind = "warning" if category is UserWarning else category.__name__
+    try:
+        print(f"jaxeval: {kind}: {message}", file=sys.stderr if file is None else file)
+    except OSError:  # a closed stderr: as warnings.showwarning does, say nothing
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``jaxeval`` command."""
+    with warnings.catch_warnings():  # the caller's own display is back afterwards
+        warnings.showwarning = _show_warning
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)

@@ -22,6 +22,21 @@ import numpy as np
 __all__ = ["ScoreMatrix", "Split", "rename_duplicates"]
 
 
+def out_of_unit_hint(lo: float, hi: float) -> str:
+    """The likely cause of scores ``lo..hi`` that leave ``[0, 1]``, as a parenthesised
+    hint for an error message (``""`` when there is none to guess).
+
+    Example:
+      >>> out_of_unit_hint(0.0, 1.0000001), out_of_unit_hint(0.0, 87.5)
+      (' (rounding? clip the scores to [0, 1] first)', ' (percent? divide by 100 first)')
+    """
+    if lo >= -1e-6 and hi <= 1 + 1e-6:
+        return " (rounding? clip the scores to [0, 1] first)"
+    if lo >= 0 and hi <= 100:
+        return " (percent? divide by 100 first)"
+    return ""
+
+
 def names_as_str(names: Any, what: str, source: str) -> np.ndarray:
     """Names as a str array; byte strings (dtype ``S``, e.g. from HDF5) decoded as UTF-8."""
     arr = np.asarray(names)
@@ -348,11 +363,15 @@ class ScoreMatrix:
 
     def __repr__(self) -> str:
         kind = "binary" if self.is_binary else "graded"
-        miss = 1.0 - float(self.mask.mean())
+        n_miss = int(self.mask.size - np.count_nonzero(self.mask))
+        share = n_miss / max(self.mask.size, 1)
+        # a few missing cells of a large matrix are not "0.0% missing"
+        miss = f"{share:.1%}" if share >= 0.001 or n_miss == 0 else \
+            f"{n_miss} cell{'s' if n_miss > 1 else ''}"
         tgt = ", external target" if self.target is not None else ""
         return (
             f"ScoreMatrix({self.n_models} models x {self.n_items} items, {kind}, "
-            f"{miss:.1%} missing{tgt}, source={self.source!r})"
+            f"{miss} missing{tgt}, source={self.source!r})"
         )
 
     def accuracy(self) -> np.ndarray:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxeval._data import ScoreMatrix
+from jaxeval._data import ScoreMatrix, out_of_unit_hint
 
 __all__ = ["load_table"]
 
@@ -246,7 +246,7 @@ def _check_range(value: float, src: str, where: str, field: str) -> None:
     if np.isinf(value) or not 0.0 <= value <= 1.0:
         raise ValueError(
             f"{src}: {where}: field '{field}' must lie in [0, 1], got {value!r}"
-            + (" (percent? divide by 100 first)" if 1.0 < value <= 100.0 else "")
+            + (out_of_unit_hint(value, value) if np.isfinite(value) else "")
         )
 
 

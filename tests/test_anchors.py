@@ -219,7 +219,37 @@ def test_fit_predict_save_load_roundtrip(small_sm, tmp_path):
         AnchorPredictor.load(tmp_path / "p.npz", items=other)
 
 
+def test_named_anchor_scores_are_read_by_name(small_sm):
+    """A mapping, a pandas Series or a DataFrame of anchor scores is matched to the
+    anchors by item name, in any order (a reversed Series once gave another estimate);
+    names that do not cover the anchors exactly are refused."""
+    pd = pytest.importorskip("pandas")
+    pred = fit_anchors(small_sm, 6, method="random_ridge", seed=0, settings=FAST)
+    names = pred.anchor_items.tolist()
+    x = small_sm.take(items=pred.anchor_items).scores
+    want = pred.predict(x[0])
+    assert not np.allclose(pred.predict(x[0][::-1])[0], want[0])  # order matters
+    for named in (dict(zip(names[::-1], x[0][::-1])), pd.Series(x[0], index=names)[::-1]):
+        got = pred.predict(named)
+        assert np.ndim(got[0]) == 0 and np.allclose(got, want)
+    many = pred.predict(pd.DataFrame(x[:4], columns=names)[names[::-1]])
+    np.testing.assert_allclose(many, pred.predict(x[:4]))
+    extra = pred.extra_items(5, seed=1)
+    ys = small_sm.take(items=extra).scores[0]
+    u = pred.predict_unbiased(pd.Series(x[0], index=names)[::-1], extra, ys)
+    assert u == pred.predict_unbiased(x[0], extra, ys)
+    assert all(isinstance(v, np.float64) for v in u)
+    for bad, match in (
+            (dict(zip(names[:-1], x[0])), rf"missing \['{names[-1]}'\], not anchors \[\]"),
+            ({**dict(zip(names, x[0])), "zzz": 1.0}, r"missing \[\], not anchors \['zzz'\]"),
+            (pd.DataFrame(x[:2]), "named scores must cover exactly the 6 anchor items")):
+        with pytest.raises(ValueError, match=match):
+            pred.predict(bad)
+
+
 def test_bad_input_errors(small_sm):
+    with pytest.raises(TypeError, match="progress: expected True or False, got 'yes'"):
+        fit_anchors(small_sm, 5, method="random_ridge", progress="yes")
     with pytest.raises(ValueError, match="k: expected"):
         fit_anchors(small_sm, 40, method="random_ridge")
     with pytest.raises(ValueError, match="alpha: expected a level"):

@@ -176,12 +176,20 @@ def test_requests_and_answers_are_checked(problem):
     with pytest.raises(ValueError, match="expected 3 scores"):
         camp.tell(req, [1, 0])
     with pytest.raises(ValueError, match=re.escape(
-            f"1 NaN or infinite value(s), the first at position 1 (item {req.items[1]!r})")):
+            f"1 NaN or infinite value(s), the first at position 1 (item "
+            f"{str(req.items[1])!r})")):  # the name as text, not np.str_('...')
         camp.tell(req, [1, np.nan, 0])
-    with pytest.raises(ValueError, match=r"must lie in \[0, 1\], got \[0, 2\] \(percent"):
+    with pytest.raises(ValueError, match=re.escape(
+            f"no score (None) at 1 position(s), the first 2 (item {str(req.items[2])!r})")):
+        camp.tell(req, [1, 0, None])  # JSON null: was reported as NaN
+    with pytest.raises(ValueError, match=re.escape(
+            f"must lie in [0, 1]; 1 do not, the first at position 1 (item "
+            f"{str(req.items[1])!r}) is 2.0 (percent? divide by 100 first)")):
         camp.tell(req, [1, 2, 0])
-    with pytest.raises(ValueError, match=r"must lie in \[0, 1\], got \[-1, 1\]$"):
+    with pytest.raises(ValueError, match=r"at position 1 \(item '[^']+'\) is -1.0$"):
         camp.tell(req, [1, -1, 0])  # no percent hint for a negative score
+    with pytest.raises(ValueError, match=r"is 1.0000001 \(rounding\? clip the scores"):
+        camp.tell(req, [1, 1.0000001, 0])  # was shown as "got [0, 1] (percent? ...)"
     with pytest.raises(TypeError, match="expected numbers, got text such as '1'"):
         camp.tell(req, ["1", 1, 0])  # was filed as 1.0
     with pytest.raises(TypeError, match="got text such as 'x'"):
@@ -201,8 +209,20 @@ def test_requests_and_answers_are_checked(problem):
     assert camp.calls == 0  # nothing changed by the refused answers
     camp.tell(req, [1, 0, 1])
     assert camp.calls == 3
-    with pytest.raises(ValueError, match="no pending request"):
+    with pytest.raises(ValueError, match="request: step 0 was already answered; ask"):
         camp.tell(req, [1, 0, 1])  # answered once only
+    camp.ask()
+    with pytest.raises(ValueError, match="step 0 was already answered; the pending "
+                                         "request is step 1"):
+        camp.tell(req, [1, 0, 1])
+    done = IdentificationCampaign(cands.models[:2], hist, policy="ucbe", budget=2, seed=0)
+    first = done.ask()
+    done.tell(first, [1] * len(first.items))
+    done.tell(done.ask(), [1] * len(first.items))
+    assert done.ask() is None
+    with pytest.raises(ValueError, match=r"request: the campaign is done \(budget\); there "
+                                         "is no request to answer"):
+        done.tell(first, [1])
 
 
 def test_bad_settings_are_named(problem):

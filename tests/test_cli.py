@@ -486,7 +486,8 @@ def test_campaign_new_exclude_candidates(tmp_path, capsys, monkeypatch):
 def test_campaign_export_reads_back_exactly(tmp_path, capsys, monkeypatch):
     """``campaign export`` is CSV that reads back to the same names and scores (it wrote
     JSON-escaped names and 6 significant digits), and name files saved with a byte-order
-    mark (Excel, Notepad) do not carry it into the first name."""
+    mark (Excel, Notepad) do not carry it into the first name; # lines are comments, and
+    a repeated item is named."""
     import csv
     import io
 
@@ -497,7 +498,12 @@ def test_campaign_export_reads_back_exactly(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     items = ['x"y', "ünï", "a,b", "tab\tin", "plain"]
     Path("items.txt").write_text("\n".join(items), encoding="utf-8-sig")
-    Path("cands.txt").write_text('modèle,α\n"quoted"\n', encoding="utf-8-sig")
+    Path("cands.txt").write_text('# the two to compare\nmodèle,α\n"quoted"\n',
+                                 encoding="utf-8-sig")
+    Path("twice.txt").write_text("\n".join([*items, "plain"]))
+    assert main(["campaign", "new", "t.npz", "--items-file", "twice.txt", "--candidates-file",
+                 "cands.txt", "--policy", "ucbe"]) == 2
+    assert "--items-file: repeated item names, e.g. ['plain']" in capsys.readouterr().err
     assert main(["campaign", "new", "c.npz", "--items-file", "items.txt", "--candidates-file",
                  "cands.txt", "--policy", "ucbe", "--batch-size", "2", "--no-stop"]) == 0
     camp = jaxeval.IdentificationCampaign.load("c.npz")
@@ -617,6 +623,36 @@ def test_campaign_new_history_from_lm_eval_with_filters(tmp_path, capsys, monkey
     assert main(["campaign", "new", "e.npz", "--items-file", "c.npz", "--candidates", "x",
                  "y", "--policy", "ucbe", "--history-filter", "strict-match"]) == 2
     assert "need --history" in capsys.readouterr().err
+
+
+def test_warnings_print_as_one_line_of_the_command(tmp_path, capsys, monkeypatch):
+    """A library warning under the command line reads ``jaxeval: warning: ...``, not
+    Python's ``path:line: UserWarning`` and a line of source; Python's own display is
+    back after the command."""
+    import warnings
+
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(0)
+    rows = ["model," + ",".join(f"q{j}" for j in range(12))]
+    rows += [f"m{m}," + ",".join(str(int(rng.random() < 0.3 + m / 60)) for _ in range(12))
+             for m in range(30)]
+    Path("t.csv").write_text("\n".join(rows))
+    before = warnings.showwarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert main(["anchors", "fit", "t.csv", "--k", "3", "--method", "random_mean",
+                     "--out", "a.npz"]) == 0
+    err = capsys.readouterr().err
+    assert "jaxeval: warning: fit_anchors" in err and "too few" in err, err
+    assert "UserWarning" not in err and "_cli.py" not in err
+    assert warnings.showwarning is before
+    # the fit's progress (--quiet silences it)
+    assert "fit_anchors: fitting 1 method(s) with k = 3 on 24 training models, 6 " in err
+    assert "fit_anchors: done: random_mean [" in err
+    assert main(["anchors", "fit", "t.csv", "--k", "3", "--method", "random_mean",
+                 "--out", "b.npz", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "fit_anchors: fitting" not in err and "fit_anchors: done" not in err
 
 
 @pytest.mark.filterwarnings("ignore:fit_anchors.*too few")

@@ -326,3 +326,15 @@ def test_package_ships_py_typed_and_only_mit_datasets():
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     data = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"]
     assert "py.typed" in data["jaxeval"]
+
+
+def test_repr_counts_a_few_missing_cells():
+    """One unscored cell of a 100 x 100 matrix is not shown as "0.0% missing"."""
+    s = np.ones((100, 100))
+    assert "0.0% missing" in repr(jaxeval.ScoreMatrix(s))
+    s[3, 4] = np.nan
+    assert "binary, 1 cell missing" in repr(jaxeval.ScoreMatrix(s))
+    s[7, :3] = np.nan
+    assert "4 cells missing" in repr(jaxeval.ScoreMatrix(s))
+    s[:5] = np.nan
+    assert "5.0% missing" in repr(jaxeval.ScoreMatrix(s))

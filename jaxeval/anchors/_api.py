@@ -9,7 +9,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
+import time
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxeval._data import ScoreMatrix, atomic_savez
+from jaxeval._data import ScoreMatrix, atomic_savez, out_of_unit_hint
 from jaxeval.anchors._intervals import conformal_quantile, dr_estimate, sample_non_anchors
 from jaxeval.anchors._irt import fit_item_factors, irt_item_predictions
 from jaxeval.anchors._methods import (
@@ -151,12 +154,46 @@ class AnchorPredictor:
         params = jax.tree.map(jnp.asarray, self.params)
         return Fitted(jnp.asarray(self.anchor_index, jnp.int32), self.kind, params)
 
+    def _by_name(self, anchor_scores: Any, what: str) -> Any:
+        """Scores given with item names (a mapping or pandas Series ``{item: score}``,
+        or a DataFrame whose columns are items) put in the order of
+        :attr:`anchor_items`; anything else is returned as it is (read by position)."""
+        names = self.anchor_items.tolist()
+
+        def check(keys):
+            got = [str(c) for c in keys]  # item names are strings
+            if len(set(got)) != len(got):
+                raise ValueError(f"{what}: an item is named twice ({sorted(got)[:6]})")
+            if set(got) != set(names):
+                missing = [c for c in names if c not in set(got)]
+                extra = sorted(set(got) - set(names))
+                raise ValueError(
+                    f"{what}: named scores must cover exactly the {self.k} anchor items; "
+                    f"missing {missing[:5]}, not anchors {extra[:5]} (to give scores by "
+                    "position instead, pass a plain array in the order of .anchor_items)")
+            return got
+
+        cols = getattr(anchor_scores, "columns", None)
+        if cols is not None and callable(getattr(anchor_scores, "to_numpy", None)):
+            got = check(cols)  # a DataFrame: one row per model, one column per item
+            pos = {c: i for i, c in enumerate(got)}
+            return np.asarray(anchor_scores.to_numpy())[:, [pos[c] for c in names]]
+        if isinstance(anchor_scores, Mapping) or (
+                callable(getattr(anchor_scores, "items", None))
+                and callable(getattr(anchor_scores, "keys", None))):
+            pairs = list(anchor_scores.items())  # a dict, or a Series indexed by item
+            got = check([k for k, _ in pairs])
+            by = dict(zip(got, (v for _, v in pairs)))
+            return [by[c] for c in names]
+        return anchor_scores
+
     def _check_scores(self, anchor_scores: Any, what: str = "anchor_scores") -> np.ndarray:
         if isinstance(anchor_scores, ScoreMatrix):
             raise TypeError(
                 f"{what}: expected an array of scores, got a ScoreMatrix; pass "
                 "sm.take(items=predictor.anchor_items).scores"
             )
+        anchor_scores = self._by_name(anchor_scores, what)
         raw = np.asarray(anchor_scores) if not isinstance(anchor_scores, np.ndarray) \
             else anchor_scores
         if raw.dtype.kind in "USO" and any(
@@ -183,16 +220,18 @@ class AnchorPredictor:
                 "item must be scored"
             )
         if x2.min() < 0 or x2.max() > 1:
-            pct = " (percent? divide by 100 first)" if x2.min() >= 0 and x2.max() <= 100 else ""
             raise ValueError(
-                f"{what}: scores must lie in [0, 1], got {x2.min()}..{x2.max()}{pct}")
+                f"{what}: scores must lie in [0, 1], got {float(x2.min())!r}.."
+                f"{float(x2.max())!r}{out_of_unit_hint(x2.min(), x2.max())}")
         return x2.astype(np.float32)
 
     def predict(self, anchor_scores: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Estimated accuracy with its ``1 - alpha`` split-conformal interval.
 
         Args:
-          anchor_scores: ``[k]`` or ``[models, k]`` scores on :attr:`anchor_items`.
+          anchor_scores: ``[k]`` or ``[models, k]`` scores on :attr:`anchor_items`, in
+            that order; or named: a mapping or pandas Series ``{item: score}`` (one
+            model), a DataFrame with the anchor items as columns (one row per model).
 
         Returns:
           ``(estimate, lower, upper)`` numpy arrays (scalars for a single model),
@@ -211,7 +250,7 @@ class AnchorPredictor:
         est = np.clip(est, 0.0, 1.0)
         lo = np.clip(est - self.radius, 0.0, 1.0)
         hi = np.clip(est + self.radius, 0.0, 1.0)
-        if np.ndim(anchor_scores) == 1:
+        if np.ndim(self._by_name(anchor_scores, "anchor_scores")) == 1:
             return est[0], lo[0], hi[0]
         return est, lo, hi
 
@@ -232,7 +271,7 @@ class AnchorPredictor:
 
     def predict_unbiased(
         self, anchor_scores: Any, extra_items: Any, extra_scores: Any, alpha: float | None = None
-    ) -> tuple[float, float, float]:
+    ) -> tuple[np.float64, np.float64, np.float64]:
         """Unbiased estimate of the row mean from the anchors plus random extra items.
 
         The extra items must be drawn uniformly without replacement from the
@@ -245,13 +284,15 @@ class AnchorPredictor:
         an external target (a full-benchmark score) has none.
 
         Args:
-          anchor_scores: ``[k]`` the model's scores on :attr:`anchor_items`.
+          anchor_scores: ``[k]`` the model's scores on :attr:`anchor_items` (or a
+            mapping / Series ``{item: score}``, as in :meth:`predict`).
           extra_items: ``[m]`` names from :meth:`extra_items`, in its order.
           extra_scores: ``[m]`` their scores in [0, 1].
           alpha: error level of the interval (default: the predictor's ``alpha``).
 
         Returns:
-          ``(estimate, lower, upper)`` for one model.
+          ``(estimate, lower, upper)`` for one model (numpy scalars, as :meth:`predict`
+          returns for one model).
         """
         if self.item_model is None:
             raise ValueError(
@@ -290,7 +331,7 @@ class AnchorPredictor:
         est, lo, hi = dr_estimate(
             preds, f.anchors, jnp.asarray(x[0]), jnp.asarray(idx), jnp.asarray(ys, jnp.float32), a
         )
-        return float(est), float(lo), float(hi)
+        return np.float64(est), np.float64(lo), np.float64(hi)
 
     # ------------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike) -> Path | None:
@@ -570,6 +611,7 @@ def fit_anchors(
     *,
     alpha: float = 0.1,
     settings: Settings | None = None,
+    progress: bool = False,
 ) -> AnchorPredictor:
     """Choose ``k`` anchor items on training models and fit a predictor of accuracy.
 
@@ -595,6 +637,9 @@ def fit_anchors(
         default a seeded 20% of ``train`` is held out for this.
       alpha: error level of the interval (0.1 -> 90% intervals).
       settings: step counts and other static settings (:class:`Settings`).
+      progress: a line on stderr as each stage starts and when the fit is done, with
+        the seconds spent (a fit is one or two compiled programs, mostly compilation
+        at first: from seconds to a few minutes).
 
     Returns:
       An :class:`AnchorPredictor`.
@@ -623,6 +668,15 @@ def fit_anchors(
             f"k: expected an integer in 1..{n - 1} (fewer than the {n} items), got {k!r}"
         )
     alpha = check_level(alpha)
+    if not isinstance(progress, (bool, np.bool_)):
+        raise TypeError(f"progress: expected True or False, got {progress!r}")
+    t0 = time.perf_counter()
+
+    def say(msg: str) -> None:
+        if progress:
+            print(f"fit_anchors: {msg} [{time.perf_counter() - t0:.0f} s]", file=sys.stderr,
+                  flush=True)
+
     train.require_complete("fit_anchors")
     key = _key(seed)
     st = checked_settings(settings, train.target is not None, auto=method == "auto")
@@ -692,6 +746,8 @@ def fit_anchors(
     if (method == "auto" and not use_cv and st.auto_halves) or (
             halved_methods((method,), st)):
         halves = tuple(jnp.asarray(h) for h in validation_halves(validation.n_models, split_seed))
+    say(f"fitting {len(cands)} method(s) with k = {k} on {train.n_models} training models, "
+        f"{validation.n_models} validation models")
     fits, factors, half_res = _fit_jit(key, d, int(k), tuple(cands), st, with_factors, halves)
     results = {}
     for name, (f, vp) in zip(cands, fits):
@@ -706,6 +762,7 @@ def fit_anchors(
                 f"auto's {st.auto_folds}-fold cross-validation; pass a larger validation "
                 "set or a method name"
             )
+        say(f"choosing among them by {st.auto_folds}-fold cross-validation")
         res = np.asarray(_cv_jit(key, jax.tree.map(jnp.asarray, folds), jnp.asarray(s_ho),
                                  jnp.asarray(y_ho), int(k), tuple(cands), st), np.float64)
         errs = (res**2).mean(axis=(1, 2))
@@ -737,6 +794,7 @@ def fit_anchors(
             "larger alpha",
             stacklevel=2,
         )
+    say(f"done: {best}" + (f" (chosen among {len(cands)})" if len(cands) > 1 else ""))
     info = {
         "seed": int(seed) if isinstance(seed, (int, np.integer)) else None,
         "requested_method": method,
