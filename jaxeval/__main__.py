@@ -2,6 +2,6 @@
 
 import sys
 
-from jaxeval._cli import main
+from jaxeval._cli import cli
 
-sys.exit(main())
+sys.exit(cli())

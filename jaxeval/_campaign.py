@@ -717,8 +717,13 @@ class IdentificationCampaign:
             answer each request once), or ``scores`` has the wrong length or items,
             NaN or values outside ``[0, 1]``. Nothing is changed then.
         """
-        answered = isinstance(request, CampaignRequest) and isinstance(
-            request.step, (int, np.integer)) and 0 <= request.step < len(self._log)
+        # a request this campaign asked and was answered (same step, arm and items)
+        answered = (isinstance(request, CampaignRequest)
+                    and isinstance(request.step, (int, np.integer))
+                    and not isinstance(request.step, bool)
+                    and 0 <= request.step < len(self._log)
+                    and self._log[request.step][0] == request.arm
+                    and np.array_equal(self._log[request.step][1], np.asarray(request.index)))
         if self._pending is None:
             reason = self._end_reason()
             if reason:

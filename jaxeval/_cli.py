@@ -164,8 +164,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="drop the candidates' rows from --history first (e.g. to try a "
                     "campaign on bundled data, whose history holds every model)")
     cn.add_argument("--items-file", metavar="FILE",
-                    help="the benchmark's item names, one per line (without --history; # "
-                    "starts a comment line)")
+                    help="the benchmark's item names, one per line (without --history; "
+                    "every non-blank line is an item)")
     cn.add_argument("--policy", default="pulse_ucb",
                     help="pulse_ucb (default), pulse, ucbe, naive, uniform or sysrs")
     cn.add_argument("--budget", type=int, help="most LLM calls to spend (default K*n)")
@@ -495,7 +495,9 @@ def _campaign_json(st) -> dict:
     }
 
 
-def _lines(path: str, what: str) -> list[str]:
+def _lines(path: str, what: str, comments: bool = False) -> list[str]:
+    """The non-blank lines of a name file; with ``comments``, lines starting with ``#``
+    are left out, and how many is said on stderr."""
     try:
         # utf-8-sig: a byte-order mark (Excel, Notepad) is not part of the first name
         # one name per "\n" line (splitlines() would also split at U+2028 and the like)
@@ -503,7 +505,14 @@ def _lines(path: str, what: str) -> list[str]:
         names = [ln.strip() for ln in text.split("\n")]
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"{what}: cannot read {path} ({e})") from None
-    return [n for n in names if n and not n.startswith("#")]  # blank lines, # comments
+    names = [n for n in names if n]
+    if comments:
+        skipped = [n for n in names if n.startswith("#")]
+        if skipped:
+            print(f"jaxeval: {what}: left out {len(skipped)} comment line(s) starting with "
+                  f"'#', e.g. {skipped[0]!r}", file=sys.stderr)
+        names = [n for n in names if not n.startswith("#")]
+    return names
 
 
 def _npz_path(value: str) -> Path:
@@ -623,7 +632,7 @@ def _new_campaign(args: argparse.Namespace):
 
     cands = list(args.candidates)
     if args.candidates_file:
-        cands += _lines(args.candidates_file, "candidates-file")
+        cands += _lines(args.candidates_file, "candidates-file", comments=True)
     history = None
     if args.history:
         history = _load_table_arg("--history", args.history, args.sep,
@@ -998,14 +1007,17 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
         pass
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """The ``jaxeval`` command itself (console script, ``python -m jaxeval``):
+    :func:`main` with warnings shown as one line of the command (``main`` called from
+    code leaves the caller's warning handling alone, e.g. ``pytest.warns``)."""
+    with warnings.catch_warnings():  # the previous display is back afterwards
+        warnings.showwarning = _show_warning
+        return main(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``jaxeval`` command."""
-    with warnings.catch_warnings():  # the caller's own display is back afterwards
-        warnings.showwarning = _show_warning
-        return _main(argv)
-
-
-def _main(argv: list[str] | None) -> int:
     parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)

@@ -291,8 +291,8 @@ class IdentificationReport:
         share of the draws never reaches ``accuracy``. With few instances (the default
         ``n_instances=10``) the interval is wide and, worse, too short: over 200
         simulated studies of 10 instances its nominal 90% covered the true
-        ``calls_to`` 78% of the time (89% at 20 instances), so below
-        ``MIN_INSTANCES_FOR_INTERVAL`` instances it warns. Compare policies with
+        ``calls_to`` 78% of the time (89% at 20 instances), so below 20 instances it
+        warns. Compare policies with
         :meth:`calls_to_ratio` on the same instances instead (its paired interval
         covered 95% at 10 and at 20).
 
@@ -322,8 +322,8 @@ class IdentificationReport:
         _, m, real = self._clusters()
         if real and m < MIN_INSTANCES_FOR_INTERVAL:
             warnings.warn(
-                f"calls_to_interval: a bootstrap over {m} instances undercovers (a "
-                f"nominal 90% covered 78% over simulated studies of 10 instances); use "
+                f"calls_to_interval: a bootstrap over {m} instances can undercover (in "
+                f"simulated studies a nominal 90% covered 78% at 10 instances); use "
                 f"n_instances >= {MIN_INSTANCES_FOR_INTERVAL}, or calls_to_ratio on the "
                 "same instances to compare policies", UserWarning, stacklevel=2)
         q = (1.0 - level) / 2

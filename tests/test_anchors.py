@@ -234,6 +234,13 @@ def test_named_anchor_scores_are_read_by_name(small_sm):
         assert np.ndim(got[0]) == 0 and np.allclose(got, want)
     many = pred.predict(pd.DataFrame(x[:4], columns=names)[names[::-1]])
     np.testing.assert_allclose(many, pred.predict(x[:4]))
+    # {item: [score per model]} (DataFrame.to_dict("list")), 6 models for 6 anchors: not
+    # read transposed
+    by_item = {n: x[:6, i].tolist() for i, n in enumerate(names)}
+    np.testing.assert_allclose(pred.predict(by_item), pred.predict(x[:6]))
+    # pandas' default labels 0, 1, ...: by position, as an array
+    np.testing.assert_allclose(pred.predict(pd.Series(x[0])), want)
+    np.testing.assert_allclose(pred.predict(pd.DataFrame(x[:2])), pred.predict(x[:2]))
     extra = pred.extra_items(5, seed=1)
     ys = small_sm.take(items=extra).scores[0]
     u = pred.predict_unbiased(pd.Series(x[0], index=names)[::-1], extra, ys)
@@ -242,7 +249,10 @@ def test_named_anchor_scores_are_read_by_name(small_sm):
     for bad, match in (
             (dict(zip(names[:-1], x[0])), rf"missing \['{names[-1]}'\], not anchors \[\]"),
             ({**dict(zip(names, x[0])), "zzz": 1.0}, r"missing \[\], not anchors \['zzz'\]"),
-            (pd.DataFrame(x[:2]), "named scores must cover exactly the 6 anchor items")):
+            (pd.DataFrame(x[:2], columns=range(1, 7)),
+             "named scores must cover exactly the 6 anchor items"),
+            ({n: [1.0, 0.0] if i else [1.0] for i, n in enumerate(names)},
+             "equally long lists of scores per item")):
         with pytest.raises(ValueError, match=match):
             pred.predict(bad)
 

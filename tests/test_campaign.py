@@ -215,6 +215,11 @@ def test_requests_and_answers_are_checked(problem):
     with pytest.raises(ValueError, match="step 0 was already answered; the pending "
                                          "request is step 1"):
         camp.tell(req, [1, 0, 1])
+    # a request of step 0 that this campaign did not ask (another campaign's): not
+    # "already answered"
+    alien = CampaignRequest(req.model, req.arm, req.items, (req.index + 1) % 90, 0)
+    with pytest.raises(ValueError, match="not the pending request"):
+        camp.tell(alien, [1, 0, 1])
     done = IdentificationCampaign(cands.models[:2], hist, policy="ucbe", budget=2, seed=0)
     first = done.ask()
     done.tell(first, [1] * len(first.items))

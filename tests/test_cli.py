@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxeval._cli import main
+from jaxeval._cli import cli, main
 from jaxeval._study import study_from_dict
 
 TESTS = Path(__file__).resolve().parent
@@ -486,8 +486,8 @@ def test_campaign_new_exclude_candidates(tmp_path, capsys, monkeypatch):
 def test_campaign_export_reads_back_exactly(tmp_path, capsys, monkeypatch):
     """``campaign export`` is CSV that reads back to the same names and scores (it wrote
     JSON-escaped names and 6 significant digits), and name files saved with a byte-order
-    mark (Excel, Notepad) do not carry it into the first name; # lines are comments, and
-    a repeated item is named."""
+    mark (Excel, Notepad) do not carry it into the first name. # lines of a candidates
+    file are comments (said on stderr), not of an items file; a repeated item is named."""
     import csv
     import io
 
@@ -503,7 +503,15 @@ def test_campaign_export_reads_back_exactly(tmp_path, capsys, monkeypatch):
     Path("twice.txt").write_text("\n".join([*items, "plain"]))
     assert main(["campaign", "new", "t.npz", "--items-file", "twice.txt", "--candidates-file",
                  "cands.txt", "--policy", "ucbe"]) == 2
-    assert "--items-file: repeated item names, e.g. ['plain']" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--items-file: repeated item names, e.g. ['plain']" in err
+    assert "candidates-file: left out 1 comment line(s) starting with '#', e.g. '# the two" \
+        in err
+    # item names are whatever the benchmark calls them: '#2' is an item, not a comment
+    Path("hash.txt").write_text("q1\n#2\nq3\n")
+    assert main(["campaign", "new", "h.npz", "--items-file", "hash.txt", "--candidates-file",
+                 "cands.txt", "--policy", "ucbe"]) == 0
+    assert jaxeval.IdentificationCampaign.load("h.npz").items.tolist() == ["q1", "#2", "q3"]
     assert main(["campaign", "new", "c.npz", "--items-file", "items.txt", "--candidates-file",
                  "cands.txt", "--policy", "ucbe", "--batch-size", "2", "--no-stop"]) == 0
     camp = jaxeval.IdentificationCampaign.load("c.npz")
@@ -636,16 +644,20 @@ def test_warnings_print_as_one_line_of_the_command(tmp_path, capsys, monkeypatch
     rows = ["model," + ",".join(f"q{j}" for j in range(12))]
     rows += [f"m{m}," + ",".join(str(int(rng.random() < 0.3 + m / 60)) for _ in range(12))
              for m in range(30)]
-    Path("t.csv").write_text("\n".join(rows))
+    Path("t.csv").write_text("\n".join(rows) + "\n")
     before = warnings.showwarning
     with warnings.catch_warnings():
         warnings.simplefilter("always")
-        assert main(["anchors", "fit", "t.csv", "--k", "3", "--method", "random_mean",
-                     "--out", "a.npz"]) == 0
+        assert cli(["anchors", "fit", "t.csv", "--k", "3", "--method", "random_mean",
+                    "--out", "a.npz"]) == 0
     err = capsys.readouterr().err
     assert "jaxeval: warning: fit_anchors" in err and "too few" in err, err
     assert "UserWarning" not in err and "_cli.py" not in err
     assert warnings.showwarning is before
+    # main() called from code leaves the caller's warning handling alone
+    with pytest.warns(UserWarning, match="too few"):
+        assert main(["anchors", "fit", "t.csv", "--k", "3", "--method", "random_mean",
+                     "--out", "c.npz", "--quiet"]) == 0
     # the fit's progress (--quiet silences it)
     assert "fit_anchors: fitting 1 method(s) with k = 3 on 24 training models, 6 " in err
     assert "fit_anchors: done: random_mean [" in err

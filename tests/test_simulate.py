@@ -713,7 +713,7 @@ def test_calls_to_ratio_is_paired_and_checked():
     assert a.calls_to_ratio(a, 0.9) == (1.0, 1.0, 1.0)  # the same draws, paired
     r, lo, hi = a.calls_to_ratio(b, 0.9, n_boot=300)
     assert r == pytest.approx(a.calls_to(0.9) / b.calls_to(0.9)) and lo <= r <= hi
-    with pytest.warns(UserWarning, match="a bootstrap over 8 instances undercovers"):
+    with pytest.warns(UserWarning, match="a bootstrap over 8 instances can undercover"):
         lo_a, hi_a = a.calls_to_interval(0.9, fraction=True)
     assert lo_a <= a.calls_to(0.9, fraction=True) <= hi_a <= 1.0
     other = simulate_identification(sm, "uniform", **dict(kw, seed=3))

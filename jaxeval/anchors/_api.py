@@ -173,18 +173,37 @@ class AnchorPredictor:
                     "position instead, pass a plain array in the order of .anchor_items)")
             return got
 
+        def positional(labels) -> bool:
+            # pandas' default labels 0, 1, ...: made from an array, not named
+            return type(labels).__name__ == "RangeIndex" and labels.start == 0 and \
+                labels.step == 1
+
         cols = getattr(anchor_scores, "columns", None)
         if cols is not None and callable(getattr(anchor_scores, "to_numpy", None)):
+            if positional(cols):
+                return anchor_scores.to_numpy()
             got = check(cols)  # a DataFrame: one row per model, one column per item
             pos = {c: i for i, c in enumerate(got)}
             return np.asarray(anchor_scores.to_numpy())[:, [pos[c] for c in names]]
+        if not isinstance(anchor_scores, Mapping) and positional(
+                getattr(anchor_scores, "index", None)):
+            return anchor_scores.to_numpy()  # a Series made from an array
         if isinstance(anchor_scores, Mapping) or (
                 callable(getattr(anchor_scores, "items", None))
                 and callable(getattr(anchor_scores, "keys", None))):
             pairs = list(anchor_scores.items())  # a dict, or a Series indexed by item
             got = check([k for k, _ in pairs])
             by = dict(zip(got, (v for _, v in pairs)))
-            return [by[c] for c in names]
+            vals = [by[c] for c in names]
+            if all(np.ndim(v) == 0 for v in vals):
+                return vals  # one model
+            lens = {np.ndim(v) == 1 and len(v) for v in vals}
+            if len(lens) != 1 or False in lens:
+                raise ValueError(
+                    f"{what}: a mapping holds either one score per item (one model) or "
+                    "equally long lists of scores per item (one per model, as "
+                    "DataFrame.to_dict('list') gives)")
+            return np.column_stack(vals)  # [models, k]
         return anchor_scores
 
     def _check_scores(self, anchor_scores: Any, what: str = "anchor_scores") -> np.ndarray:
@@ -230,8 +249,10 @@ class AnchorPredictor:
 
         Args:
           anchor_scores: ``[k]`` or ``[models, k]`` scores on :attr:`anchor_items`, in
-            that order; or named: a mapping or pandas Series ``{item: score}`` (one
-            model), a DataFrame with the anchor items as columns (one row per model).
+            that order; or named, in any order: a mapping or pandas Series ``{item:
+            score}`` (one model), a mapping ``{item: [score per model]}``, or a
+            DataFrame with the anchor items as columns (one row per model). A Series or
+            DataFrame with pandas' default labels ``0, 1, ...`` is read by position.
 
         Returns:
           ``(estimate, lower, upper)`` numpy arrays (scalars for a single model),
