@@ -1001,6 +1001,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     """A warning as one line of the command's own voice (``jaxeval: warning: ...``),
     not Python's ``path:line: UserWarning`` with a line of the library's source."""
     kind = "warning" if category is UserWarning else category.__name__
+    if "jaxeval" not in Path(str(filename)).parts:  # another library's: say whose
+        kind += f" (from {Path(str(filename)).name})"
     try:
         print(f"jaxeval: {kind}: {message}", file=sys.stderr if file is None else file)
     except OSError:  # a closed stderr: as warnings.showwarning does, say nothing

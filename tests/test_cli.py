@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jaxeval import _cli as cli_module
 from jaxeval._cli import cli, main
 from jaxeval._study import study_from_dict
 
@@ -666,6 +667,16 @@ def test_warnings_print_as_one_line_of_the_command(tmp_path, capsys, monkeypatch
                      "--out", "b.npz", "--quiet"]) == 0
     err = capsys.readouterr().err
     assert "fit_anchors: fitting" not in err and "fit_anchors: done" not in err
+    # another library's warning says whose it is
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = cli_module._show_warning
+        warnings.warn_explicit("deprecated thing", DeprecationWarning,
+                               "/site-packages/jax/_src/x.py", 3)
+        warnings.warn_explicit("too few", UserWarning, "/src/jaxeval/anchors/_api.py", 9)
+    err = capsys.readouterr().err
+    assert "jaxeval: DeprecationWarning (from x.py): deprecated thing" in err
+    assert "jaxeval: warning: too few" in err
 
 
 @pytest.mark.filterwarnings("ignore:fit_anchors.*too few")
