@@ -717,19 +717,22 @@ class IdentificationCampaign:
             answer each request once), or ``scores`` has the wrong length or items,
             NaN or values outside ``[0, 1]``. Nothing is changed then.
         """
-        # a request this campaign asked and was answered (same step, arm and items)
-        answered = (isinstance(request, CampaignRequest)
+        def answered() -> bool:
+            """A request this campaign asked and was answered (same step, arm, items);
+            asked only on the way to an error."""
+            return (isinstance(request, CampaignRequest)
                     and isinstance(request.step, (int, np.integer))
                     and not isinstance(request.step, bool)
                     and 0 <= request.step < len(self._log)
                     and self._log[request.step][0] == request.arm
                     and np.array_equal(self._log[request.step][1], np.asarray(request.index)))
+
         if self._pending is None:
             reason = self._end_reason()
             if reason:
                 raise ValueError(f"request: the campaign is done ({reason}); there is no "
                                  "request to answer")
-            if answered:
+            if answered():
                 raise ValueError(f"request: step {request.step} was already answered; "
                                  "ask() for the next request")
             raise ValueError("request: no pending request; call ask() first")
@@ -740,7 +743,7 @@ class IdentificationCampaign:
         ):
             raise ValueError(
                 f"request: step {request.step} was already answered; the pending request "
-                f"is step {step} (ask() returns it)" if answered else
+                f"is step {step} (ask() returns it)" if answered() else
                 "request: not the pending request (answer the request the last ask() "
                 "returned, once)"
             )

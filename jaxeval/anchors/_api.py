@@ -164,9 +164,10 @@ class AnchorPredictor:
             got = [str(c) for c in keys]  # item names are strings
             if len(set(got)) != len(got):
                 raise ValueError(f"{what}: an item is named twice ({sorted(got)[:6]})")
-            if set(got) != set(names):
-                missing = [c for c in names if c not in set(got)]
-                extra = sorted(set(got) - set(names))
+            given = set(got)
+            if given != set(names):
+                missing = [c for c in names if c not in given]
+                extra = sorted(given - set(names))
                 raise ValueError(
                     f"{what}: named scores must cover exactly the {self.k} anchor items; "
                     f"missing {missing[:5]}, not anchors {extra[:5]} (to give scores by "
@@ -206,7 +207,10 @@ class AnchorPredictor:
             return np.column_stack(vals)  # [models, k]
         return anchor_scores
 
-    def _check_scores(self, anchor_scores: Any, what: str = "anchor_scores") -> np.ndarray:
+    def _check_scores(self, anchor_scores: Any,
+                      what: str = "anchor_scores") -> tuple[np.ndarray, bool]:
+        """``(x [models, k] float32, single)``: the checked scores, in anchor order, and
+        whether one model's scores were given as ``[k]`` (or ``{item: score}``)."""
         if isinstance(anchor_scores, ScoreMatrix):
             raise TypeError(
                 f"{what}: expected an array of scores, got a ScoreMatrix; pass "
@@ -242,7 +246,7 @@ class AnchorPredictor:
             raise ValueError(
                 f"{what}: scores must lie in [0, 1], got {float(x2.min())!r}.."
                 f"{float(x2.max())!r}{out_of_unit_hint(x2.min(), x2.max())}")
-        return x2.astype(np.float32)
+        return x2.astype(np.float32), single
 
     def predict(self, anchor_scores: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Estimated accuracy with its ``1 - alpha`` split-conformal interval.
@@ -266,12 +270,12 @@ class AnchorPredictor:
           >>> bool(lo <= est <= hi)
           True
         """
-        x = self._check_scores(anchor_scores)
+        x, single = self._check_scores(anchor_scores)
         est = np.asarray(_apply_jit(self._fitted(), jnp.asarray(x)), dtype=np.float64)
         est = np.clip(est, 0.0, 1.0)
         lo = np.clip(est - self.radius, 0.0, 1.0)
         hi = np.clip(est + self.radius, 0.0, 1.0)
-        if np.ndim(self._by_name(anchor_scores, "anchor_scores")) == 1:
+        if single:
             return est[0], lo[0], hi[0]
         return est, lo, hi
 
@@ -321,7 +325,7 @@ class AnchorPredictor:
                 "full-benchmark score); the unbiased estimate is for the row mean of the "
                 "matrix's items only"
             )
-        x = self._check_scores(anchor_scores)
+        x, _ = self._check_scores(anchor_scores)
         if x.shape[0] != 1:
             raise ValueError("predict_unbiased: one model at a time (anchor_scores of shape [k])")
         lookup = {s: i for i, s in enumerate(self.items.tolist())}
