@@ -47,7 +47,7 @@ import numpy as np
 
 from jaxeval import _identification as idn
 from jaxeval import _policies, _sampling
-from jaxeval._data import ScoreMatrix, out_of_unit_hint
+from jaxeval._data import ScoreMatrix, is_missing, out_of_unit_hint
 from jaxeval._factorization import ItemFactors
 from jaxeval._io import open_npz
 from jaxeval._runner import default_impl_key
@@ -259,18 +259,19 @@ class CampaignStatus(_ArrayFieldsEq):
                     va="center", fontsize=8, color="0.35")
         ax.set_yticks(y, [str(m) for m in self.models[order]], fontsize=8)
         ax.set_xlim(0, 1)
-        ax.set_xlabel("accuracy: estimate and anytime-valid interval (joint over the models)")
+        ax.set_xlabel("accuracy: estimate and anytime-valid interval (joint over models)",
+                      fontsize=9)
         state = f"done ({self.reason})" if self.done else "running"
         ax.set_title(f"{self.calls} of {self.budget} calls, {state}; leader "
                      f"{'separated' if self.confident else 'not yet separated'}",
-                     fontsize=9)
+                     fontsize=9, loc="left")  # (clear of the "scored" header)
         ax.text(1.01, 1.0, "scored", transform=ax.transAxes, fontsize=8, color="0.35",
                 va="bottom")
         fig.tight_layout()
         path = Path(path)
         if not path.suffix:  # (matplotlib would add ".png" to the file it writes)
             path = path.with_suffix(".png")
-        fig.savefig(path)
+        fig.savefig(path, bbox_inches="tight")  # (long model names, the right column)
         plt.close(fig)
         return path
 
@@ -517,7 +518,7 @@ class IdentificationCampaign:
                                                 num_steps=fit_steps)
                 except ValueError as e:
                     raise ValueError(_history_msg(e)) from None
-            (V, c, u_mean), own_rho = item_factors_of(factors)
+            (V, c, u_mean), own_rho = item_factors_of(factors, item_names)
             fit_rho = fit_rho if own_rho is None else own_rho
             if learn_prior:
                 if history is None:
@@ -768,16 +769,24 @@ class IdentificationCampaign:
                     f"items; missing {missing[:5]}, not requested {extra[:5]}"
                 )
             scores = [by_name[k] for k in names]
+        masked = np.ma.getmaskarray(scores).ravel() if np.ma.isMaskedArray(scores) else None
+        if masked is not None and masked.any():  # (np.asarray would keep the hidden value)
+            i = int(np.flatnonzero(masked)[0])
+            where = f" (item {str(self.items[index[i]])!r})" if i < index.size else ""
+            raise ValueError(
+                f"scores: {int(masked.sum())} masked (missing) value(s), the first at "
+                f"position {i}{where}; every requested item needs a score: retry the call, "
+                "or score a failure as your benchmark does")
         try:
             raw = np.asarray(scores)
         except (TypeError, ValueError):
             raw = np.asarray(scores, dtype=object)
         vals = list(scores) if isinstance(scores, (list, tuple)) else raw.ravel().tolist()
         if raw.dtype.kind == "O" and raw.shape == index.shape:
-            none = [i for i, v in enumerate(vals) if v is None]
-            if none:  # (np.asarray(..., float) would make it a NaN)
+            none = [i for i, v in enumerate(vals) if is_missing(v)]
+            if none:  # (np.asarray(..., float) would make it a NaN, or fail)
                 raise ValueError(
-                    f"scores: no score (None) at {len(none)} position(s), the first "
+                    f"scores: no score (None or NA) at {len(none)} position(s), the first "
                     f"{none[0]} (item {str(self.items[index[none[0]]])!r}); every requested "
                     "item needs one: retry the call, or score a failure as your benchmark "
                     "does")
@@ -1184,7 +1193,7 @@ class IdentificationCampaign:
         if not (int(state.calls) == int(answered.sum())
                 and np.array_equal(count, answered.sum(1))
                 and np.array_equal(np.asarray(state.sampler.thr_idx), last)
-                and np.allclose(np.asarray(state.sum_s), scores.sum(1), rtol=1e-5,
+                and np.allclose(np.asarray(state.sum_s + state.sum_c), scores.sum(1), rtol=1e-5,
                                 atol=1e-4)):
             return False
         # each model's answers are the first items of its draw order, in order (from the

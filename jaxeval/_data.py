@@ -37,6 +37,17 @@ def out_of_unit_hint(lo: float, hi: float) -> str:
     return ""
 
 
+def is_missing(v: Any) -> bool:
+    """Whether ``v`` marks a missing value: ``None``, or pandas' ``NA`` / ``NaT``
+    (checked by type name, without importing pandas). NaN is a number here.
+
+    Example:
+      >>> is_missing(None), is_missing(float("nan")), is_missing(0.0)
+      (True, False, False)
+    """
+    return v is None or type(v).__name__ in ("NAType", "NaTType")
+
+
 def names_as_str(names: Any, what: str, source: str) -> np.ndarray:
     """Names as a str array; byte strings (dtype ``S``, e.g. from HDF5) decoded as UTF-8."""
     arr = np.asarray(names)

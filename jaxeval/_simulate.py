@@ -670,10 +670,26 @@ def fit_default_factors(train: ScoreMatrix, rank: int, seed: int, fit_steps: int
     return lr, f, rho
 
 
-def item_factors_of(factors) -> tuple[ItemFactors, float | None]:
+def item_factors_of(factors, items=None) -> tuple[ItemFactors, float | None]:
     """``(float32 ItemFactors, online rho)`` of what a user passes as ``factors``: an
     :class:`ItemFactors` (no rho of its own: ``None``) or a fitted model with ``V``,
-    ``c``, ``u_mean`` (its ``online_rho``, 1.0 if it has none)."""
+    ``c``, ``u_mean`` (its ``online_rho``, 1.0 if it has none).
+
+    ``items``: the item names the factors are used for. A fitted model that names its
+    items (``factors.items``) must name the same ones in the same order: each item
+    would otherwise get another item's factor, and the predictions, though the
+    estimates stay valid, would be worthless. (A different number of items is left to
+    the caller's shape check.)"""
+    own = getattr(factors, "items", None)
+    if items is not None and own is not None and not isinstance(factors, ItemFactors):
+        own, want = np.asarray(own).astype(str), np.asarray(items).astype(str)
+        if own.shape == want.shape and not np.array_equal(own, want):
+            i = int(np.flatnonzero(own != want)[0])
+            what = ("the same items in another order"
+                    if set(own.tolist()) == set(want.tolist()) else "other items")
+            raise ValueError(
+                f"factors: fitted on {what} (position {i}: {str(own[i])!r} in factors, "
+                f"{str(want[i])!r} here); fit them on these items, in this order")
     with np.errstate(over="ignore"):  # (values beyond float32 are refused below)
         if isinstance(factors, ItemFactors):
             f, rho = ItemFactors(*(np.asarray(x, np.float32) for x in factors)), None
@@ -947,7 +963,8 @@ def simulate_identification(
       bias: size of the ``"biased"`` corruption.
       factors: a fitted :class:`~jaxeval.LowRankLogistic` (or ``ItemFactors``) to use
         instead of fitting one on the training models.
-      fit_steps: Adam steps of the offline fit.
+      fit_steps: Adam steps of the offline fit (``num_steps`` of
+        :func:`~jaxeval.fit_factorization`; named apart from the bandit's steps).
       chunk_size: replicates per compiled chunk (bounds memory; rounded up to whole
         blocks of ``lanes`` on every device, capped near ``n_replicates``).
       lanes: replicates vmapped together per device step (default 32). Results are
@@ -1109,7 +1126,7 @@ def simulate_identification(
                     raise ValueError("n_train must be >= 1 when the policy uses predictions")
                 factors, _, _ = fit_default_factors(train, rank, seed, fit_steps)
                 notes["factorization"] = repr(factors)
-            item_factors, own_rho = item_factors_of(factors)
+            item_factors, own_rho = item_factors_of(factors, np.asarray(sm.items))
             fit_rho = fit_rho if own_rho is None else own_rho
             if item_factors.V.shape[0] != n:
                 raise ValueError(

@@ -180,8 +180,17 @@ def test_requests_and_answers_are_checked(problem):
             f"{str(req.items[1])!r})")):  # the name as text, not np.str_('...')
         camp.tell(req, [1, np.nan, 0])
     with pytest.raises(ValueError, match=re.escape(
-            f"no score (None) at 1 position(s), the first 2 (item {str(req.items[2])!r})")):
+            f"no score (None or NA) at 1 position(s), the first 2 (item "
+            f"{str(req.items[2])!r})")):
         camp.tell(req, [1, 0, None])  # JSON null: was reported as NaN
+    na = type("NAType", (), {})()  # what pandas' NA is, by type name
+    with pytest.raises(ValueError, match=re.escape("no score (None or NA) at 1 position(s), "
+                                                   "the first 0")):
+        camp.tell(req, [na, 0, 1])  # a float conversion failed with "got list"
+    with pytest.raises(ValueError, match=re.escape(
+            f"1 masked (missing) value(s), the first at position 1 (item "
+            f"{str(req.items[1])!r})")):  # np.asarray kept the hidden value as a score
+        camp.tell(req, np.ma.masked_array([1.0, 1.0, 0.0], mask=[False, True, False]))
     with pytest.raises(ValueError, match=re.escape(
             f"must lie in [0, 1]; 1 do not, the first at position 1 (item "
             f"{str(req.items[1])!r}) is 2.0 (percent? divide by 100 first)")):
@@ -251,6 +260,15 @@ def test_bad_settings_are_named(problem):
         IdentificationCampaign(names, policy="ucbe")
     with pytest.raises(ValueError, match="items: differ"):
         IdentificationCampaign(names, hist, items=hist.items[::-1], factors=lr)
+    # factors fitted on the items in another order, or on other items: each item got
+    # another item's factor (only their number was compared)
+    with pytest.raises(ValueError, match="factors: fitted on the same items in another order"):
+        IdentificationCampaign(names, items=hist.items[::-1], factors=lr)
+    with pytest.raises(ValueError, match="factors: fitted on the same items in another order"):
+        IdentificationCampaign(names, hist.take(items=np.arange(hist.n_items)[::-1]),
+                               factors=lr)
+    with pytest.raises(ValueError, match="factors: fitted on other items"):
+        IdentificationCampaign(names, items=[f"q{i}" for i in range(hist.n_items)], factors=lr)
     with pytest.raises(ValueError, match="alpha"):
         IdentificationCampaign(names, hist, alpha=1.5, factors=lr)
     with pytest.raises(ValueError, match="policy"):

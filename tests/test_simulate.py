@@ -156,6 +156,23 @@ def test_refuses_non_finite_factors():
         simulate_identification(sm, "pulse", K=3, n_train=0, factors=f, n_replicates=4)
 
 
+
+def test_refuses_factors_fitted_on_other_items():
+    """A fitted factorization names its items: on the same items in another order, or
+    on other items of the same number, each item got another item's factor."""
+    rng = np.random.default_rng(0)
+    sm = jaxeval.ScoreMatrix((rng.random((30, 20)) < 0.5).astype(np.float32),
+                             items=[f"i{j}" for j in range(20)])
+    lr = jaxeval.fit_factorization(sm, rank=2, rho=1.0, seed=0, num_steps=10)
+    rev = sm.take(items=np.arange(20)[::-1])
+    with pytest.raises(ValueError, match="factors: fitted on the same items in another "
+                                         "order .position 0: 'i0' in factors, 'i19' here."):
+        simulate_identification(rev, "pulse", K=3, n_train=0, factors=lr, n_replicates=4)
+    other = jaxeval.ScoreMatrix(sm.scores, items=[f"q{j}" for j in range(20)])
+    with pytest.raises(ValueError, match="factors: fitted on other items"):
+        simulate_identification(other, "pulse", K=3, n_train=0, factors=lr, n_replicates=4)
+
+
 def test_refuses_missing_cells_in_candidates():
     sm = _small_matrix()
     mask = np.ones(sm.shape, bool)

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxeval._data import ScoreMatrix, atomic_savez, out_of_unit_hint
+from jaxeval._data import ScoreMatrix, atomic_savez, is_missing, out_of_unit_hint
 from jaxeval.anchors._intervals import conformal_quantile, dr_estimate, sample_non_anchors
 from jaxeval.anchors._irt import fit_item_factors, irt_item_predictions
 from jaxeval.anchors._methods import (
@@ -63,6 +63,40 @@ def _key(seed: Any) -> jax.Array:
     except (TypeError, ValueError):
         raise TypeError(f"seed: expected a non-negative int or a PRNG key, got {seed!r}") from None
 
+
+
+def _refuse_missing(scores: Any, what: str, names: Any = None) -> None:
+    """Refuse masked entries of a masked array (``np.asarray`` would keep the hidden
+    values as scores) and ``None`` / pandas ``NA`` (a float conversion fails on them
+    with a message about types, or makes ``None`` a NaN). ``names``: the item of each
+    position along the last axis, named in the message."""
+
+    def item(at: tuple) -> str:
+        ok = names is not None and at and at[-1] < len(names)
+        return f" (item {str(names[at[-1]])!r})" if ok else ""
+
+    if np.ma.isMaskedArray(scores):
+        mask = np.ma.getmaskarray(scores)
+        if mask.any():
+            at = tuple(int(i) for i in np.argwhere(mask)[0])
+            raise ValueError(
+                f"{what}: {int(mask.sum())} masked (missing) score(s), the first at "
+                f"{at}{item(at)}; every item must be scored")
+        return
+    if isinstance(scores, (list, tuple)) or (
+            isinstance(scores, np.ndarray) and scores.dtype.kind == "O"):
+        try:
+            raw = np.asarray(scores, dtype=object)
+        except ValueError:  # ragged: the shape check says so
+            return
+        flat = raw.ravel().tolist()
+        miss = [i for i, v in enumerate(flat) if is_missing(v)]
+        if miss:
+            at = tuple(int(i) for i in np.unravel_index(miss[0], raw.shape))
+            raise ValueError(
+                f"{what}: {len(miss)} missing score(s) (None or NA), the first at "
+                f"{at}{item(at)}; "
+                "every item must be scored")
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class AnchorPredictor:
@@ -163,7 +197,13 @@ class AnchorPredictor:
         def check(keys):
             got = [str(c) for c in keys]  # item names are strings
             if len(set(got)) != len(got):
-                raise ValueError(f"{what}: an item is named twice ({sorted(got)[:6]})")
+                seen, twice = set(), []
+                for c in got:
+                    if c in seen and c not in twice:
+                        twice.append(c)
+                    seen.add(c)
+                raise ValueError(f"{what}: {len(twice)} item(s) named more than once "
+                                 f"({twice[:6]})")
             given = set(got)
             if given != set(names):
                 missing = [c for c in names if c not in given]
@@ -217,6 +257,7 @@ class AnchorPredictor:
                 "sm.take(items=predictor.anchor_items).scores"
             )
         anchor_scores = self._by_name(anchor_scores, what)
+        _refuse_missing(anchor_scores, what, self.anchor_items)
         raw = np.asarray(anchor_scores) if not isinstance(anchor_scores, np.ndarray) \
             else anchor_scores
         if raw.dtype.kind in "USO" and any(
@@ -238,9 +279,10 @@ class AnchorPredictor:
             raise ValueError(f"{what}: no model to predict (shape {x.shape})")
         if not np.all(np.isfinite(x2)):
             bad = np.argwhere(~np.isfinite(x2))[0]
+            at = (int(bad[1]),) if single else tuple(int(b) for b in bad)
             raise ValueError(
-                f"{what}: holds NaN/inf (first at {tuple(int(b) for b in bad)}); every anchor "
-                "item must be scored"
+                f"{what}: holds NaN/inf (first at {at}, item "
+                f"{str(self.anchor_items[bad[1]])!r}); every anchor item must be scored"
             )
         if x2.min() < 0 or x2.max() > 1:
             raise ValueError(
@@ -341,6 +383,7 @@ class AnchorPredictor:
         idx = np.array([lookup[s] for s in names.tolist()], dtype=np.int32)
         if np.isin(idx, self.anchor_index).any() or np.unique(idx).size != idx.size:
             raise ValueError("extra_items: must be distinct non-anchor items")
+        _refuse_missing(extra_scores, "extra_scores", names)
         try:
             ys = np.asarray(extra_scores, dtype=np.float64).ravel()
         except (TypeError, ValueError) as e:

@@ -245,12 +245,17 @@ def dr_estimate(
         hi = (known + pop * (lo_r + w * mh)) / n
     else:
         raise ValueError(f"interval must be 'betting' or 'serfling', got {interval!r}")
-    # what is certain: the unobserved non-anchors score in [0, 1]. Clamping to these
-    # bounds keeps the interval valid, makes it exact once every item is observed,
-    # and replaces the betting grid's [0, 1] fallback when it is too coarse for the
-    # few items left (a margin of 1e-6 absorbs float32 rounding of the sums)
+    # what is certain: the unobserved non-anchors score in [0, 1]. Intersecting with
+    # these bounds keeps the interval valid, makes it exact once every item is
+    # observed, and replaces the betting grid's [0, 1] fallback when it is too coarse
+    # for the few items left (a margin of 1e-6 absorbs float32 rounding of the sums).
+    # An interval wholly outside them has missed the mean: the certain bounds replace
+    # it (clamping both ends collapsed it onto a point just outside the mean, which at
+    # full sampling missed ~1% of rows)
     seen = jnp.sum(anchor_scores) + jnp.sum(sample_scores)
     left = pop - sample.shape[0]
     sure_lo, sure_hi = seen / n - 1e-6, (seen + left) / n + 1e-6
-    lo, hi = jnp.clip(lo, sure_lo, sure_hi), jnp.clip(hi, sure_lo, sure_hi)
+    lo, hi = jnp.maximum(lo, sure_lo), jnp.minimum(hi, sure_hi)
+    empty = lo > hi
+    lo, hi = jnp.where(empty, sure_lo, lo), jnp.where(empty, sure_hi, hi)
     return est, jnp.clip(lo, 0.0, 1.0), jnp.clip(hi, 0.0, 1.0)
