@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -626,6 +627,33 @@ def _cmd_campaign(args: argparse.Namespace) -> int:
 _NEW_CAMPAIGN_WHY = " (a campaign's answers live there)"
 
 
+def _exclude_candidates(history, cands: list[str], source: str):
+    """``history`` without the candidates' rows (``--exclude-candidates``), nor their
+    repeated rows: a model's repeats are renamed ``name#2``, ``name#3``, ... on loading
+    (the bundled leaderboards hold resubmissions), and are its answers too."""
+    if not cands:
+        raise ValueError("--exclude-candidates: needs the candidates (--candidates "
+                         "or --candidates-file)")
+    drop = set(cands)
+    models = history.models.tolist()
+    again = [m for m in models if m not in drop and re.fullmatch(r".+#\d+", m)
+             and m.rsplit("#", 1)[0] in drop]
+    keep = [i for i, m in enumerate(models) if m not in drop and m not in again]
+    if len(keep) == history.n_models:
+        raise ValueError(f"--exclude-candidates: none of the candidates is in {source} "
+                         "(misspelled?)")
+    if again:
+        print(f"--exclude-candidates: also dropped {len(again)} repeated row(s) of the "
+              f"candidates (renamed 'name#k' on loading): {again[:5]}", file=sys.stderr)
+    held = set(models) | {m.rsplit("#", 1)[0] for m in again}
+    absent = [m for m in cands if m not in held]
+    if absent:  # a new model, or a typo: say so, the run may go on
+        print(f"warning: --exclude-candidates: {len(absent)} candidate(s) not in "
+              f"{source}, so nothing was dropped for them (new models, or "
+              f"misspelled?): {absent[:5]}", file=sys.stderr)
+    return history.take(models=keep)
+
+
 def _new_campaign(args: argparse.Namespace):
     """The campaign ``campaign new`` describes (not yet saved)."""
     from jaxeval._campaign import IdentificationCampaign
@@ -638,21 +666,7 @@ def _new_campaign(args: argparse.Namespace):
         history = _load_table_arg("--history", args.history, args.sep,
                                   _lm_eval_options(args), args.history_duplicate_names)
         if args.exclude_candidates:
-            if not cands:
-                raise ValueError("--exclude-candidates: needs the candidates (--candidates "
-                                 "or --candidates-file)")
-            drop = set(cands)
-            held = set(history.models.tolist())
-            keep = [i for i, m in enumerate(history.models.tolist()) if m not in drop]
-            if len(keep) == history.n_models:
-                raise ValueError("--exclude-candidates: none of the candidates is in "
-                                 f"{args.history} (misspelled?)")
-            absent = [m for m in cands if m not in held]
-            if absent:  # a new model, or a typo: say so, the run may go on
-                print(f"warning: --exclude-candidates: {len(absent)} candidate(s) not in "
-                      f"{args.history}, so nothing was dropped for them (new models, or "
-                      f"misspelled?): {absent[:5]}", file=sys.stderr)
-            history = history.take(models=keep)
+            history = _exclude_candidates(history, cands, args.history)
     elif args.exclude_candidates:
         raise ValueError("--exclude-candidates: needs --history")
     elif (args.history_metric is not None or args.history_filter
@@ -922,8 +936,12 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
 
     if args.action == "fit":
         out = _new_npz("out", args.out)
-        sm = _load_table_arg("DATA", args.data, args.sep, _lm_eval_options(args, ""),
-                             args.duplicate_names, prefix="").drop_duplicates()
+        raw = _load_table_arg("DATA", args.data, args.sep, _lm_eval_options(args, ""),
+                              args.duplicate_names, prefix="")
+        sm = raw.drop_duplicates()
+        if sm.n_models < raw.n_models:  # (a repeat in both halves makes the interval short)
+            print(f"DATA: left out {raw.n_models - sm.n_models} of {raw.n_models} models "
+                  "whose scores repeat another model's exactly", file=sys.stderr)
         if args.drop_incomplete:
             keep = np.flatnonzero(sm.mask.all(axis=1))
             print(f"--drop-incomplete: left out {sm.n_models - keep.size} of {sm.n_models} "
@@ -1009,13 +1027,46 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
         pass
 
 
+#: What the interrupted command can do next (set by ``run`` / ``resume``).
+_RESUME_HINT: list[str] = []
+
+
 def cli(argv: list[str] | None = None) -> int:
     """The ``jaxeval`` command itself (console script, ``python -m jaxeval``):
     :func:`main` with warnings shown as one line of the command (``main`` called from
-    code leaves the caller's warning handling alone, e.g. ``pytest.warns``)."""
-    with warnings.catch_warnings():  # the previous display is back afterwards
-        warnings.showwarning = _show_warning
-        return main(argv)
+    code leaves the caller's warning handling alone, e.g. ``pytest.warns``).
+
+    Ctrl-C and SIGTERM (a batch system's preemption) stop it with one line that says
+    how to continue, instead of a traceback or nothing; a study's finished chunks are
+    on disk either way. The current folder is on the import path, as with
+    ``python -m jaxeval``, so a replicates study's ``target`` module beside the study
+    file imports the same way for both."""
+    import signal
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt(signum)
+
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)  # (after the installed packages: it shadows nothing)
+    try:
+        old = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: leave signals alone
+        old = None
+    _RESUME_HINT.clear()
+    try:
+        with warnings.catch_warnings():  # the previous display is back afterwards
+            warnings.showwarning = _show_warning
+            return main(argv)
+    except KeyboardInterrupt as e:
+        term = bool(e.args) and e.args[0] == signal.SIGTERM
+        hint = f"; {_RESUME_HINT[0]}" if _RESUME_HINT else ""
+        print(f"jaxeval: {'terminated (SIGTERM)' if term else 'interrupted'}{hint}",
+              file=sys.stderr)
+        return 143 if term else 130
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1059,6 +1110,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_main(args)
         if args.command == "run":
             study = load_study(args.config)
+            _RESUME_HINT[:] = [f"the finished chunks are kept in {args.out}: `jaxeval resume "
+                               f"{args.out}` continues the study"]
             try:
                 folder = run_study(
                     study, args.out, replicate_range=_parse_range(args.range),
@@ -1074,6 +1127,8 @@ def main(argv: list[str] | None = None) -> int:
                 _report(folder)
             return 0
         if args.command == "resume":
+            _RESUME_HINT[:] = [f"the finished chunks are kept in {args.dir}: `jaxeval resume "
+                               f"{args.dir}` continues the study"]
             folder = resume_study(args.dir, progress=not args.quiet)
             if not args.no_report:
                 _report(folder)

@@ -288,7 +288,8 @@ def load_lm_eval(
             raise ValueError(
                 f"{path}: not a samples_*.jsonl file; lm-evaluation-harness results_*.json "
                 "files hold aggregates only. Run with --log_samples and pass the samples file "
-                "or the output folder"
+                "or the output folder (a table of scores of your own is read from .csv, .tsv, "
+                ".parquet or .npz, not JSON)"
             )
         t, _ = _task_of(path)
         if task is not None and t not in ([task] if isinstance(task, str) else task):

@@ -455,6 +455,12 @@ class ReplicatePlan:
 
         Each range must hold at most ``chunk_size`` replicates. The next chunk is
         dispatched before the previous one is copied to the host.
+
+        Every dispatch starts at a multiple of ``lanes``, so replicate ``i`` always runs
+        in lane ``i % lanes`` of its vmapped block: a program can round differently in
+        different lanes (PULSE did, in the last bit), and a range starting elsewhere
+        (``--range 40:64``, ``run(start=40)``) gave other bits than the whole run. A
+        range that the aligned window does not cover takes a second dispatch.
         """
         key = default_impl_key(seed)
         key_data = np.asarray(jax.random.key_data(key))
@@ -469,20 +475,26 @@ class ReplicatePlan:
                 )
             if hi > 2**32:
                 raise ValueError(f"replicate indices must stay below 2**32, got {hi}")
-        def collect(lo: int, hi: int, out: Any) -> tuple[int, int, Any]:
-            res = self._to_host(out, hi - lo)
+        def collect(lo: int, hi: int, outs: list) -> tuple[int, int, Any]:
+            parts = []
+            for a, out in outs:
+                s, e = max(lo, a) - a, min(hi, a + self.chunk_size) - a
+                parts.append(jax.tree.map(lambda x, s=s, e=e: x[s:e], self._to_host(out, e)))
+            res = parts[0] if len(parts) == 1 else jax.tree.map(
+                lambda *xs: np.concatenate(xs), *parts)
             if progress is not None:
                 progress.update(hi - lo)
             return lo, hi, res
 
-        pending: tuple[int, int, Any] | None = None
+        pending: tuple[int, int, list] | None = None
         for lo, hi in ranges:
-            out = self._dispatch(key_data, lo)
+            starts = range(lo - lo % self.lanes, hi, self.chunk_size)
+            outs = [(a, self._dispatch(key_data, a)) for a in starts]
             if progress is not None:
                 progress.compiled()  # dispatch returns once the program is compiled
             if pending is not None:
                 yield collect(*pending)
-            pending = (lo, hi, out)
+            pending = (lo, hi, outs)
         if pending is not None:
             yield collect(*pending)
 
@@ -491,7 +503,10 @@ class ReplicatePlan:
         if int(start) + int(n_replicates) > 2**32:
             raise ValueError(f"start + n_replicates must stay at most 2**32 (replicate indices "
                              f"are uint32), got start={start} and n_replicates={n_replicates}")
-        ranges = chunk_ranges(start, start + n_replicates, self.chunk_size)
+        # chunk ends at start's lane block plus whole chunks: one dispatch per range
+        stop, first = int(start) + int(n_replicates), int(start) - int(start) % self.lanes
+        ends = [e for e in range(first + self.chunk_size, stop, self.chunk_size)]
+        ranges = list(zip([int(start), *ends], [*ends, stop]))
         out = jax.tree.map(
             lambda s: np.empty((n_replicates,) + tuple(s.shape), s.dtype), self.out_shapes
         )

@@ -403,7 +403,8 @@ class IdentificationStudy:
         of the deduplicated models. Note: in :func:`jaxeval.simulate_identification`
         half is ``None`` and ``0`` means no training models).
       rank: factorization rank (real data).
-      fit_steps: Adam steps of the offline factorization fit.
+      fit_steps: Adam steps of the offline factorization fit (``num_steps`` of
+        :func:`~jaxeval.fit_factorization`).
       cs_kinds: confidence sequences computed (``eb``, ``hoeffding``, ``betting``).
       corruption: deliberately bad predictions for validity studies (``none``,
         ``biased``, ``random``, ``adversarial``).
@@ -741,7 +742,9 @@ class ReplicateStudy:
         try:
             f = getattr(importlib.import_module(mod), fn)
         except (ImportError, AttributeError) as e:
-            raise StudyConfigError("target", f"cannot import {self.target!r} ({e})") from None
+            raise StudyConfigError("target", f"cannot import {self.target!r} ({e}; its module "
+                                   "must be importable: installed, in the current folder, "
+                                   "or on PYTHONPATH)") from None
         if not callable(f):
             raise StudyConfigError("target", f"{self.target!r} is not callable")
         return f
@@ -933,6 +936,31 @@ def _versions() -> dict:
     return {"jax": jax.__version__, "jaxeval": jaxeval.__version__, "numpy": np.__version__}
 
 
+def _target_sha(study: Study) -> str | None:
+    """SHA-256 of the source of a replicates study's target module (``None`` for other
+    kinds, or a module without readable source): the function is the study's
+    numbers-defining setting, and its name alone does not say when it was edited."""
+    if not isinstance(study, ReplicateStudy):
+        return None
+    import importlib.util
+
+    try:  # (the file itself: an imported module's source may be an older cached copy)
+        spec = importlib.util.find_spec(study.target.partition(":")[0])
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+        return None
+    return hashlib.sha256(Path(spec.origin).read_bytes()).hexdigest()
+
+
+def _target_changed(where: Path, study: Study, held: str, now: str) -> str:
+    return (f"{where}: the target's module {study.target.partition(':')[0]!r} changed since "
+            f"the folder's chunks were computed (its source's SHA-256: {held[:12]}... there, "
+            f"{now[:12]}... now): new chunks would mix two versions of the replicate "
+            "function. Nothing was changed; restore the module, or run the study in a new "
+            "--out folder")
+
+
 def _numerics() -> dict:
     """The global JAX settings that decide a replicate's random stream and arithmetic:
     a folder's chunks must all come from one (recorded in the manifest)."""
@@ -987,7 +1015,8 @@ def _check_manifest(p: Path, m: dict) -> None:
         if not isinstance(m.get(key), typ):
             raise StudyFolderError(f"{p}: manifest entry {key!r} is missing or not a "
                                    f"{typ.__name__}; the folder's manifest was damaged")
-    for key, typ in (("numerics", dict), ("problem_sha256", str)):  # optional (newer)
+    for key, typ in (("numerics", dict), ("problem_sha256", str),  # optional (newer)
+                     ("target_sha256", str)):
         if key in m and not isinstance(m[key], typ):
             raise StudyFolderError(f"{p}: manifest entry {key!r} is not a {typ.__name__}; "
                                    "the folder's manifest was damaged")
@@ -1314,6 +1343,8 @@ def _open_folder(study: Study, out: Path, rng: tuple[int, int]) -> dict:
             "complete": False,
             "task_names": [t.name for t in study.tasks()],
         }
+        if (target := _target_sha(study)) is not None:
+            manifest["target_sha256"] = target
         if _is_writer():
             # the manifest first: a folder holding it is a study folder that `resume`
             # continues, whatever moment a kill comes at (study.json is a copy for people)
@@ -1323,6 +1354,20 @@ def _open_folder(study: Study, out: Path, rng: tuple[int, int]) -> dict:
         return manifest
     if _is_writer() and not (out / STUDY_FILE).exists():  # killed between the two writes
         _atomic_write_json(out / STUDY_FILE, manifest["config"])
+    elif (out / STUDY_FILE).exists():
+        try:
+            copy = json.loads((out / STUDY_FILE).read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            copy = None
+        if copy != manifest["config"]:  # an edit would be ignored without a word
+            what = ("is not the JSON the folder wrote" if copy is None else
+                    _describe_diff(manifest["config"], copy).replace(
+                        " there but ", f" in {MANIFEST_FILE} but ").replace(" here", " in it"))
+            raise StudyFolderError(
+                f"{out / STUDY_FILE}, the copy of the folder's study for people, was edited "
+                f"({what}); the folder continues only the study in its {MANIFEST_FILE}. "
+                f"Nothing was changed: restore {STUDY_FILE} (deleting it is enough: it is "
+                "written again), or run the edited study in a new --out folder")
     if manifest["config"] != cfg:
         raise StudyFolderError(
             f"{out} holds the results of another study ({manifest['config'].get('name')!r}): "
@@ -1343,6 +1388,11 @@ def _open_folder(study: Study, out: Path, rng: tuple[int, int]) -> dict:
         )
     if diff:  # nothing computed yet: the folder takes this process's settings
         manifest["numerics"] = _numerics()
+    target, held = _target_sha(study), manifest.get("target_sha256")
+    if target is not None and held is not None and target != held and manifest["chunks"]:
+        raise StudyFolderError(_target_changed(out, study, held, target))
+    if target is not None and not manifest["chunks"]:  # (unknown for older chunks)
+        manifest["target_sha256"] = target
     fp = _fingerprint(study)
     if manifest.get("data_sha256") != fp:
         raise StudyFolderError(
@@ -1705,7 +1755,7 @@ def load_results(
     bad = _verify_chunks(out, manifest)  # refused below
     if bad:
         raise StudyFolderError(
-            f"{out}: {len(bad)} chunk file(s) fail their checksum ({bad[:3]}); "
+            f"{out}: {len(bad)} chunk file(s) missing or failing their checksum ({bad[:3]}); "
             + _recompute_hint(out, study, chunks, bad)
         )
     by_task: dict[str, list] = {}
@@ -1788,7 +1838,8 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
         bad = _verify_chunks(d, m)  # refused below
         if bad:
             raise StudyFolderError(
-                f"{d}: {len(bad)} chunk file(s) fail their checksum ({bad[:3]}); "
+                f"{d}: {len(bad)} chunk file(s) missing or failing their checksum "
+                f"({bad[:3]}); "
                 + _recompute_hint(d, study_from_dict(m["config"], check=False), chunks, bad)
             )
         mans.append(m)
@@ -1812,6 +1863,12 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
                 f"{d} was computed under other JAX settings than {dirs[0]} ({diff}): their "
                 "random streams differ, so the merged numbers would not be one study's"
             )
+    codes = {str(d): m["target_sha256"] for d, m in zip(dirs, mans) if m.get("target_sha256")}
+    if len(set(codes.values())) > 1:
+        short = {d: h[:12] for d, h in codes.items()}
+        raise StudyFolderError(
+            f"the folders' target function came from different versions of its module "
+            f"(source SHA-256 {short}): the merged numbers would mix two functions")
     fits = {str(d): m["problem_sha256"] for d, m in zip(dirs, mans) if m.get("problem_sha256")}
     if len(set(fits.values())) > 1:
         short = {d: h[:12] for d, h in fits.items()}
@@ -1885,6 +1942,7 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
             "chunks": {name: c for name, (_, c) in merged.items()},
             "merged_from": [str(d) for d in dirs],
             **({"problem_sha256": fits[str(fit_src)]} if fit_src is not None else {}),
+            **({"target_sha256": next(iter(codes.values()))} if codes else {}),
             "merged_versions": vers,
             "task_names": ref.get("task_names") or [t.name for t in study.tasks()],
         }
@@ -1975,7 +2033,8 @@ def _real_problem(study: IdentificationStudy, needs_pred: bool):
         train, pool, n_train = split_pool(sm, study.n_train or None, study.num_arms, study.seed)
     except PoolError as e:
         key = {"K": "num_arms"}.get(e.arg, e.arg)
-        raise StudyConfigError(key, f"{sm.source}: {e}") from None
+        msg = str(e).removeprefix(f"{e.arg}: ")  # (the key heads the message once)
+        raise StudyConfigError(key, f"{sm.source}: {msg}") from None
 
     inst = draw_instances(pool.n_models, study.num_arms, study.n_instances, study.seed)
     acc = pool.accuracy()

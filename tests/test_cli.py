@@ -478,6 +478,20 @@ def test_campaign_new_exclude_candidates(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr()
     assert "created e.npz" in out.out
     assert "1 candidate(s) not in" in out.err and "no/such-model" in out.err
+    # a candidate's repeated rows, renamed "name#k" on loading (resubmissions on the
+    # bundled leaderboards), are its answers too: they go with it, and stderr says so
+    rng = np.random.default_rng(1)
+    models = ["a", "b", "a#2", "a#3", "b#x", "c#2", "c", "d", "e"]
+    rep = str(jaxeval.ScoreMatrix((rng.random((9, 12)) < 0.5).astype(np.float32),
+                                  models=models).to_npz(tmp_path / "rep.npz"))
+    assert main(["campaign", "new", "g.npz", "--history", rep, "--candidates", "a", "b",
+                 "--policy", "ucbe", "--exclude-candidates"]) == 0
+    err = capsys.readouterr().err
+    assert "also dropped 2 repeated row(s) of the candidates" in err and "['a#2', 'a#3']" in err
+    from jaxeval._cli import _exclude_candidates
+
+    kept = _exclude_candidates(jaxeval.load(rep), ["a", "b"], "rep.npz").models.tolist()
+    assert kept == ["b#x", "c#2", "c", "d", "e"]
     # the library's "items" is this command's --items-file
     assert main(["campaign", "new", "f.npz", "--candidates", "x", "y", "--policy",
                  "ucbe"]) == 2
@@ -906,6 +920,13 @@ def test_anchors_fit_items_predict(tmp_path, capsys, monkeypatch):
     assert anchors == pred.anchor_items.tolist()
     assert main(["anchors", "fit", "train.npz", "--k", "12", "--out", "p.npz"]) == 2
     assert "p.npz exists" in capsys.readouterr().err
+    # repeated models are left out, as before, but no longer without a word
+    jaxeval.ScoreMatrix(np.vstack([train.scores, train.scores[:2]]), items=train.items,
+                        models=[*train.models.tolist(), "copy-a", "copy-b"]).to_npz("dup.npz")
+    assert main(["anchors", "fit", "dup.npz", "--k", "4", "--out", "q", "--method",
+                 "random_mean", "--quiet"]) == 0
+    assert (f"DATA: left out 2 of {train.n_models + 2} models whose scores repeat another "
+            "model's exactly") in capsys.readouterr().err
     assert main(["anchors", "items", "p.npz", "--extra", "30", "--extra-seed", "4"]) == 0
     extra = capsys.readouterr().out.split()
     assert extra == pred.extra_items(30, seed=4).tolist()

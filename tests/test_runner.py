@@ -94,6 +94,33 @@ def test_start_offset_and_split_ranges(reference):
     assert_tree_equal(merged, reference)
 
 
+
+@pytest.mark.default_codegen
+def test_dispatches_start_on_lane_blocks(reference, monkeypatch):
+    """Replicate i always runs in lane i % lanes of its vmapped block, whatever the
+    range asked for: a range or ``start`` off the lane grid shifted every replicate to
+    another lane, and PULSE rounds differently in some lanes (the last bit of its
+    estimates changed for a ``--range 40:64`` job against the whole run)."""
+    starts = []
+    dispatch = ReplicatePlan._dispatch
+
+    def spy(self, key_data, lo):
+        starts.append((lo, self.lanes))
+        return dispatch(self, key_data, lo)
+
+    monkeypatch.setattr(ReplicatePlan, "_dispatch", spy)
+    out = run_replicates(toy, 7, 177, start=123, operands=(V,), chunk_size=50,
+                         devices=jax.devices()[:1], progress=False)
+    assert_tree_equal(out, {k: v[123:] for k, v in reference.items()})
+    assert starts and all(a % lanes == 0 for a, lanes in starts), starts
+    # a range the aligned window does not cover takes a second dispatch
+    plan = ReplicatePlan(toy, 64, operands=(V,), lanes=32, devices=jax.devices()[:1])
+    starts.clear()
+    ((lo, hi, res),) = plan.iter_ranges(7, [(40, 100)])
+    assert (lo, hi) == (40, 100) and [a for a, _ in starts] == [32, 96]
+    assert_tree_equal(res, {k: v[40:100] for k, v in reference.items()})
+
+
 def test_seed_as_key_or_key_data(reference):
     for seed in (jax.random.key(7), np.asarray(jax.random.key_data(jax.random.key(7)))):
         out = run_replicates(toy, seed, 300, operands=(V,), progress=False)

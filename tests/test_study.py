@@ -247,7 +247,8 @@ def test_corrupt_chunk_detected_and_recomputed(tmp_path, toy_reference):
     raw = bytearray(victim.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
     victim.write_bytes(bytes(raw))
-    with pytest.raises(StudyFolderError, match="fail their checksum.*jaxeval resume"):
+    with pytest.raises(StudyFolderError, match="missing or failing their checksum.*jaxeval "
+                                               "resume"):
         load_results(out)  # an error, not also a warning that something "will be recomputed"
     with pytest.warns(UserWarning, match="recomputed"):
         resume_study(out, progress=False)
@@ -292,6 +293,68 @@ def test_merge_of_independent_ranges_equals_one_run(tmp_path, toy_reference):
     resume_study(part, progress=False)
     assert study_status(part)["complete"]
     assert_same(load_results(part)[1]["replicates"], toy_reference)
+
+
+
+def test_an_edited_target_is_not_mixed_into_a_folder(tmp_path, monkeypatch):
+    """A replicates study's function is its numbers: after its module is edited, resuming
+    a folder or merging folders computed before and after the edit is refused (both
+    mixed the two functions' replicates and called the result complete)."""
+    import sys
+
+    mod = tmp_path / "mc_edited.py"
+    src = ("import jax\n\n\ndef rep(key):\n"
+           "    return {'b': jax.random.bernoulli(key, 0.3, (3,)).astype('float32')}\n")
+    mod.write_text(src)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "mc_edited", raising=False)
+    study = study_from_dict(toy_config(target="mc_edited:rep", n_replicates=32,
+                                       chunk_size=8))
+    run_study(study, tmp_path / "a", replicate_range=(0, 16), progress=False)
+    part = tmp_path / "part"  # a folder with a chunk to recompute
+    run_study(study, part, progress=False)
+    lost = sorted(part.rglob("*.npz"))[0]
+    lost.unlink()
+    mod.write_text(src.replace("0.3", "0.9"))
+    sys.modules.pop("mc_edited", None)
+    run_study(study, tmp_path / "b", replicate_range=(16, 32), progress=False)
+    with pytest.raises(StudyFolderError, match="target function came from different "
+                                               "versions of its module"):
+        merge_studies([tmp_path / "a", tmp_path / "b"], tmp_path / "ab")
+    with pytest.raises(StudyFolderError, match="the target's module 'mc_edited' changed"):
+        resume_study(part, progress=False)
+    assert not lost.exists()  # nothing was computed
+    mod.write_text(src)  # restored: the folder continues
+    sys.modules.pop("mc_edited", None)
+    with pytest.warns(UserWarning, match="recomputed"):
+        resume_study(part, progress=False)
+    assert lost.exists() and study_status(part)["complete"]
+    whole = load_results(part)[1]["replicates"]
+    first = load_results(tmp_path / "a", allow_partial=True)[1]["replicates"]
+    assert_same({k: v[:16] for k, v in whole.items()}, first)  # the same function's
+
+
+
+def test_an_edited_study_json_is_not_ignored(tmp_path):
+    """study.json is the folder's study written out for people; an edit there used to be
+    ignored by resume (which continues the manifest's study), leaving a folder whose
+    study.json says seed 5 and whose results are seed 3's."""
+    study = study_from_dict(toy_config(n_replicates=32, chunk_size=8))
+    out = tmp_path / "s"
+    run_study(study, out, replicate_range=(0, 16), progress=False)
+    copy = out / "study.json"
+    copy.write_text(json.dumps(toy_config(n_replicates=32, chunk_size=8, seed=5)))
+    with pytest.raises(StudyFolderError, match=r"study.json, the copy of the folder's study "
+                                               r"for people, was edited \('seed' is 3 in "
+                                               r"manifest.json but 5 in it\)"):
+        resume_study(out, progress=False)
+    copy.write_text("{not json")
+    with pytest.raises(StudyFolderError, match="is not the JSON the folder wrote"):
+        resume_study(out, progress=False)
+    assert study_status(out)["done"] == {"replicates": 16}
+    copy.unlink()  # deleting it is enough: written again from the manifest
+    resume_study(out, progress=False)
+    assert json.loads(copy.read_text()) == study.to_dict()
 
 
 def test_reading_a_folder_needs_neither_the_data_nor_the_target(tmp_path, monkeypatch):
@@ -386,6 +449,49 @@ def _env():
     env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
     env["JAX_PLATFORMS"] = "cpu"
     return env
+
+
+def _chunks_done(out):
+    try:
+        return len(json.loads((out / "manifest.json").read_text())["chunks"])
+    except (OSError, json.JSONDecodeError, KeyError):
+        return 0
+
+
+def test_sigterm_and_ctrl_c_stop_with_a_line_that_says_how_to_resume(tmp_path):
+    """A batch system's SIGTERM ended the command with no word (exit 143), Ctrl-C with a
+    KeyboardInterrupt traceback: both now print one line naming the folder and how to
+    continue, and the chunks written so far are kept."""
+    cfg = toy_config(target="test_study:slow_toy", n_replicates=768, chunk_size=16, seed=11)
+    cfg_path = tmp_path / "s.json"
+    cfg_path.write_text(json.dumps(cfg))
+    out = tmp_path / "run"
+    runs = ((["run", str(cfg_path), "--out", str(out)], signal.SIGTERM, 143,
+             "jaxeval: terminated (SIGTERM); the finished chunks are kept in"),
+            (["resume", str(out)], signal.SIGINT, 130, "jaxeval: interrupted; the finished"))
+    for args, sig, rc, line in runs:
+        before = _chunks_done(out)
+        proc = subprocess.Popen([sys.executable, "-m", "jaxeval", *args, "--quiet",
+                                 "--no-report"], env=_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 240
+        try:
+            while time.time() < deadline and proc.poll() is None and \
+                    _chunks_done(out) < before + 2:
+                time.sleep(0.005)
+            assert proc.poll() is None, "the study finished before it could be stopped"
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+            proc.wait()
+        assert proc.returncode == rc, err
+        assert line in err and f"`jaxeval resume {out}` continues the study" in err, err
+        assert "Traceback" not in err, err
+        st = study_status(out)
+        assert not st["complete"] and before < st["done"]["replicates"] // 16 < 48
+    resume_study(out, progress=False)
+    assert study_status(out)["complete"]
 
 
 @pytest.mark.default_codegen
@@ -652,6 +758,27 @@ def test_study_split_refusals_name_the_key(patch, key, text):
     with pytest.raises(StudyConfigError, match=text) as e:
         identification_problem(study, study.policies[0])
     assert e.value.key == key and str(e.value).startswith(key + ":")
+
+
+def test_missing_cells_in_a_study_pool_are_named_once(tmp_path):
+    """A pool with a missing cell: the message names the data file once, under its key
+    (it read "data: FILE: data: the simulation needs ...")."""
+    from jaxeval import ScoreMatrix
+    from jaxeval._study import identification_problem
+
+    rng = np.random.default_rng(0)
+    mask = np.ones((20, 12), bool)
+    mask[::2, 4] = False  # half the models: the pool holds some
+    path = ScoreMatrix((rng.random((20, 12)) < 0.5).astype(np.float32),
+                       mask=mask).to_npz(tmp_path / "holes.npz")
+    study = study_from_dict({"kind": "identification", "data": {"npz": str(path)},
+                             "n_replicates": 4, "policies": ["ucbe"], "budgets": [0.5],
+                             "num_arms": 3})
+    with pytest.raises(StudyConfigError) as e:
+        identification_problem(study, study.policies[0])
+    assert e.value.key == "data"
+    assert str(e.value).startswith(f"data: {path}: the simulation needs the full truth"), \
+        str(e.value)
 
 
 def test_folder_of_an_older_setup_is_not_extended_or_merged(tmp_path):
