@@ -285,8 +285,8 @@ jax.distributed.initialize(
     num_processes=cfg["num_processes"],
     process_id=cfg["process_id"],
 )
-from jaxeval._cli import main
-sys.exit(main(sys.argv[1:]))
+from jaxeval._cli import cli
+sys.exit(cli(sys.argv[1:]))
 """
 
 
@@ -630,13 +630,16 @@ _NEW_CAMPAIGN_WHY = " (a campaign's answers live there)"
 def _exclude_candidates(history, cands: list[str], source: str):
     """``history`` without the candidates' rows (``--exclude-candidates``), nor their
     repeated rows: a model's repeats are renamed ``name#2``, ``name#3``, ... on loading
-    (the bundled leaderboards hold resubmissions), and are its answers too."""
+    (the bundled leaderboards hold resubmissions), and are its answers too. (Only where
+    the loader says it renamed models: a model of another table may be named so.)"""
     if not cands:
         raise ValueError("--exclude-candidates: needs the candidates (--candidates "
                          "or --candidates-file)")
     drop = set(cands)
     models = history.models.tolist()
-    again = [m for m in models if m not in drop and re.fullmatch(r".+#\d+", m)
+    renamed = any("'models' names made unique with a '#k' suffix" in str(c)
+                  for c in history.metadata.get("conversions", []))
+    again = [m for m in models if renamed and m not in drop and re.fullmatch(r".+#\d+", m)
              and m.rsplit("#", 1)[0] in drop]
     keep = [i for i, m in enumerate(models) if m not in drop and m not in again]
     if len(keep) == history.n_models:
@@ -1027,8 +1030,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
         pass
 
 
-#: What the interrupted command can do next (set by ``run`` / ``resume``).
-_RESUME_HINT: list[str] = []
+#: The study folder an interrupted ``run`` / ``resume`` leaves (set by those commands).
+_STUDY_FOLDER: list[str] = []
 
 
 def cli(argv: list[str] | None = None) -> int:
@@ -1036,37 +1039,28 @@ def cli(argv: list[str] | None = None) -> int:
     :func:`main` with warnings shown as one line of the command (``main`` called from
     code leaves the caller's warning handling alone, e.g. ``pytest.warns``).
 
-    Ctrl-C and SIGTERM (a batch system's preemption) stop it with one line that says
-    how to continue, instead of a traceback or nothing; a study's finished chunks are
-    on disk either way. The current folder is on the import path, as with
-    ``python -m jaxeval``, so a replicates study's ``target`` module beside the study
-    file imports the same way for both."""
-    import signal
-
-    def stop(signum, frame):
-        raise KeyboardInterrupt(signum)
-
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.append(cwd)  # (after the installed packages: it shadows nothing)
-    try:
-        old = signal.signal(signal.SIGTERM, stop)
-    except ValueError:  # not the main thread: leave signals alone
-        old = None
-    _RESUME_HINT.clear()
+    Ctrl-C stops it with one line that says how to continue a study (instead of a
+    traceback), then ends the process by the signal itself, as Python does, so that a
+    calling shell loop stops too. SIGTERM keeps its default action (an immediate end):
+    a handler would run only once the current compiled chunk returns."""
+    _STUDY_FOLDER.clear()
     try:
         with warnings.catch_warnings():  # the previous display is back afterwards
             warnings.showwarning = _show_warning
             return main(argv)
-    except KeyboardInterrupt as e:
-        term = bool(e.args) and e.args[0] == signal.SIGTERM
-        hint = f"; {_RESUME_HINT[0]}" if _RESUME_HINT else ""
-        print(f"jaxeval: {'terminated (SIGTERM)' if term else 'interrupted'}{hint}",
-              file=sys.stderr)
-        return 143 if term else 130
-    finally:
-        if old is not None:
-            signal.signal(signal.SIGTERM, old)
+    except KeyboardInterrupt:
+        import shlex
+        import signal
+
+        hint = ""
+        if _STUDY_FOLDER and (Path(_STUDY_FOLDER[0]) / "manifest.json").is_file():
+            hint = (f"; the finished chunks are kept in {_STUDY_FOLDER[0]}: `jaxeval resume "
+                    f"{shlex.quote(_STUDY_FOLDER[0])}` continues the study")
+        print(f"jaxeval: interrupted{hint}", file=sys.stderr, flush=True)
+        if hasattr(signal, "SIGINT") and hasattr(os, "kill"):
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        return 130
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1110,8 +1104,7 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_main(args)
         if args.command == "run":
             study = load_study(args.config)
-            _RESUME_HINT[:] = [f"the finished chunks are kept in {args.out}: `jaxeval resume "
-                               f"{args.out}` continues the study"]
+            _STUDY_FOLDER[:] = [str(args.out)]
             try:
                 folder = run_study(
                     study, args.out, replicate_range=_parse_range(args.range),
@@ -1127,8 +1120,7 @@ def main(argv: list[str] | None = None) -> int:
                 _report(folder)
             return 0
         if args.command == "resume":
-            _RESUME_HINT[:] = [f"the finished chunks are kept in {args.dir}: `jaxeval resume "
-                               f"{args.dir}` continues the study"]
+            _STUDY_FOLDER[:] = [str(args.dir)]
             folder = resume_study(args.dir, progress=not args.quiet)
             if not args.no_report:
                 _report(folder)

@@ -28,7 +28,7 @@ from numpy.typing import ArrayLike
 
 from jaxeval import _identification as idn
 from jaxeval import _policies
-from jaxeval._data import ScoreMatrix
+from jaxeval._data import ScoreMatrix, names_as_str
 from jaxeval._factorization import ItemFactors
 from jaxeval._report import calls_to_target, true_best
 from jaxeval._runner import DEFAULT_LANES, as_key, run_replicates
@@ -682,7 +682,8 @@ def item_factors_of(factors, items=None) -> tuple[ItemFactors, float | None]:
     the caller's shape check.)"""
     own = getattr(factors, "items", None)
     if items is not None and own is not None and not isinstance(factors, ItemFactors):
-        own, want = np.asarray(own).astype(str), np.asarray(items).astype(str)
+        own = names_as_str(own, "items", "factors")  # (byte strings decoded as UTF-8)
+        want = names_as_str(items, "items", "data")
         if own.shape == want.shape and not np.array_equal(own, want):
             i = int(np.flatnonzero(own != want)[0])
             what = ("the same items in another order"

@@ -736,17 +736,37 @@ class ReplicateStudy:
         self.function()
 
     def function(self) -> Callable:
+        """The target, imported. A module in the current folder is found even where
+        that folder is not on the import path (the ``jaxeval`` console script; ``python
+        -m jaxeval`` puts it first), after everything that is."""
         import importlib
+        import sys
 
         mod, _, fn = self.target.partition(":")
         try:
-            f = getattr(importlib.import_module(mod), fn)
+            try:
+                module = importlib.import_module(mod)
+            except ModuleNotFoundError as e:
+                cwd = os.getcwd()
+                if e.name != mod.partition(".")[0] or cwd in sys.path or "" in sys.path:
+                    raise
+                sys.path.append(cwd)
+                try:
+                    module = importlib.import_module(mod)
+                finally:
+                    sys.path.remove(cwd)
+            f = getattr(module, fn)
         except (ImportError, AttributeError) as e:
             raise StudyConfigError("target", f"cannot import {self.target!r} ({e}; its module "
                                    "must be importable: installed, in the current folder, "
                                    "or on PYTHONPATH)") from None
         if not callable(f):
             raise StudyConfigError("target", f"{self.target!r} is not callable")
+        if _stale(module, fn, f):
+            raise StudyConfigError(
+                "target", f"{self.target!r}: the function this Python runs is not the one in "
+                f"{module.__file__} (the file was edited after the module was imported); "
+                "restart Python, or reload the module")
         return f
 
     def to_dict(self) -> dict:
@@ -934,6 +954,27 @@ def _versions() -> dict:
     import jaxeval
 
     return {"jax": jax.__version__, "jaxeval": jaxeval.__version__, "numpy": np.__version__}
+
+
+def _stale(module: Any, name: str, f: Any) -> bool:
+    """Whether the function ``name`` of an imported module differs from the one its
+    source file defines now: the file was edited after the import (a notebook that
+    imported it earlier), or an edit kept the file's size within the second of its
+    cached bytecode, which Python then still runs. The checksum of a folder's target
+    (:func:`_target_sha`) reads the file, so the two must agree. ``False`` when it
+    cannot tell (no source file, a wrapped or nested function)."""
+    import inspect
+
+    code = getattr(inspect.unwrap(f), "__code__", None)
+    path = getattr(module, "__file__", None)
+    if code is None or not path or not str(path).endswith(".py") or not os.path.isfile(path):
+        return False
+    try:
+        top = compile(Path(path).read_bytes(), path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return True  # the file no longer even compiles: not what runs
+    now = [c for c in top.co_consts if inspect.iscode(c) and c.co_name == code.co_name]
+    return len(now) == 1 and now[0] != code  # (code objects compare their contents)
 
 
 def _target_sha(study: Study) -> str | None:
@@ -1357,10 +1398,10 @@ def _open_folder(study: Study, out: Path, rng: tuple[int, int]) -> dict:
     elif (out / STUDY_FILE).exists():
         try:
             copy = json.loads((out / STUDY_FILE).read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (OSError, ValueError):  # (unreadable, not UTF-8, not JSON)
             copy = None
         if copy != manifest["config"]:  # an edit would be ignored without a word
-            what = ("is not the JSON the folder wrote" if copy is None else
+            what = ("is not the JSON the folder wrote" if not isinstance(copy, dict) else
                     _describe_diff(manifest["config"], copy).replace(
                         " there but ", f" in {MANIFEST_FILE} but ").replace(" here", " in it"))
             raise StudyFolderError(

@@ -481,17 +481,24 @@ def test_campaign_new_exclude_candidates(tmp_path, capsys, monkeypatch):
     # a candidate's repeated rows, renamed "name#k" on loading (resubmissions on the
     # bundled leaderboards), are its answers too: they go with it, and stderr says so
     rng = np.random.default_rng(1)
-    models = ["a", "b", "a#2", "a#3", "b#x", "c#2", "c", "d", "e"]
-    rep = str(jaxeval.ScoreMatrix((rng.random((9, 12)) < 0.5).astype(np.float32),
-                                  models=models).to_npz(tmp_path / "rep.npz"))
-    assert main(["campaign", "new", "g.npz", "--history", rep, "--candidates", "a", "b",
-                 "--policy", "ucbe", "--exclude-candidates"]) == 0
+    models = ["a", "b", "a", "a", "b#x", "c#2", "c", "d", "e"]
+    rep = tmp_path / "rep.npz"
+    np.savez(rep, scores=(rng.random((9, 12)) < 0.5).astype(np.float32),
+             models=np.array(models))
+    assert main(["campaign", "new", "g.npz", "--history", str(rep), "--candidates", "a", "b",
+                 "--policy", "ucbe", "--exclude-candidates",
+                 "--history-duplicate-names", "rename"]) == 0
     err = capsys.readouterr().err
     assert "also dropped 2 repeated row(s) of the candidates" in err and "['a#2', 'a#3']" in err
     from jaxeval._cli import _exclude_candidates
 
-    kept = _exclude_candidates(jaxeval.load(rep), ["a", "b"], "rep.npz").models.tolist()
+    hist = jaxeval.load(str(rep), duplicate_names="rename")
+    kept = _exclude_candidates(hist, ["a", "b"], "rep.npz").models.tolist()
     assert kept == ["b#x", "c#2", "c", "d", "e"]
+    # a table that renamed nothing: a model named "a#2" is another model
+    plain = jaxeval.ScoreMatrix(hist.scores, models=hist.models)
+    kept = _exclude_candidates(plain, ["a", "b"], "plain").models.tolist()
+    assert kept == ["a#2", "a#3", "b#x", "c#2", "c", "d", "e"]
     # the library's "items" is this command's --items-file
     assert main(["campaign", "new", "f.npz", "--candidates", "x", "y", "--policy",
                  "ucbe"]) == 2
