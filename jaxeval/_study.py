@@ -2278,6 +2278,17 @@ def study_budgets(study: IdentificationStudy) -> tuple[dict, tuple[int, ...]]:
         raise StudyConfigError(
             "budgets", f"fractions {study.budgets} of K*n={kn} calls repeat budgets {budgets}"
         )
+    far = [(f, max(1, int(round(f * kn)))) for f in study.budgets]
+    far = [(f, b) for f, b in far if abs(b - f * kn) > 0.1 * f * kn]
+    if far and tuple(study.budgets) != _default_budgets():
+        # (the tables and plots label checkpoints with the requested fractions; the
+        # default grid on a small problem is expected to round)
+        f, b = far[0]
+        warnings.warn(
+            f"budgets: {len(far)} fraction(s) of K*n = {kn} calls are not near a whole "
+            f"number of calls and were rounded, e.g. {f:g} to {b} call(s), "
+            f"{100 * b / kn:.3g}% of K*n; the summary labels them with the requested "
+            "fractions", UserWarning, stacklevel=2)
     info.update(budgets=list(budgets), calls_full=kn)
     return info, budgets
 

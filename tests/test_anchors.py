@@ -246,6 +246,15 @@ def test_named_anchor_scores_are_read_by_name(small_sm):
     u = pred.predict_unbiased(pd.Series(x[0], index=names)[::-1], extra, ys)
     assert u == pred.predict_unbiased(x[0], extra, ys)
     assert all(isinstance(v, np.float64) for v in u)
+    # the extra items' scores by name too (a dict was refused with a TypeError), read in
+    # the order of extra_items (the interval depends on the draw order)
+    ex = extra.tolist()
+    assert pred.predict_unbiased(x[0], extra, dict(zip(ex[::-1], ys[::-1]))) == u
+    assert pred.predict_unbiased(x[0], extra, pd.Series(ys, index=ex)[::-1]) == u
+    assert pred.predict_unbiased(x[0], extra, pd.Series(ys)) == u  # default labels
+    with pytest.raises(ValueError, match=rf"extra_scores: named scores must cover exactly "
+                                         rf"the 5 extra_items .each once.; missing \['{ex[4]}'\]"):
+        pred.predict_unbiased(x[0], extra, dict(zip(ex[:4], ys)))
     for bad, match in (
             (dict(zip(names[:-1], x[0])), rf"missing \['{names[-1]}'\], not anchors \[\]"),
             ({**dict(zip(names, x[0])), "zzz": 1.0}, r"missing \[\], not anchors \['zzz'\]"),

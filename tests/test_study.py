@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import jax
@@ -774,6 +775,23 @@ def test_study_split_refusals_name_the_key(patch, key, text):
     with pytest.raises(StudyConfigError, match=text) as e:
         identification_problem(study, study.policies[0])
     assert e.value.key == key and str(e.value).startswith(key + ":")
+
+
+
+def test_budgets_rounded_far_from_their_fraction_are_said(tmp_path):
+    """A fraction of K*n that is a fraction of one call is rounded up to a whole call:
+    the tables label the checkpoint with the requested fraction, so it is said (0.001
+    of 80 calls ran as 1 call, 1.25%, labelled acc@0.1%)."""
+    d = {"kind": "identification", "data": {"synthetic": {"n_items": 20, "rank": 2}},
+         "num_arms": 4, "n_replicates": 4, "policies": ["ucbe"], "chunk_size": 4}
+    with pytest.warns(UserWarning, match=r"budgets: 1 fraction\(s\) of K\*n = 80 calls .* "
+                                         r"e.g. 0.001 to 1 call\(s\), 1.25% of K\*n"):
+        run_study(study_from_dict({**d, "budgets": [0.001, 0.5]}), tmp_path / "a",
+                  progress=False)
+    with warnings.catch_warnings():  # near a whole number of calls: nothing to say
+        warnings.simplefilter("error")
+        run_study(study_from_dict({**d, "budgets": [0.1, 0.5]}), tmp_path / "b",
+                  progress=False)
 
 
 def test_missing_cells_in_a_study_pool_are_named_once(tmp_path):

@@ -65,6 +65,29 @@ def _key(seed: Any) -> jax.Array:
 
 
 
+def _by_extra_name(scores: Any, names: np.ndarray) -> Any:
+    """Extra items' scores given by name (a mapping or a pandas Series indexed by item)
+    as a list in the order of ``names``; anything else is returned as it is. A Series
+    with pandas' default labels ``0, 1, ...`` is read by position."""
+    index = getattr(scores, "index", None)
+    if not isinstance(scores, Mapping) and type(index).__name__ == "RangeIndex" and \
+            index.start == 0 and index.step == 1:
+        return scores.to_numpy()
+    if not isinstance(scores, Mapping) and not (
+            callable(getattr(scores, "items", None)) and callable(getattr(scores, "keys", None))):
+        return scores
+    pairs = list(scores.items())
+    by = {str(k): v for k, v in pairs}
+    want = names.tolist()
+    if len(by) != len(pairs) or set(by) != set(want):
+        missing = [c for c in want if c not in by]
+        extra = sorted(set(by) - set(want))
+        raise ValueError(
+            f"extra_scores: named scores must cover exactly the {len(want)} extra_items "
+            f"(each once); missing {missing[:5]}, not in extra_items {extra[:5]}")
+    return [by[c] for c in want]
+
+
 def _refuse_missing(scores: Any, what: str, names: Any = None) -> None:
     """Refuse masked entries of a masked array (``np.asarray`` would keep the hidden
     values as scores) and ``None`` / pandas ``NA`` (a float conversion fails on them
@@ -354,7 +377,9 @@ class AnchorPredictor:
           anchor_scores: ``[k]`` the model's scores on :attr:`anchor_items` (or a
             mapping / Series ``{item: score}``, as in :meth:`predict`).
           extra_items: ``[m]`` names from :meth:`extra_items`, in its order.
-          extra_scores: ``[m]`` their scores in [0, 1].
+          extra_scores: ``[m]`` their scores in [0, 1], in the order of ``extra_items``;
+            or a mapping / pandas Series ``{item: score}`` over exactly those items
+            (read in the order of ``extra_items``).
           alpha: error level of the interval (default: the predictor's ``alpha``).
 
         Returns:
@@ -383,6 +408,7 @@ class AnchorPredictor:
         idx = np.array([lookup[s] for s in names.tolist()], dtype=np.int32)
         if np.isin(idx, self.anchor_index).any() or np.unique(idx).size != idx.size:
             raise ValueError("extra_items: must be distinct non-anchor items")
+        extra_scores = _by_extra_name(extra_scores, names)
         _refuse_missing(extra_scores, "extra_scores", names)
         try:
             ys = np.asarray(extra_scores, dtype=np.float64).ravel()
