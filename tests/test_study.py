@@ -488,9 +488,12 @@ def test_ctrl_c_stops_with_a_line_that_says_how_to_resume(tmp_path):
     cfg_path = tmp_path / "s.json"
     cfg_path.write_text(json.dumps(cfg))
     out = tmp_path / "my runs"  # (a space: the hint quotes the path for a shell)
+    # (SIGINT back to its default in the child: a test run started in the background by
+    # a non-interactive shell ignores it, and Python keeps an ignored SIGINT ignored)
     proc = subprocess.Popen([sys.executable, "-m", "jaxeval", "run", str(cfg_path), "--out",
                              str(out), "--quiet", "--no-report"], env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 240
     try:  # each chunk sleeps 8 x 50 ms: 12 chunks, ~5 s after the first
         while time.time() < deadline and proc.poll() is None and _chunks_done(out) < 1:
