@@ -488,12 +488,14 @@ def test_ctrl_c_stops_with_a_line_that_says_how_to_resume(tmp_path):
     cfg_path = tmp_path / "s.json"
     cfg_path.write_text(json.dumps(cfg))
     out = tmp_path / "my runs"  # (a space: the hint quotes the path for a shell)
-    # (SIGINT back to its default in the child: a test run started in the background by
-    # a non-interactive shell ignores it, and Python keeps an ignored SIGINT ignored)
-    proc = subprocess.Popen([sys.executable, "-m", "jaxeval", "run", str(cfg_path), "--out",
+    # (the child sets Python's own SIGINT handler first: a test run started in the
+    # background by a non-interactive shell inherits SIGINT ignored, and Python keeps
+    # it so; a preexec_fn would fork a multithreaded process)
+    child = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+             "from jaxeval._cli import cli; sys.exit(cli(sys.argv[1:]))")
+    proc = subprocess.Popen([sys.executable, "-c", child, "run", str(cfg_path), "--out",
                              str(out), "--quiet", "--no-report"], env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
     try:  # each chunk sleeps 8 x 50 ms: 12 chunks, ~5 s after the first
         while time.time() < deadline and proc.poll() is None and _chunks_done(out) < 1:
