@@ -505,7 +505,7 @@ class ReplicatePlan:
                              f"are uint32), got start={start} and n_replicates={n_replicates}")
         # chunk ends at start's lane block plus whole chunks: one dispatch per range
         stop, first = int(start) + int(n_replicates), int(start) - int(start) % self.lanes
-        ends = [e for e in range(first + self.chunk_size, stop, self.chunk_size)]
+        ends = list(range(first + self.chunk_size, stop, self.chunk_size))
         ranges = list(zip([int(start), *ends], [*ends, stop]))
         out = jax.tree.map(
             lambda s: np.empty((n_replicates,) + tuple(s.shape), s.dtype), self.out_shapes

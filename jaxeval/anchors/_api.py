@@ -64,17 +64,26 @@ def _key(seed: Any) -> jax.Array:
         raise TypeError(f"seed: expected a non-negative int or a PRNG key, got {seed!r}") from None
 
 
+def _positional(labels: Any) -> bool:
+    """Whether pandas labels are the default ``0, 1, ...`` (made from an array, not
+    named): such a Series or DataFrame is read by position."""
+    return type(labels).__name__ == "RangeIndex" and labels.start == 0 and labels.step == 1
+
+
+def _keyed(x: Any) -> bool:
+    """A mapping, or a keyed container that is not one (a pandas Series indexed by
+    item name): read by name, never by position."""
+    return isinstance(x, Mapping) or (
+        callable(getattr(x, "items", None)) and callable(getattr(x, "keys", None)))
+
 
 def _by_extra_name(scores: Any, names: np.ndarray) -> Any:
     """Extra items' scores given by name (a mapping or a pandas Series indexed by item)
     as a list in the order of ``names``; anything else is returned as it is. A Series
     with pandas' default labels ``0, 1, ...`` is read by position."""
-    index = getattr(scores, "index", None)
-    if not isinstance(scores, Mapping) and type(index).__name__ == "RangeIndex" and \
-            index.start == 0 and index.step == 1:
+    if not isinstance(scores, Mapping) and _positional(getattr(scores, "index", None)):
         return scores.to_numpy()
-    if not isinstance(scores, Mapping) and not (
-            callable(getattr(scores, "items", None)) and callable(getattr(scores, "keys", None))):
+    if not _keyed(scores):
         return scores
     pairs = list(scores.items())
     by = {str(k): v for k, v in pairs}
@@ -237,24 +246,17 @@ class AnchorPredictor:
                     "position instead, pass a plain array in the order of .anchor_items)")
             return got
 
-        def positional(labels) -> bool:
-            # pandas' default labels 0, 1, ...: made from an array, not named
-            return type(labels).__name__ == "RangeIndex" and labels.start == 0 and \
-                labels.step == 1
-
         cols = getattr(anchor_scores, "columns", None)
         if cols is not None and callable(getattr(anchor_scores, "to_numpy", None)):
-            if positional(cols):
+            if _positional(cols):
                 return anchor_scores.to_numpy()
             got = check(cols)  # a DataFrame: one row per model, one column per item
             pos = {c: i for i, c in enumerate(got)}
             return np.asarray(anchor_scores.to_numpy())[:, [pos[c] for c in names]]
-        if not isinstance(anchor_scores, Mapping) and positional(
+        if not isinstance(anchor_scores, Mapping) and _positional(
                 getattr(anchor_scores, "index", None)):
             return anchor_scores.to_numpy()  # a Series made from an array
-        if isinstance(anchor_scores, Mapping) or (
-                callable(getattr(anchor_scores, "items", None))
-                and callable(getattr(anchor_scores, "keys", None))):
+        if _keyed(anchor_scores):
             pairs = list(anchor_scores.items())  # a dict, or a Series indexed by item
             got = check([k for k, _ in pairs])
             by = dict(zip(got, (v for _, v in pairs)))
