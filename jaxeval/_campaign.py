@@ -709,7 +709,9 @@ class IdentificationCampaign:
         Args:
           request: the request the last :meth:`ask` returned.
           scores: one score per requested item, in the request's order, or a mapping
-            ``{item name: score}`` covering exactly the request's items. Every item
+            ``{item name: score}`` covering exactly the request's items (a pandas
+            Series indexed by item name, or a one-row / one-column DataFrame, is matched
+            by name the same way). Every item
             needs its score (the estimator's terms are defined on the drawn items):
             retry a failed LLM call, or score it as your benchmark scores a failure.
 
@@ -752,7 +754,20 @@ class IdentificationCampaign:
                 and callable(getattr(scores, "keys", None)):
             # a keyed container that is not a Mapping (a pandas Series indexed by item
             # name): matched by name like a dict, never filed by position
-            scores = dict(scores.items())
+            shape = getattr(scores, "shape", None)
+            if isinstance(shape, tuple) and len(shape) == 2:
+                # a table (a pandas DataFrame): one row with the items as columns, or
+                # one column with the items as its index
+                if shape[0] == 1:
+                    scores = {k: np.asarray(v).ravel()[0] for k, v in scores.items()}
+                elif shape[1] == 1 and callable(getattr(scores, "squeeze", None)):
+                    scores = dict(scores.squeeze(axis=1).items())
+                else:
+                    raise ValueError(
+                        f"scores: a table of shape {shape}; give the request's scores as "
+                        "one row (items as columns) or one column (items as the index)")
+            else:
+                scores = dict(scores.items())
         if isinstance(scores, Mapping):
             names = self.items[index].tolist()
             by_name = {str(k): v for k, v in scores.items()}  # item names are strings

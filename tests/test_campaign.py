@@ -569,6 +569,33 @@ def test_a_series_of_scores_is_matched_by_item_name(problem):
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+def test_a_one_row_or_one_column_table_of_scores_is_matched_by_item_name(problem):
+    """A pandas DataFrame of one row (items as columns) or one column (items as the
+    index) is matched by item name; it was refused as shape (4, 1). A table of more
+    rows is refused by name, and nothing is changed."""
+    pd = pytest.importorskip("pandas")
+    hist, cands, _ = problem
+    want = np.array([0.1, 0.2, 0.3, 0.4])
+    for kind in ("row", "column", "two rows"):
+        camp = IdentificationCampaign(cands.models[:2], hist, policy="ucbe", batch_size=4,
+                                      budget=20, seed=0)
+        req = camp.ask()
+        names = list(req.items)
+        if kind == "row":
+            table = pd.DataFrame([want[::-1]], columns=names[::-1])
+        elif kind == "column":
+            table = pd.DataFrame({"score": want[::-1]}, index=names[::-1])
+        else:
+            table = pd.DataFrame([want, want], columns=names)
+            with pytest.raises(ValueError, match=r"scores: a table of shape \(2, 4\)"):
+                camp.tell(req, table)
+            assert camp.calls == 0 and camp.ask() == req  # still pending, unchanged
+            continue
+        camp.tell(req, table)
+        np.testing.assert_allclose(camp.scores().scores[req.arm, req.index], want,
+                                   rtol=1e-6)
+
+
 def test_status_of_naive_ranks_by_its_own_estimate_and_sysrs_ends_with_its_last_answer(
         problem, tmp_path):
     """naive: the recommended model is the top of status().estimate (its pooled
