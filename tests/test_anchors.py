@@ -669,8 +669,15 @@ def test_load_refuses_inconsistent_contents(small_sm, tmp_path):
     back = AnchorPredictor.load(edited("same.npz"))  # unedited: loads
     x = small_sm.take(items=pred.anchor_items).scores[:3]
     np.testing.assert_array_equal(back.predict(x)[0], pred.predict(x)[0])
-    with pytest.raises(ValueError, match="same names in another order"):
-        AnchorPredictor.load(tmp_path / "p.npz", items=small_sm.items[::-1])
+    # the same items in another order are the same benchmark (read by name): loaded;
+    # other items, or one given twice, are refused
+    back = AnchorPredictor.load(tmp_path / "p.npz", items=small_sm.items[::-1])
+    np.testing.assert_array_equal(back.predict(x)[0], pred.predict(x)[0])
+    with pytest.raises(ValueError, match="missing"):
+        AnchorPredictor.load(tmp_path / "p.npz", items=small_sm.items[1:])
+    twice = np.append(small_sm.items, small_sm.items[0])
+    with pytest.raises(ValueError, match="an item given twice"):
+        AnchorPredictor.load(tmp_path / "p.npz", items=twice)
 
 
 def test_evaluate_protocol_unbiased_estimate_without_auto(small_sm):

@@ -483,7 +483,8 @@ class AnchorPredictor:
         Args:
           path: the ``.npz`` file.
           items: optional item names (or a :class:`ScoreMatrix`) of the benchmark it
-            will be used with; refused when they differ from the saved ones.
+            will be used with; refused when they are not the saved ones (in any order:
+            scores are read by item name).
         """
         if isinstance(path, (str, os.PathLike)):
             p = Path(path)
@@ -537,17 +538,18 @@ class AnchorPredictor:
             ) from None
         if items is not None:
             names = items.items if isinstance(items, ScoreMatrix) else np.asarray(items).astype(str)
-            if names.shape != saved_items.shape or not np.array_equal(names, saved_items):
+            # (the predictor reads scores by item name: the same items in another order
+            # are the same benchmark)
+            if names.shape != saved_items.shape or not np.array_equal(
+                    np.sort(names), np.sort(saved_items)):
                 diff = np.setdiff1d(saved_items, names)[:3].tolist()
-                same = (names.shape == saved_items.shape
-                        and np.array_equal(np.sort(names), np.sort(saved_items)))
-                how = ("the same names in another order" if same else
-                       f"e.g. missing {diff}" if diff else
-                       f"e.g. not fitted on {np.setdiff1d(names, saved_items)[:3].tolist()}")
+                how = (f"e.g. missing {diff}" if diff else
+                       f"e.g. not fitted on {np.setdiff1d(names, saved_items)[:3].tolist()}"
+                       if np.setdiff1d(names, saved_items).size else "an item given twice")
                 raise ValueError(
                     f"items: the predictor in {path} was fitted on {saved_items.size} items "
                     f"that differ from the {names.size} given ({how}); "
-                    "refit it for this benchmark, or pass its items in the saved order"
+                    "refit it for this benchmark"
                 )
         return out
 
