@@ -281,7 +281,8 @@ class Config:
         if self.truth not in ("real", "synthetic"):
             raise ValueError(f"truth: expected 'real' or 'synthetic', got {self.truth!r}")
         if self.corruption not in CORRUPTIONS:
-            raise ValueError(f"corruption: unknown kind {self.corruption!r}")
+            raise ValueError(f"corruption: unknown kind {self.corruption!r}; expected one of "
+                             f"{CORRUPTIONS}")
         if tuple(sorted(self.budgets)) != tuple(self.budgets) or not self.budgets:
             raise ValueError(f"budgets must be a non-empty sorted tuple, got {self.budgets}")
         # call counters, budgets and the loop's step counter are int32

@@ -113,6 +113,7 @@ class GapBin:
         """LLM calls for the bin's replicates to reach ``accuracy`` (as
         :meth:`IdentificationReport.calls_to`; ``inf`` if never reached or the bin is
         empty)."""
+        accuracy = _target_accuracy(accuracy)
         if self.n_replicates == 0:
             return math.inf
         out = calls_to_target(self.calls_used, self.accuracy, accuracy)
@@ -219,6 +220,7 @@ class IdentificationReport:
           >>> round(rep.calls_to(0.9), 1), round(rep.calls_to(0.9, fraction=True), 3)
           (98.7, 0.822)
         """
+        accuracy = _target_accuracy(accuracy)
         out = calls_to_target(self.calls_used, self.accuracy, accuracy)
         out = math.inf if out is None else out
         return out / self.total_calls if fraction else out
@@ -242,9 +244,7 @@ class IdentificationReport:
         """Bootstrap draws of :meth:`calls_to` (``[n_boot]``, and ``other``'s on the same
         draws): instances resampled with replacement, each with all its replicates
         (replicates themselves for synthetic truth). Paired when ``other`` is given."""
-        acc = _as_number("accuracy", accuracy)
-        if not 0.0 < acc <= 1.0:
-            raise ValueError(f"accuracy: expected a number in (0, 1], got {accuracy!r}")
+        accuracy = _target_accuracy(accuracy)
         if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or \
                 not 100 <= n_boot <= 10**6:
             raise ValueError(f"n_boot: expected an integer in [100, 10**6], got {n_boot!r}")
@@ -567,12 +567,24 @@ def split_pool(sm: ScoreMatrix, n_train: int | None, K: int, seed: int):
     :class:`PoolError` (a ``ValueError``) naming the argument at fault.
     """
     m = sm.n_models
-    if n_train is None:
+    if m < 2:
+        raise PoolError(
+            "data",
+            f"data: {m} distinct model(s) after removing duplicate rows; identification "
+            "needs at least 2 models that differ on some item",
+        )
+    default = n_train is None
+    if default:
         n_train = m // 2
     try:
         n_train = _check_int("n_train", n_train, 0, m - 2)
     except ValueError as e:
-        raise PoolError("n_train", str(e)) from None
+        why = (f"n_train: the default (half of the models, {n_train}) leaves fewer than 2 "
+               f"candidates of the {m} distinct models (after removing duplicate rows); "
+               "give n_train explicitly") if default else (
+            f"{e} ({m} distinct models after removing duplicate rows, and at least 2 "
+            "stay candidates)")
+        raise PoolError("n_train", why) from None
     if n_train > 0:
         train, pool = sm.split([n_train], seed=seed)
     else:
@@ -761,6 +773,16 @@ def _as_number(name, value) -> float:
         return float(value)
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}") from None
+
+
+def _target_accuracy(accuracy) -> float:
+    """``calls_to``'s target: a number in (0, 1] (95 or NaN is refused, not read as
+    "never reached")."""
+    acc = _as_number("accuracy", accuracy)
+    if not 0.0 < acc <= 1.0:
+        raise ValueError(f"accuracy: expected a number in (0, 1] (a share, not a percent), "
+                         f"got {accuracy!r}")
+    return acc
 
 
 def _check_real(name, value, lo, hi):

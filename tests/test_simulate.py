@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import jaxeval
-from jaxeval import _simulate
+from jaxeval import ScoreMatrix, _simulate
 from jaxeval._simulate import IdentificationReport, SyntheticSpec, simulate_identification
 
 
@@ -43,7 +43,7 @@ def _small_matrix(m=12, n=20, seed=0):
         (dict(lam0=2.0), "lam0 must lie in"),
         (dict(lam0="auto"), r"lam0 must be a number in \[0, 1\] or 'learned'"),
         (dict(corruption="biased"), "corruption='biased': corrupts predictions, which policy"),
-        (dict(corruption="bogus"), "corruption: unknown kind 'bogus'"),
+        (dict(corruption="bogus"), "corruption: unknown kind 'bogus'; expected one of .*'random'"),
         (dict(horizon=5), "horizon: only SySRs plans for a horizon, not policy 'ucbe'"),
         (dict(lam0="learned"), "lam0='learned' needs real data .* a policy that uses predictions"),
         (dict(num_newton=-1), "num_newton must be"),
@@ -58,6 +58,25 @@ def test_refusals(kwargs, match):
     policy = kw.pop("policy", "ucbe")
     with pytest.raises((ValueError, TypeError), match=match):
         simulate_identification(_small_matrix(), policy, **kw)
+
+
+def test_degenerate_matrices_are_refused_for_what_they_are():
+    """All-equal rows (one distinct model), or two distinct models with the default
+    split, were refused as "n_train must be in [0, -1], got 0", blaming an argument the
+    user had not set: the message says what the matrix lacks, or that the default is
+    at fault."""
+    with pytest.raises(ValueError, match=r"data: 1 distinct model\(s\) after removing"):
+        simulate_identification(ScoreMatrix(np.zeros((12, 30))), "ucbe", K=2,
+                                n_replicates=4)
+    with pytest.raises(ValueError, match=r"data: 1 distinct model\(s\)"):
+        simulate_identification(ScoreMatrix(np.tile([0.0, 1.0], (5, 3))), "ucbe", K=2,
+                                n_replicates=4, n_train=0)
+    two = ScoreMatrix(np.repeat([[0.0], [1.0]], 6, axis=0))  # one item: two distinct rows
+    with pytest.raises(ValueError, match=r"n_train: the default \(half of the models, 1\) "
+                       r"leaves fewer than 2 candidates of the 2 distinct models"):
+        simulate_identification(two, "ucbe", K=2, n_replicates=4)
+    with pytest.raises(ValueError, match=r"n_train must be in \[0, 0\], got 1 \(2 distinct"):
+        simulate_identification(two, "ucbe", K=2, n_replicates=4, n_train=1)
 
 
 @pytest.mark.parametrize(
@@ -746,6 +765,15 @@ def test_calls_to_ratio_is_paired_and_checked():
             a.calls_to_interval(**bad)
     with pytest.raises(TypeError, match="fraction: expected True or False"):
         a.calls_to_interval(fraction="yes")
+    # calls_to (of the report and of a gap bin) checks its target alike: 95 (a percent)
+    # and NaN read as "never reached" (inf), 0 and -1 as the first checkpoint
+    for target in (a, a.by_gap()[0]):
+        for bad in (95, 0.0, -1, float("nan")):
+            with pytest.raises(ValueError, match=r"accuracy: expected a number in \(0, 1\] "
+                               r"\(a share, not a percent\), got"):
+                target.calls_to(bad)
+        with pytest.raises(TypeError, match="accuracy must be a number, got str"):
+            target.calls_to("0.9")
     one = simulate_identification(sm, "ucbe", **dict(kw, n_instances=1))
     with pytest.raises(ValueError, match="needs at least 2 of them, the report has 1"):
         one.calls_to_interval()
