@@ -322,6 +322,14 @@ def _setup_jax(args: argparse.Namespace, argv: list[str]) -> None:
     if coord is not None and _DIST_ENV not in os.environ:
         if args.num_processes is None or args.process_id is None:
             _fail("run", "--coordinator needs --num-processes and --process-id")
+        host, _, port = coord.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            _fail("run", f"--coordinator: expected HOST:PORT (e.g. host0:1234), got {coord!r}")
+        if args.num_processes < 1:
+            _fail("run", f"--num-processes: expected an integer >= 1, got {args.num_processes}")
+        if not 0 <= args.process_id < args.num_processes:
+            _fail("run", f"--process-id: expected an integer in [0, {args.num_processes - 1}] "
+                         f"(--num-processes {args.num_processes}), got {args.process_id}")
         cpu = os.environ.get("JAX_PLATFORMS", "").startswith("cpu") or not _has_accelerator()
         cfg = {
             "coordinator": coord,

@@ -153,6 +153,17 @@ def test_bad_range_text(tmp_path, capsys):
      "--num-processes and --process-id need --coordinator"),
     (["--process-id", "0"], "need --coordinator"),
     (["--coordinator", "localhost:1234"], "--coordinator needs --num-processes and --process-id"),
+    # checked here, not by JAX after the restart (a traceback, exit code 1)
+    (["--coordinator", "localhost:1", "--num-processes", "2", "--process-id", "5"],
+     "--process-id: expected an integer in [0, 1] (--num-processes 2), got 5"),
+    (["--coordinator", "localhost:1", "--num-processes", "2", "--process-id", "-1"],
+     "--process-id: expected an integer in [0, 1]"),
+    (["--coordinator", "localhost:1", "--num-processes", "0", "--process-id", "0"],
+     "--num-processes: expected an integer >= 1, got 0"),
+    (["--coordinator", "nonsense", "--num-processes", "1", "--process-id", "0"],
+     "--coordinator: expected HOST:PORT (e.g. host0:1234), got 'nonsense'"),
+    (["--coordinator", "host:99999", "--num-processes", "1", "--process-id", "0"],
+     "--coordinator: expected HOST:PORT"),
 ])
 def test_distributed_flags_refused_unless_complete(tmp_path, capsys, args, match):
     """Without --coordinator the process flags would be ignored: every process of an
