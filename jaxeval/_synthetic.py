@@ -101,6 +101,10 @@ def _as_key(key_or_seed: Any) -> jax.Array:
                 f"synthetic_matrix: an int seed must lie in [0, 2**32), got {key_or_seed}"
             )
         return jax.random.key(int(key_or_seed))
+    if isinstance(key_or_seed, (str, bytes, bool, np.bool_, float, np.floating)) \
+            or key_or_seed is None:
+        raise TypeError(f"synthetic_matrix: 'key_or_seed' must be an int seed or a PRNG key, "
+                        f"got {type(key_or_seed).__name__} {key_or_seed!r}")
     k = jnp.asarray(key_or_seed)
     if jnp.issubdtype(k.dtype, jax.dtypes.prng_key):
         return k
@@ -226,6 +230,14 @@ def _check_real(name: str, value: Any, none_ok: bool = False) -> None:
                     f"{value!r}")
 
 
+def _concrete(value: Any) -> np.ndarray | None:
+    """``value`` as a float64 numpy array, or None for a traced (abstract) value."""
+    try:
+        return np.asarray(value, np.float64)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        return None
+
+
 def _check_int(value: Any, name: str, lo: int) -> int:
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
         raise TypeError(f"synthetic_matrix: '{name}' must be an int >= {lo}, got {value!r}")
@@ -298,6 +310,14 @@ def synthetic_matrix(
                     ("difficulty_mean", difficulty_mean),
                     ("difficulty_scale", difficulty_scale), ("concentration", concentration)):
         _check_real(name, v, none_ok=name in ("gap", "concentration"))
+    for name, v, lo in (("model_scale", model_scale, 0.0), ("item_scale", item_scale, 0.0),
+                        ("difficulty_mean", difficulty_mean, -np.inf),
+                        ("difficulty_scale", difficulty_scale, 0.0)):
+        x = _concrete(v)  # (a traced value is the caller's to check)
+        if x is not None and not (np.isfinite(x).all() and (x >= lo).all()):
+            raise ValueError(
+                f"synthetic_matrix: '{name}' must be finite" + (" and >= 0" if lo == 0 else "")
+                + f", got {v!r}")
     if isinstance(gap, (int, float, np.number)) and not 0.0 <= float(gap) <= 1.0:
         raise ValueError(f"synthetic_matrix: 'gap' must lie in [0, 1], got {gap!r}")
     if isinstance(concentration, (int, float, np.number)) and not float(concentration) > 0:

@@ -208,6 +208,13 @@ def test_numpy_helper_returns_score_matrix_with_truth():
         (dict(model_scale=None), TypeError, "'model_scale' must be a real number"),
         (dict(n_candidates=2.5), TypeError, "'n_candidates' must be an int in"),
         (dict(n_candidates=9), ValueError, "'n_candidates' must be an int in"),
+        # concrete scales out of range gave a normal-looking all-zero matrix (NaN) or a
+        # mirrored one (negative)
+        (dict(model_scale=float("nan")), ValueError, "'model_scale' must be finite and >= 0"),
+        (dict(model_scale=-1.0), ValueError, "'model_scale' must be finite and >= 0"),
+        (dict(item_scale=np.array([1.0, -1.0])), ValueError, "'item_scale' must be finite"),
+        (dict(difficulty_scale=np.inf), ValueError, "'difficulty_scale' must be finite"),
+        (dict(difficulty_mean=float("nan")), ValueError, "'difficulty_mean' must be finite, "),
     ],
 )
 def test_bad_arguments_refused(kwargs, error, match):
@@ -227,6 +234,15 @@ def test_bad_helper_arguments_refused():
         synthetic_matrix(jnp.zeros(3), 5, 10)
     with pytest.raises(ValueError, match=r"int seed must lie in \[0, 2\*\*32\), got 4294967296"):
         synthetic_matrix(2**32, 5, 10)
+    with pytest.raises(TypeError, match="'key_or_seed' must be an int seed or a PRNG key, "
+                       "got str 'x'"):
+        synthetic_matrix("x", 5, 10)
+    with pytest.raises(ValueError, match="'model_scale' must be finite and >= 0, got nan"):
+        synthetic_score_matrix(0, 5, 10, model_scale=float("nan"))
+    # a traced scale is the caller's to check: jit and vmap over scales still work
+    acc = jax.vmap(lambda s: synthetic_matrix(0, 5, 10, model_scale=s).accuracy)(
+        jnp.array([0.5, 1.0, 2.0]))
+    assert acc.shape == (3, 5)
 
 
 @pytest.mark.slow
