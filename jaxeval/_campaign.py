@@ -412,6 +412,12 @@ class IdentificationCampaign:
             if isinstance(v, (set, frozenset)):  # no order: the same seed, other requests
                 raise TypeError(f"{name}: expected an ordered sequence of names, got a "
                                 f"{type(v).__name__} (its order changes between runs)")
+        for name, v in (("candidates", candidates), ("items", items)):
+            nested = v is not None and not isinstance(v, ScoreMatrix) and any(
+                not isinstance(x, (str, bytes)) and np.ndim(x) != 0 for x in v)
+            if nested:  # (str() would make each row one name)
+                raise ValueError(f"{name}: expected a flat sequence of names, got nested "
+                                 f"sequences (shape {np.shape(v)})")
         cands = np.asarray([str(c) for c in candidates])
         if cands.ndim != 1 or cands.size < 2:
             raise ValueError(f"candidates: expected at least 2 model names, got {cands.size}")
@@ -464,9 +470,14 @@ class IdentificationCampaign:
         num_newton = _check_int("num_newton", num_newton, 0, 10_000)
         fit_steps = _check_int("fit_steps", fit_steps, 1)
         needs_pred = policy in _policies.PREDICTION_POLICIES
-        # the rank matters only to a policy that fits factors (and a history of a short
-        # benchmark must not make UCB-E or SySRs refuse the default rank)
-        rank = _check_int("rank", rank, 1, n if needs_pred else 10**6)
+        # the rank matters only to a policy that fits factors on history (a short
+        # benchmark must not make UCB-E, SySRs or given factors refuse the default rank)
+        fits = needs_pred and factors is None
+        rank = _check_int("rank", rank, 1, 10**6)
+        if fits and rank > n:
+            raise ValueError(f"rank: the factorization fitted on history has at most one "
+                             f"factor per item ({n} items), got rank={rank} (the default "
+                             "is 8): pass a smaller rank")
         for name, v in (("synchronized", synchronized), ("refit", refit),
                         ("stop_when_confident", stop_when_confident),
                         ("skip_separated", skip_separated)):

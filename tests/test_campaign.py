@@ -277,8 +277,14 @@ def test_bad_settings_are_named(problem):
         IdentificationCampaign(names, hist.scores)
     with pytest.raises(TypeError, match="synchronized: expected True or False"):
         IdentificationCampaign(names, hist, synchronized="no", factors=lr)
-    with pytest.raises(ValueError, match=r"rank must be in \[1, 90\]"):
+    with pytest.raises(ValueError, match=r"rank must be in \[1, 1000000\]"):
         IdentificationCampaign(names, hist, rank=0)
+    # a 2-D array of names was taken as one name per row ("['a' 'b']")
+    with pytest.raises(ValueError, match=r"candidates: expected a flat sequence of names, "
+                       r"got nested sequences \(shape \(2, 2\)\)"):
+        IdentificationCampaign(np.array([["a", "b"], ["c", "d"]]), hist, factors=lr)
+    with pytest.raises(ValueError, match="items: expected a flat sequence of names"):
+        IdentificationCampaign(names, items=[hist.items[:2], hist.items[2:4]], policy="ucbe")
     with pytest.raises(ValueError, match="factors: item factors of shape"):
         IdentificationCampaign(names, hist, factors=ItemFactors(lr.V[:5], lr.c[:5], lr.u_mean))
     with pytest.raises(ValueError, match="seed: keys of the default PRNG"):
@@ -544,11 +550,15 @@ def test_a_finished_policy_stays_finished_after_load(tmp_path):
         assert got.recommended == st.recommended and got.calls == st.calls
         np.testing.assert_array_equal(got.pulls, st.pulls)
         assert back.ask() is None
-    with pytest.raises(ValueError, match="rank"):  # a policy that fits factors: checked
-        IdentificationCampaign(["a", "b"], items=[f"i{j}" for j in range(n)],
-                               policy="pulse_ucb", rank=8, factors=ItemFactors(
-                                   np.zeros((n, 8), np.float32), np.zeros(n, np.float32),
-                                   np.zeros(8, np.float32)))
+    # a policy that fits factors on history: the rank is checked, naming the default
+    hist = jaxeval.ScoreMatrix(rng.random((3 * K, n)).round(), items=[f"i{j}" for j in range(n)])
+    with pytest.raises(ValueError, match=r"rank: the factorization fitted on history has "
+                       r"at most one factor per item \(6 items\), got rank=8 \(the default"):
+        IdentificationCampaign(["a", "b"], hist, policy="pulse_ucb")
+    # given factors carry their rank: the unused default was refused on 6 items
+    lr = jaxeval.fit_factorization(hist, rank=2, rho=1.0, num_steps=20)
+    camp = IdentificationCampaign(["a", "b"], items=hist.items, factors=lr)
+    assert camp.ask() is not None
 
 
 def test_a_series_of_scores_is_matched_by_item_name(problem):
