@@ -185,6 +185,19 @@ def _check_names(names: Any, length: int, what: str, source: str) -> np.ndarray:
 
 
 
+def _is_frame(x: Any) -> bool:
+    """A pandas DataFrame (or a look-alike), recognised without importing pandas."""
+    return all(callable(getattr(x, a, None)) for a in ("to_numpy", "items")) and all(
+        hasattr(x, a) for a in ("index", "columns", "dtypes"))
+
+
+def _default_labels(axis: Any) -> bool:
+    """pandas' default labels ``0, 1, ..., len - 1`` (which name nothing)."""
+    vals = list(axis)
+    return all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v == i
+               for i, v in enumerate(vals))
+
+
 def _check_seed(seed: Any, where: str) -> None:
     """Split seeds are non-negative ints (``None`` would silently draw a random split)."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
@@ -206,6 +219,11 @@ class ScoreMatrix:
       source: where the matrix came from (file path or dataset name).
       metadata: read-only mapping of provenance notes (licence, conversions made
         by the loader, rows removed, ...).
+
+    ``scores`` may be a pandas DataFrame with models as rows and items as columns: its
+    index and columns name the models and items (unless ``models`` / ``items`` are
+    given; pandas' default labels ``0, 1, ...`` name nothing), and its missing values
+    (NaN, or NA of a nullable column) are unobserved cells.
 
     Example:
       >>> import numpy as np, jaxeval
@@ -233,6 +251,25 @@ class ScoreMatrix:
                             f"{type(self.metadata).__name__}")
         notes = copy.deepcopy(_plain(meta))  # each matrix owns its notes' lists
         hidden = None  # the cells a numpy masked array masks
+        table = self.scores
+        if _is_frame(table):
+            # a pandas DataFrame: models as rows, items as columns; its labels name them
+            # (pandas' default 0, 1, ... names nothing), its missing values (NaN, NA of a
+            # nullable column) are unobserved cells
+            from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+            for field, axis in (("models", table.index), ("items", table.columns)):
+                if getattr(self, field) is None and not _default_labels(axis):
+                    object.__setattr__(self, field, [str(x) for x in axis])
+            bad = [str(c) for c, t in table.dtypes.items()
+                   if not (is_numeric_dtype(t) or is_bool_dtype(t))]
+            if bad:  # (text such as "1" would be read as a number)
+                kinds = sorted({str(t) for t in table.dtypes
+                                if not (is_numeric_dtype(t) or is_bool_dtype(t))})
+                raise TypeError(f"{src}: field 'scores' must be real numbers; DataFrame "
+                                f"column(s) {bad[:5]} are not (dtype {', '.join(kinds)})")
+            object.__setattr__(self, "scores",
+                               table.to_numpy(dtype=np.float64, na_value=np.nan))
         if np.ma.isMaskedArray(self.scores):
             hidden = np.ma.getmaskarray(self.scores)
             raw = np.asarray(np.ma.getdata(self.scores))

@@ -157,8 +157,11 @@ def load(source: Any, **kwargs: Any) -> ScoreMatrix:
             )
         return datasets.load(source)
     if not isinstance(source, (str, os.PathLike)):
+        hint = ("; a pandas DataFrame (models as rows, items as columns) is read by "
+                "jaxeval.ScoreMatrix(df)") if type(source).__name__ == "DataFrame" else ""
         raise TypeError(
-            f"load: expected a dataset name, a path or a ScoreMatrix, got {type(source).__name__}"
+            f"load: expected a dataset name, a path or a ScoreMatrix, got "
+            f"{type(source).__name__}{hint}"
         )
     path = Path(source)
     if not path.exists():

@@ -338,3 +338,32 @@ def test_repr_counts_a_few_missing_cells():
     assert "4 cells missing" in repr(jaxeval.ScoreMatrix(s))
     s[:5] = np.nan
     assert "5.0% missing" in repr(jaxeval.ScoreMatrix(s))
+
+
+def test_a_dataframe_names_its_models_and_items():
+    """A pandas DataFrame's index and columns name the models and items (they were
+    dropped for model_0, item_0, ...: anchors were then reported as "item_19"); a
+    nullable column's NA is an unobserved cell; text columns are refused by name."""
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame([[1, 0, 1], [0, 0, 1]], index=["gpt-x", "llama-y"],
+                      columns=["q1", "q2", "q3"])
+    sm = ScoreMatrix(df)
+    assert sm.models.tolist() == ["gpt-x", "llama-y"] and sm.items.tolist() == ["q1", "q2", "q3"]
+    np.testing.assert_array_equal(sm.scores, [[1, 0, 1], [0, 0, 1]])
+    assert ScoreMatrix(df, models=["a", "b"]).models.tolist() == ["a", "b"]  # given: kept
+    plain = ScoreMatrix(pd.DataFrame([[1.0, 0.0], [0.0, 1.0]]))  # pandas' default labels
+    assert plain.models.tolist() == ["model_0", "model_1"]
+    assert plain.items.tolist() == ["item_0", "item_1"]
+    nullable = pd.DataFrame({"q1": pd.array([1, None], dtype="Int64"),
+                             "q2": pd.array([True, False], dtype="boolean"),
+                             "q3": [0.5, 0.25]}, index=["a", "b"])
+    sm = ScoreMatrix(nullable)
+    np.testing.assert_array_equal(sm.mask, [[True, True, True], [False, True, True]])
+    np.testing.assert_allclose(sm.scores, [[1, 1, 0.5], [0, 0, 0.25]])
+    assert "1 NaN cells read as unobserved" in sm.metadata["conversions"][0]
+    with pytest.raises(TypeError, match=r"DataFrame column\(s\) \['q1'\] are not"):
+        ScoreMatrix(pd.DataFrame({"q1": ["1", "0"], "q2": [1, 0]}))
+    with pytest.raises(ValueError, match="field 'items' has duplicate names"):
+        ScoreMatrix(pd.DataFrame([[1, 0]], index=["a"], columns=["x", "x"]))
+    with pytest.raises(TypeError, match=r"is read by jaxeval.ScoreMatrix\(df\)"):
+        jaxeval.load(df)
