@@ -58,9 +58,21 @@ def mae_pp(
       >>> float(mae_pp(jnp.array([0.5, 0.7]), jnp.array([0.6, 0.7])))  # doctest: +ELLIPSIS
       5.0...
     """
+    _shapes_agree("mae_pp", pred=pred, true=true, where=where)
     pred = jnp.asarray(pred, dtype=jnp.float32)
     true = jnp.asarray(true, dtype=jnp.float32)
     return 100.0 * jnp.mean(jnp.abs(pred - true), axis=axis, where=where)
+
+
+def _shapes_agree(fn: str, **arrays: Any) -> None:
+    """Refuse arguments whose shapes do not broadcast together, naming them (JAX's own
+    error named none). Shapes are static, so this holds under jit too."""
+    shapes = {k: tuple(np.shape(v)) for k, v in arrays.items() if v is not None}
+    try:
+        jnp.broadcast_shapes(*shapes.values())
+    except ValueError:
+        raise ValueError(f"{fn}: shapes do not broadcast together: " + ", ".join(
+            f"{k} {v}" for k, v in shapes.items())) from None
 
 
 def _pair_signs(a: jax.Array) -> jax.Array:
@@ -103,6 +115,14 @@ def kendall_tau_b(x: jax.Array, y: jax.Array, where: jax.Array | None = None) ->
     """
     x = jnp.asarray(x)
     y = jnp.asarray(y)
+    if x.shape != y.shape:
+        raise ValueError(f"kendall_tau_b: x and y must have the same shape, got x {x.shape} "
+                         f"and y {y.shape}")
+    if where is not None:
+        _shapes_agree("kendall_tau_b", x=x, where=where)
+        if jnp.broadcast_shapes(x.shape, np.shape(where)) != x.shape:
+            raise ValueError(f"kendall_tau_b: where {np.shape(where)} must broadcast to the "
+                             f"shape of x {x.shape}")
 
     def nan_free(a):  # (a with NaN set to 0, where it was NaN), in a's own dtype
         if not jnp.issubdtype(a.dtype, jnp.inexact):
@@ -271,6 +291,7 @@ def coverage(
       >>> per_arm.tolist(), bool(fw)
       ([True, False], False)
     """
+    _shapes_agree("coverage", lower=lower, upper=upper, truth=truth)
     lower, upper, truth = jnp.asarray(lower), jnp.asarray(upper), jnp.asarray(truth)
     per_arm = (lower <= truth) & (truth <= upper)
     return per_arm, jnp.all(per_arm, axis=-1)

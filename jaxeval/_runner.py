@@ -333,6 +333,15 @@ class ReplicatePlan:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         if isinstance(lanes, bool) or not isinstance(lanes, (int, np.integer)) or lanes < 1:
             raise ValueError(f"lanes must be a positive integer, got {lanes!r}")
+        if not callable(replicate_fn):
+            raise TypeError(f"replicate_fn: expected a function (key, *operands) -> pytree, "
+                            f"got {type(replicate_fn).__name__} {replicate_fn!r}")
+        if not isinstance(operands, (tuple, list)):
+            # (an array would be unpacked into one operand per row)
+            raise TypeError(f"operands: expected a tuple of operands, got "
+                            f"{type(operands).__name__}; pass (x,) for one operand")
+        if not isinstance(with_index, (bool, np.bool_)):
+            raise TypeError(f"with_index: expected True or False, got {with_index!r}")
         self.replicate_fn = replicate_fn
         self.with_index = bool(with_index)
         self.devices = devs
@@ -500,6 +509,8 @@ class ReplicatePlan:
 
     def run(self, seed: Any, start: int, n_replicates: int, *, progress: bool = True) -> Any:
         """Replicates ``start .. start + n_replicates - 1`` as numpy arrays."""
+        if not isinstance(progress, (bool, np.bool_)):
+            raise TypeError(f"progress: expected True or False, got {progress!r}")
         if int(start) + int(n_replicates) > 2**32:
             raise ValueError(f"start + n_replicates must stay at most 2**32 (replicate indices "
                              f"are uint32), got start={start} and n_replicates={n_replicates}")

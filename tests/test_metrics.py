@@ -212,3 +212,21 @@ def test_best_arms_of_integer_scores():
     assert metrics.best_arms(np.array([0, 1], np.uint8), atol=2).tolist() == [True, True]
     assert metrics.best_arms(np.array([0, 3], np.uint8), atol=1).tolist() == [False, True]
     assert metrics.best_arms(jnp.array([2, 5, 5], jnp.int32)).tolist() == [False, True, True]
+
+
+def test_mismatched_shapes_are_named():
+    """Shapes that do not agree failed deep inside JAX ("Incompatible shapes for
+    broadcasting"), naming no argument."""
+    from jaxeval.metrics import coverage, kendall_tau_b, mae_pp
+
+    with pytest.raises(ValueError, match=r"mae_pp: shapes do not broadcast together: "
+                       r"pred \(3,\), true \(4,\)"):
+        mae_pp(np.ones(3), np.ones(4))
+    with pytest.raises(ValueError, match=r"kendall_tau_b: x and y must have the same shape"):
+        kendall_tau_b(np.ones(3), np.ones(4))
+    with pytest.raises(ValueError, match=r"kendall_tau_b: shapes .* where \(5,\)"):
+        kendall_tau_b(np.ones(3), np.ones(3), where=np.ones(5, bool))
+    with pytest.raises(ValueError, match=r"coverage: shapes .* truth \(2,\)"):
+        coverage(np.zeros(3), np.ones(3), np.ones(2))
+    # broadcasting that agrees still works, jitted too
+    assert float(jax.jit(mae_pp)(jnp.ones((2, 3)), jnp.zeros(3))) == pytest.approx(100.0)

@@ -242,6 +242,18 @@ def test_bad_arguments_named():
     with pytest.raises(TypeError, match="operands: a typed PRNG key cannot be an operand"):
         run_replicates(lambda k, kk: jax.random.uniform(k), 0, 2,
                        operands=(jax.random.key(1),), progress=False)
+    # an array as operands was unpacked into one operand per row ("takes 2 positional
+    # arguments but 4 were given"); a string flag counted as true; a number as the
+    # function failed as "'int' object is not callable"
+    with pytest.raises(TypeError, match=r"operands: expected a tuple of operands, got "
+                       r"ndarray; pass \(x,\) for one operand"):
+        run_replicates(lambda k, x: x.sum(), 0, 2, operands=np.ones(3), progress=False)
+    with pytest.raises(TypeError, match="with_index: expected True or False, got 'no'"):
+        run_replicates(f, 0, 2, with_index="no", progress=False)
+    with pytest.raises(TypeError, match="progress: expected True or False, got 'x'"):
+        run_replicates(f, 0, 2, progress="x")
+    with pytest.raises(TypeError, match="replicate_fn: expected a function"):
+        run_replicates(3, 0, 2)
 
 
 def test_seeds_above_2_pow_32_get_their_own_stream():
