@@ -10,7 +10,9 @@ with messages naming the argument; the kernels only report status codes.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -676,6 +678,14 @@ def fit_factorization(
             f"fit_factorization: the fit hit non-finite values (status {int(res.status)}); "
             "try a smaller learning_rate or a larger rho"
         )
+    final = float(res.final_loss)
+    if final > 1.1 * math.log(2.0):
+        # every factor at 0 (each score predicted as 0.5) costs log 2 per cell: a fit
+        # that ends well above it diverged or stopped early, and predicts worse than that
+        warnings.warn(
+            f"fit_factorization: the fit ended at a loss of {final:.4g} per observed cell, "
+            f"above the {math.log(2.0):.4f} of predicting 0.5 everywhere (learning_rate="
+            f"{learning_rate:g} too large, or num_steps={num_steps} too few?)", stacklevel=2)
     f, U = _empirical_prior(res.U, res.item_factors)
     V, c, u_mean = (np.asarray(a) for a in f)
     U = np.asarray(U)

@@ -874,3 +874,24 @@ def test_update_runs_newton_to_convergence_by_default():
     with pytest.raises(ValueError,
                        match=r"num_newton: expected an integer in \[1, 10000\] or None"):
         lr.update(S, m, num_newton=0)
+
+
+def test_a_fit_worse_than_predicting_one_half_warns():
+    """A learning rate far too large ended the fit at a loss above log 2 (the cost of
+    predicting 0.5 everywhere, every factor at 0) and returned it without a word; a
+    sound fit is silent."""
+    import warnings
+
+    import jaxeval
+
+    S = (np.random.default_rng(0).random((40, 30)) < 0.5).astype(float)
+    with pytest.warns(UserWarning, match=r"fit_factorization: the fit ended at a loss of "
+                      r"[0-9.]+ per observed cell, above the 0.6931 of predicting 0.5 "
+                      r"everywhere \(learning_rate=1000 too large"):
+        bad = jaxeval.fit_factorization(S, rank=2, rho=1.0, num_steps=200,
+                                        learning_rate=1e3)
+    assert bad.final_loss > 1.1 * np.log(2.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        good = jaxeval.fit_factorization(S, rank=2, rho=1.0, num_steps=200)
+    assert good.final_loss < np.log(2.0)
