@@ -520,7 +520,8 @@ class IdentificationCampaign:
                 if history is None:
                     raise ValueError(
                         f"history: policy {policy!r} predicts unseen items from models "
-                        "already scored; give history (or factors), or use 'ucbe' / 'sysrs'"
+                        "already scored; give history (or factors), or use a policy without "
+                        "predictions: 'ucbe', 'sysrs' or 'uniform'"
                     )
                 from jaxeval._factorization_api import fit_factorization
 
@@ -1090,7 +1091,7 @@ class IdentificationCampaign:
             (the later answers are then not used; :meth:`saved_scores` still reads
             them all).
           replay: ignore the saved state and replay every answer (it checks that this
-            jaxeval asks exactly the saved requests again; ~2 ms per answer on a CPU).
+            jaxeval asks exactly the saved requests again; about 1.5 ms per answer on a CPU).
 
         Example:
           >>> import numpy as np, pathlib, tempfile, jaxeval
