@@ -601,6 +601,7 @@ def run_replicates(
 
     Example:
       >>> import jax
+      >>> from jaxeval import run_replicates
       >>> f = lambda key: jax.random.uniform(key, (3,))
       >>> out = run_replicates(f, 0, 10, chunk_size=4, progress=False)
       >>> out.shape

@@ -57,6 +57,7 @@ class SyntheticSpec:
     use the true item factors (corrupt them with ``corruption=`` to test validity).
 
     Example:
+      >>> from jaxeval import SyntheticSpec
       >>> SyntheticSpec(n_items=500).rank
       4
     """

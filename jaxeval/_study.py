@@ -815,6 +815,7 @@ def study_from_dict(d: Any, *, check: bool = True) -> Study:
     results needs, wherever it is read from.
 
     Example:
+      >>> from jaxeval import study_from_dict
       >>> s = study_from_dict({"kind": "identification", "num_arms": 5, "n_replicates": 100})
       >>> s.num_arms, study_from_dict(s.to_dict()) == s
       (5, True)
@@ -1536,8 +1537,8 @@ def run_study(
       Two jobs of a cluster array, each computing half of the replicates, then joined:
 
       >>> import pathlib, tempfile
-      >>> from jaxeval import (load_results, merge_studies, run_study, study_from_dict,
-      ...                      study_status)
+      >>> from jaxeval import (load_results, merge_studies, resume_study, run_study,
+      ...                      study_from_dict, study_status)
       >>> study = study_from_dict({"kind": "identification", "n_replicates": 64,
       ...     "num_arms": 4, "chunk_size": 32, "policies": ["uniform"],
       ...     "data": {"synthetic": {"n_items": 100}}})
@@ -1728,7 +1729,7 @@ def study_status(out: str | os.PathLike, *, verify: bool = False) -> dict:
 
     Example:
       >>> import tempfile, os
-      >>> from jaxeval._study import run_study, study_from_dict
+      >>> from jaxeval import run_study, study_from_dict, study_status
       >>> d = tempfile.mkdtemp()
       >>> s = study_from_dict({"kind": "identification", "num_arms": 2, "n_replicates": 8,
       ...                      "chunk_size": 8, "lanes": 8, "policies": ["uniform"],

@@ -65,6 +65,7 @@ def conformal_quantile(residuals: jax.Array, alpha: float | jax.Array) -> jax.Ar
 
     Example:
       >>> import jax.numpy as jnp
+      >>> from jaxeval.anchors import conformal_quantile
       >>> round(float(conformal_quantile(jnp.arange(1.0, 20.0), 0.1)), 4)
       18.0
       >>> round(float(conformal_quantile(jnp.arange(1.0, 25.0), 0.4)), 4)  # rank 15
@@ -178,6 +179,7 @@ def sample_non_anchors(key: jax.Array, anchors: jax.Array, n: int, m: int) -> ja
 
     Example:
       >>> import jax, jax.numpy as jnp
+      >>> from jaxeval.anchors import sample_non_anchors
       >>> s = sample_non_anchors(jax.random.key(0), jnp.array([0, 1, 2]), 6, 3)
       >>> sorted(s.tolist())
       [3, 4, 5]
@@ -218,6 +220,7 @@ def dr_estimate(
 
     Example:
       >>> import jax.numpy as jnp
+      >>> from jaxeval.anchors import dr_estimate
       >>> p = jnp.full(6, 0.5)
       >>> est, lo, hi = dr_estimate(p, jnp.array([0]), jnp.array([1.0]),
       ...                           jnp.array([1, 2]), jnp.array([1.0, 0.0]))

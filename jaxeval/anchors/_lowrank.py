@@ -60,6 +60,7 @@ def lowrank_basis(s_tr: jax.Array, max_rank: int = max(LOWRANK_RANKS)) -> LowRan
 
     Example:
       >>> import jax, jax.numpy as jnp
+      >>> from jaxeval.anchors import lowrank_basis
       >>> s = jax.random.bernoulli(jax.random.key(0), 0.5, (30, 12)).astype(jnp.float32)
       >>> lowrank_basis(s, 4).V.shape
       (12, 4)
@@ -113,6 +114,7 @@ def fit_lowrank_validated(
 
     Example:
       >>> import jax, jax.numpy as jnp
+      >>> from jaxeval.anchors import fit_lowrank_validated, lowrank_basis
       >>> key = jax.random.key(0)
       >>> ab = jax.random.normal(key, (80, 1)) @ jax.random.normal(key, (1, 40))
       >>> s = jax.random.bernoulli(key, jax.nn.sigmoid(ab)).astype(jnp.float32)

@@ -702,6 +702,7 @@ def fit_method(
 
     Example:
       >>> import jax, jax.numpy as jnp
+      >>> from jaxeval.anchors import Settings, SplitData, apply_map, fit_method
       >>> s = jax.random.bernoulli(jax.random.key(0), 0.5, (40, 30)).astype(jnp.float32)
       >>> d = SplitData(s[:30], s[:30].mean(1), s[30:], s[30:].mean(1))
       >>> f = fit_method(jax.random.key(1), d, 5, "random_ridge", Settings())

@@ -65,6 +65,7 @@ class AnchorMLP(eqx.Module):
 
     Example:
       >>> import jax, jax.numpy as jnp
+      >>> from jaxeval.anchors import AnchorMLP
       >>> net = AnchorMLP(jax.random.key(0), 5)
       >>> net(jnp.ones(5)).shape
       ()

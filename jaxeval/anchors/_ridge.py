@@ -206,6 +206,7 @@ def greedy_ridge_anchors(scores: jax.Array, y: jax.Array, k: int, lam: jax.Array
 
     Example:
       >>> import jax, jax.numpy as jnp
+      >>> from jaxeval.anchors import greedy_ridge_anchors
       >>> s = jax.random.bernoulli(jax.random.key(0), 0.5, (50, 6)).astype(jnp.float32)
       >>> y = s[:, 4] + 0.5 * s[:, 1]
       >>> greedy_ridge_anchors(s, y, 2, 1e-3).tolist()

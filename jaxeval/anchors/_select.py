@@ -96,6 +96,7 @@ def kmeans_anchors(
 
     Example:
       >>> import jax, jax.numpy as jnp
+      >>> from jaxeval.anchors import kmeans_anchors
       >>> s = jax.random.bernoulli(jax.random.key(0), 0.5, (30, 12)).astype(jnp.float32)
       >>> a, w = kmeans_anchors(jax.random.key(1), s, 4)
       >>> a.shape, round(float(w.sum()), 4)
@@ -142,6 +143,7 @@ def ais_scores(predict: Callable, x: jax.Array, y: jax.Array) -> jax.Array:
 
     Example:
       >>> import jax.numpy as jnp
+      >>> from jaxeval.anchors import ais_scores
       >>> f = lambda v: v @ jnp.array([1.0, -2.0])
       >>> ais_scores(f, jnp.array([[1.0, 0.0], [0.0, 1.0]]), jnp.zeros(2)).tolist()
       [3.0, 6.0]
@@ -155,6 +157,7 @@ def cis_scores(scores: jax.Array, residuals: jax.Array) -> jax.Array:
 
     Example:
       >>> import jax.numpy as jnp
+      >>> from jaxeval.anchors import cis_scores
       >>> cis_scores(jnp.array([[1.0, 0.0], [0.0, 0.0]]), jnp.array([1.0, -1.0])).tolist()
       [1.0, 0.0]
     """
