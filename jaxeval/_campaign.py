@@ -413,7 +413,8 @@ class IdentificationCampaign:
                 raise TypeError(f"{name}: expected an ordered sequence of names, got a "
                                 f"{type(v).__name__} (its order changes between runs)")
         for name, v in (("candidates", candidates), ("items", items)):
-            nested = v is not None and not isinstance(v, ScoreMatrix) and any(
+            # (only containers: a generator would be used up here)
+            nested = isinstance(v, (list, tuple, np.ndarray)) and any(
                 not isinstance(x, (str, bytes)) and np.ndim(x) != 0 for x in v)
             if nested:  # (str() would make each row one name)
                 raise ValueError(f"{name}: expected a flat sequence of names, got nested "

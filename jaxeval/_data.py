@@ -261,13 +261,12 @@ class ScoreMatrix:
             for field, axis in (("models", table.index), ("items", table.columns)):
                 if getattr(self, field) is None and not _default_labels(axis):
                     object.__setattr__(self, field, [str(x) for x in axis])
-            bad = [str(c) for c, t in table.dtypes.items()
-                   if not (is_numeric_dtype(t) or is_bool_dtype(t))]
+            bad = {str(c): str(t) for c, t in table.dtypes.items()
+                   if not (is_numeric_dtype(t) or is_bool_dtype(t))}
             if bad:  # (text such as "1" would be read as a number)
-                kinds = sorted({str(t) for t in table.dtypes
-                                if not (is_numeric_dtype(t) or is_bool_dtype(t))})
                 raise TypeError(f"{src}: field 'scores' must be real numbers; DataFrame "
-                                f"column(s) {bad[:5]} are not (dtype {', '.join(kinds)})")
+                                f"column(s) {list(bad)[:5]} are not (dtype "
+                                f"{', '.join(sorted(set(bad.values())))})")
             object.__setattr__(self, "scores",
                                table.to_numpy(dtype=np.float64, na_value=np.nan))
         if np.ma.isMaskedArray(self.scores):
