@@ -191,11 +191,10 @@ def _is_frame(x: Any) -> bool:
         hasattr(x, a) for a in ("index", "columns", "dtypes"))
 
 
-def _default_labels(axis: Any) -> bool:
-    """pandas' default labels ``0, 1, ..., len - 1`` (which name nothing)."""
-    vals = list(axis)
-    return all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v == i
-               for i, v in enumerate(vals))
+def default_labels(labels: Any) -> bool:
+    """Whether pandas labels are the default ``0, 1, ...`` (made from an array, not
+    named): they name nothing, and such a Series or DataFrame is read by position."""
+    return type(labels).__name__ == "RangeIndex" and labels.start == 0 and labels.step == 1
 
 
 def _check_seed(seed: Any, where: str) -> None:
@@ -259,7 +258,7 @@ class ScoreMatrix:
             from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
             for field, axis in (("models", table.index), ("items", table.columns)):
-                if getattr(self, field) is None and not _default_labels(axis):
+                if getattr(self, field) is None and not default_labels(axis):
                     object.__setattr__(self, field, [str(x) for x in axis])
             bad = {str(c): str(t) for c, t in table.dtypes.items()
                    if not (is_numeric_dtype(t) or is_bool_dtype(t))}

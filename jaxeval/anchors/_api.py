@@ -20,7 +20,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxeval._data import ScoreMatrix, atomic_savez, is_missing, out_of_unit_hint
+from jaxeval._data import (
+    ScoreMatrix,
+    atomic_savez,
+    default_labels,
+    is_missing,
+    out_of_unit_hint,
+)
 from jaxeval.anchors._intervals import conformal_quantile, dr_estimate, sample_non_anchors
 from jaxeval.anchors._irt import fit_item_factors, irt_item_predictions
 from jaxeval.anchors._methods import (
@@ -64,12 +70,6 @@ def _key(seed: Any) -> jax.Array:
         raise TypeError(f"seed: expected a non-negative int or a PRNG key, got {seed!r}") from None
 
 
-def _positional(labels: Any) -> bool:
-    """Whether pandas labels are the default ``0, 1, ...`` (made from an array, not
-    named): such a Series or DataFrame is read by position."""
-    return type(labels).__name__ == "RangeIndex" and labels.start == 0 and labels.step == 1
-
-
 def _keyed(x: Any) -> bool:
     """A mapping, or a keyed container that is not one (a pandas Series indexed by
     item name): read by name, never by position."""
@@ -81,7 +81,7 @@ def _by_extra_name(scores: Any, names: np.ndarray) -> Any:
     """Extra items' scores given by name (a mapping or a pandas Series indexed by item)
     as a list in the order of ``names``; anything else is returned as it is. A Series
     with pandas' default labels ``0, 1, ...`` is read by position."""
-    if not isinstance(scores, Mapping) and _positional(getattr(scores, "index", None)):
+    if not isinstance(scores, Mapping) and default_labels(getattr(scores, "index", None)):
         return scores.to_numpy()
     if not _keyed(scores):
         return scores
@@ -248,12 +248,12 @@ class AnchorPredictor:
 
         cols = getattr(anchor_scores, "columns", None)
         if cols is not None and callable(getattr(anchor_scores, "to_numpy", None)):
-            if _positional(cols):
+            if default_labels(cols):
                 return anchor_scores.to_numpy()
             got = check(cols)  # a DataFrame: one row per model, one column per item
             pos = {c: i for i, c in enumerate(got)}
             return np.asarray(anchor_scores.to_numpy())[:, [pos[c] for c in names]]
-        if not isinstance(anchor_scores, Mapping) and _positional(
+        if not isinstance(anchor_scores, Mapping) and default_labels(
                 getattr(anchor_scores, "index", None)):
             return anchor_scores.to_numpy()  # a Series made from an array
         if _keyed(anchor_scores):
