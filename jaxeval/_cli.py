@@ -70,8 +70,18 @@ JAXEVAL_DEBUG=1 shows the full traceback instead.
 """
 
 
+class _Formatter(argparse.HelpFormatter):
+    """Wraps one-line descriptions to the terminal; text with line breaks of its own
+    (the examples, the command list) is printed as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text.strip("\n"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
 def _parser() -> argparse.ArgumentParser:
-    fmt = argparse.RawDescriptionHelpFormatter
+    fmt = _Formatter
     p = argparse.ArgumentParser(
         prog="jaxeval", description=DESCRIPTION, epilog=EPILOG, formatter_class=fmt
     )
@@ -150,7 +160,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     csub = c.add_subparsers(dest="action", metavar="ACTION", required=True)
     cn = csub.add_parser("new", help="start a campaign file", formatter_class=fmt,
-                         description="start a campaign file (refuses to overwrite one)")
+                         description="start a campaign file (refuses to overwrite one)",
+                         epilog="example:\n  jaxeval campaign new c.npz --history "
+                         "oll2_ifeval --candidates m1 m2 m3")
     cn.add_argument("file", help="the campaign file to create (.npz)")
     cn.add_argument("--candidates", nargs="+", metavar="MODEL", default=[],
                     help="the models to compare")
@@ -189,12 +201,14 @@ def _parser() -> argparse.ArgumentParser:
                     help="prior of the estimate's coefficient: a number in [0, 1] (default "
                     "1) or 'learned' (learned on --history)")
     help_ = 'print the next request as JSON ({"done": true, ...} when there is none)'
-    ca = csub.add_parser("ask", help=help_, description=help_)
+    ca = csub.add_parser("ask", help=help_, description=help_, formatter_class=fmt,
+                         epilog="example:\n  jaxeval campaign ask c.npz > request.json")
     ca.add_argument("file", help="the campaign file")
     ca.add_argument("--items-only", action="store_true",
                     help="print only the item names, one per line (nothing when done)")
     help_ = "print estimates, intervals and the leader"
-    cs = csub.add_parser("status", help=help_, description=help_)
+    cs = csub.add_parser("status", help=help_, description=help_, formatter_class=fmt,
+                         epilog="example:\n  jaxeval campaign status c.npz --plot c.png")
     cs.add_argument("file", help="the campaign file")
     cs.add_argument("--json", action="store_true", help="print JSON")
     cs.add_argument("--plot", metavar="PNG", help="also draw the intervals into this PNG")
@@ -205,10 +219,13 @@ def _parser() -> argparse.ArgumentParser:
                     help="replay every saved answer instead of restoring the saved state "
                     "(checks that this jaxeval asks each saved request again)")
     help_ = "print every saved answer as CSV (model,item,score), without a replay"
-    ce = csub.add_parser("export", help=help_, description=help_)
+    ce = csub.add_parser("export", help=help_, description=help_, formatter_class=fmt,
+                         epilog="example:\n  jaxeval campaign export c.npz > answers.csv")
     ce.add_argument("file", help="the campaign file")
     ct = csub.add_parser("tell", help="answer the pending request and save",
-                         description="answer the pending request and save")
+                         description="answer the pending request and save",
+                         formatter_class=fmt,
+                         epilog="example:\n  jaxeval campaign tell c.npz scores.json --step 3")
     ct.add_argument("file", help="the campaign file")
     ct.add_argument("answers", help="a JSON file ('-' = stdin): a list of scores in the "
                     "request's order or an object {item: score}")
@@ -227,7 +244,9 @@ def _parser() -> argparse.ArgumentParser:
                          description="choose k anchor items on the models of DATA (as "
                          "jaxeval.fit_anchors: a seeded 20% of them is held out for the "
                          "choices made on validation and the interval), save the predictor, "
-                         "print the anchor items one per line")
+                         "print the anchor items one per line", formatter_class=fmt,
+                         epilog="example:\n  jaxeval anchors fit oll2_musr --k 30 "
+                         "--out musr.npz > anchors.txt")
     af.add_argument("data", help="scored models: a bundled name or a file jaxeval.load reads")
     _add_data_options(af, "DATA", "")
     af.add_argument("--drop-incomplete", action="store_true",
@@ -240,7 +259,9 @@ def _parser() -> argparse.ArgumentParser:
     af.add_argument("--alpha", type=float, default=0.1, help="interval error level (0.1)")
     af.add_argument("--quiet", action="store_true", help="no progress lines")
     help_ = "print a predictor's anchor items, one per line (the items to evaluate)"
-    ai = asub.add_parser("items", help=help_,
+    ai = asub.add_parser("items", help=help_, formatter_class=fmt,
+                         epilog="example:\n  jaxeval anchors items musr.npz --extra 20 "
+                         "--extra-seed 7 > extra.txt",
                          description=help_ + "; with --extra M, M random non-anchor items "
                          "instead, for the unbiased estimate of `predict --extra M`")
     ai.add_argument("file", help="the predictor file")
@@ -255,7 +276,8 @@ def _parser() -> argparse.ArgumentParser:
                          "and an unbiased estimate with a finite-sample interval is added. "
                          "Fix M and S before scoring, once per model (a seed per model for "
                          "intervals about several models at once): choosing them after "
-                         "seeing scores voids the interval.")
+                         "seeing scores voids the interval.", formatter_class=fmt,
+                         epilog="example:\n  jaxeval anchors predict musr.npz scores.json")
     ap.add_argument("file", help="the predictor file")
     ap.add_argument("scores", help="a JSON file ('-' = stdin)")
     ap.add_argument("--extra", type=int, metavar="M", help="extra random items scored")

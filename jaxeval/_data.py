@@ -386,14 +386,17 @@ class ScoreMatrix:
     # ------------------------------------------------------------------ basics
     @property
     def shape(self) -> tuple[int, int]:
+        """``(n_models, n_items)``, as ``scores.shape``."""
         return self.scores.shape  # type: ignore[return-value]
 
     @property
     def n_models(self) -> int:
+        """Rows of the matrix (models, the bandit's arms)."""
         return self.scores.shape[0]
 
     @property
     def n_items(self) -> int:
+        """Columns of the matrix (benchmark items)."""
         return self.scores.shape[1]
 
     @property

@@ -115,10 +115,12 @@ class LowRankLogistic:
 
     @property
     def rank(self) -> int:
+        """Latent dimension: columns of ``V`` (the bias column excluded)."""
         return int(self.V.shape[1])
 
     @property
     def n_items(self) -> int:
+        """Items the item side was fitted on (rows of ``V``)."""
         return int(self.V.shape[0])
 
     def item_factors(self) -> fz.ItemFactors:

@@ -480,6 +480,8 @@ class IdentificationStudy:
 
     @classmethod
     def from_dict(cls, d: Any, *, check: bool = True) -> IdentificationStudy:
+        """Build from a parsed ``study.json``; every bad key or value is refused by
+        name (:class:`StudyConfigError`). ``check=False`` skips :meth:`check`."""
         d = _check_keys(d, cls.KEYS, "")
         kw: dict[str, Any] = {}
         if "name" in d:
@@ -552,6 +554,7 @@ class IdentificationStudy:
                 raise StudyConfigError("data.npz", f"no such file: {self.data.npz}")
 
     def to_dict(self) -> dict:
+        """The definition as JSON-ready data; ``from_dict(to_dict())`` is equal."""
         return {
             "kind": self.kind,
             "name": self.name,
@@ -577,9 +580,11 @@ class IdentificationStudy:
 
     @property
     def n_units(self) -> int:
+        """Independent units of work (replicates or repetitions) the study runs."""
         return self.n_replicates
 
     def tasks(self) -> list[Task]:
+        """The study's work as resumable tasks, one result file each."""
         return _identification_tasks(self)
 
 
@@ -620,6 +625,8 @@ class AnchorStudy:
 
     @classmethod
     def from_dict(cls, d: Any, *, check: bool = True) -> AnchorStudy:
+        """Build from a parsed ``study.json``; every bad key or value is refused by
+        name (:class:`StudyConfigError`). ``check=False`` skips :meth:`check`."""
         d = _check_keys(d, cls.KEYS, "")
         kw: dict[str, Any] = {}
         if "name" in d:
@@ -655,10 +662,12 @@ class AnchorStudy:
         return study
 
     def check(self) -> None:
+        """Cross-field checks that need the data (refused with the key named)."""
         if self.data.npz is not None and not self.data._file().is_file():
             raise StudyConfigError("data.npz", f"no such file: {self.data.npz}")
 
     def to_dict(self) -> dict:
+        """The definition as JSON-ready data; ``from_dict(to_dict())`` is equal."""
         return {
             "kind": self.kind,
             "name": self.name,
@@ -673,9 +682,11 @@ class AnchorStudy:
 
     @property
     def n_units(self) -> int:
+        """Independent units of work (replicates or repetitions) the study runs."""
         return self.n_seeds
 
     def tasks(self) -> list[Task]:
+        """The study's work as resumable tasks, one result file each."""
         return _anchor_tasks(self)
 
 
@@ -713,6 +724,8 @@ class ReplicateStudy:
 
     @classmethod
     def from_dict(cls, d: Any, *, check: bool = True) -> ReplicateStudy:
+        """Build from a parsed ``study.json``; every bad key or value is refused by
+        name (:class:`StudyConfigError`). ``check=False`` skips :meth:`check`."""
         d = _check_keys(d, cls.KEYS, "")
         if "target" not in d:
             raise StudyConfigError("target", "required key is missing")
@@ -733,6 +746,7 @@ class ReplicateStudy:
         return cls(**kw)
 
     def check(self) -> None:
+        """Import the target now, so a bad ``target`` is refused before any work."""
         self.function()
 
     def function(self) -> Callable:
@@ -770,6 +784,7 @@ class ReplicateStudy:
         return f
 
     def to_dict(self) -> dict:
+        """The definition as JSON-ready data; ``from_dict(to_dict())`` is equal."""
         return {
             "kind": self.kind,
             "name": self.name,
@@ -782,9 +797,11 @@ class ReplicateStudy:
 
     @property
     def n_units(self) -> int:
+        """Independent units of work (replicates or repetitions) the study runs."""
         return self.n_replicates
 
     def tasks(self) -> list[Task]:
+        """The study's work as resumable tasks, one result file each."""
         fn = self.function()
         chunk = _dispatch_chunk(self.chunk_size, self.lanes, self.n_replicates)
 

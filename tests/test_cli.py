@@ -44,6 +44,27 @@ def test_python_dash_m_help_runs():
     assert res.returncode == 0 and "--range" in res.stdout and "example:" in res.stdout
 
 
+def test_every_command_and_action_shows_an_example():
+    """Each subcommand's --help, and each campaign/anchors action's, ends with a
+    runnable ``example:`` line naming that command."""
+    import argparse
+
+    from jaxeval._cli import _parser
+
+    def subparsers(p):
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                yield from a.choices.items()
+
+    seen = []
+    for name, sp in subparsers(_parser()):
+        for label, q in [(name, sp)] + [(f"{name} {n}", s) for n, s in subparsers(sp)]:
+            text = q.format_help()
+            assert "example:\n  jaxeval " + label.split()[0] in text, label
+            seen.append(label)
+    assert {"campaign tell", "anchors predict", "run", "datasets"} <= set(seen), seen
+
+
 @pytest.mark.parametrize("kind", ["identification", "anchors", "replicates"])
 def test_example_configs_are_valid(capsys, kind):
     assert main(["example", kind]) == 0

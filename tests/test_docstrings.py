@@ -62,3 +62,30 @@ def test_every_public_function_has_an_example():
                     r"Example: see :\w+:`|[Ss]ee :\w+:`[\w.]+` for an example", doc):
                 missing.append(f"{mod.__name__}.{name}")
     assert not missing, missing
+
+
+def test_every_public_method_and_property_is_documented():
+    """The public methods and properties of the public classes of ``jaxeval``,
+    ``jaxeval.anchors`` and ``jaxeval.metrics`` each say what they are."""
+    import inspect
+
+    import jaxeval.anchors
+    import jaxeval.metrics
+
+    missing, seen = [], 0
+    for mod in (jaxeval, jaxeval.anchors, jaxeval.metrics):
+        for name in mod.__all__:
+            cls = getattr(mod, name)
+            if not inspect.isclass(cls) or issubclass(cls, BaseException):
+                continue
+            for attr, v in vars(cls).items():
+                if attr.startswith("_"):
+                    continue
+                f = v.fget if isinstance(v, property) else getattr(v, "__func__", v)
+                if not (isinstance(v, property) or inspect.isfunction(f)):
+                    continue
+                seen += 1
+                if not (f.__doc__ or "").strip():
+                    missing.append(f"{mod.__name__}.{name}.{attr}")
+    assert seen >= 40, seen  # the walk found the classes' members
+    assert not missing, missing

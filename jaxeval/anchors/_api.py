@@ -214,6 +214,7 @@ class AnchorPredictor:
 
     @property
     def k(self) -> int:
+        """Number of anchor items (``anchor_index.size``)."""
         return int(self.anchor_index.size)
 
     def _fitted(self) -> Fitted:
