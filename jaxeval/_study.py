@@ -1804,6 +1804,10 @@ def load_results(
     and, unless ``allow_partial``, cover the whole study. Each field holds one row per
     unit (replicate), e.g. ``results["pulse"]["checkpoints.recommended"]`` of shape
     ``[replicates, budgets]``; see :func:`run_study` for an example.
+
+    With ``allow_partial``, a task's rows are its finished units from the first one
+    on (tasks with none are left out): row ``i`` is unit ``study_status(out)["range"][0]
+    + i`` for the folder of a ``replicate_range`` job.
     """
     out = Path(out)
     manifest = _read_manifest(out)

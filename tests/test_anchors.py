@@ -167,6 +167,25 @@ def test_conformal_coverage_binomial():
     assert cov >= 0.9216 - 3 * np.sqrt(0.92 * 0.08 / reps)
 
 
+def test_sample_non_anchors_breaks_ties_at_random():
+    """Equal uniforms (a dozen pairs among 10^4 float32 draws) are ordered by a second
+    draw, not by index: with every uniform tied, each non-anchor comes first as often."""
+    from jaxeval.anchors._intervals import _draw_order
+
+    n, reps = 5, 4000
+    u = jnp.zeros((n,), jnp.float32).at[0].set(jnp.inf)  # item 0 plays an anchor
+    keys = jax.random.split(jax.random.key(3), reps)
+    first = np.asarray(jax.vmap(lambda k: _draw_order(u, k)[0])(keys))
+    counts = np.bincount(first, minlength=n)
+    assert counts[0] == 0
+    # each of 4 items first with p = 1/4: within 4 binomial sd (a stable sort: all item 1)
+    assert np.all(np.abs(counts[1:] - reps / 4) < 4 * np.sqrt(reps * 0.25 * 0.75)), counts
+    # where nothing ties, the order is the plain argsort's (draws made before are kept)
+    w = jax.random.uniform(jax.random.key(5), (1000,))
+    assert len(np.unique(np.asarray(w))) == 1000
+    np.testing.assert_array_equal(_draw_order(w, jax.random.key(6)), jnp.argsort(w))
+
+
 @pytest.mark.parametrize("interval", ["betting", "serfling"])
 def test_dr_estimate_unbiased_and_covers(interval):
     rng = np.random.default_rng(1)

@@ -190,7 +190,17 @@ def sample_non_anchors(key: jax.Array, anchors: jax.Array, n: int, m: int) -> ja
                          f"anchors), got {m!r}")
     is_anchor = jnp.zeros((n,), bool).at[anchors].set(True)
     u = jnp.where(is_anchor, jnp.inf, jax.random.uniform(key, (n,), jnp.float32))
-    return jnp.argsort(u)[:m].astype(jnp.int32)
+    return _draw_order(u, jax.random.fold_in(key, 1))[:m].astype(jnp.int32)
+
+
+def _draw_order(u: jax.Array, key: jax.Array) -> jax.Array:
+    """Indices sorting ``u`` ascending, equal values in an order drawn with ``key``.
+
+    A float32 uniform takes 2**23 values, so among ~10^4 items a dozen pairs tie; a
+    stable sort would put the lower index first and make the draw slightly
+    non-uniform. 32 more random bits break the ties (no change where none tie)."""
+    v = jax.random.bits(key, u.shape, jnp.uint32)
+    return jnp.lexsort((v, u))
 
 
 def dr_estimate(
