@@ -105,9 +105,19 @@ def _as_key(key_or_seed: Any) -> jax.Array:
             or key_or_seed is None:
         raise TypeError(f"synthetic_matrix: 'key_or_seed' must be an int seed or a PRNG key, "
                         f"got {type(key_or_seed).__name__} {key_or_seed!r}")
-    k = jnp.asarray(key_or_seed)
-    if jnp.issubdtype(k.dtype, jax.dtypes.prng_key):
-        return k
+    given = key_or_seed if isinstance(key_or_seed, jax.Array) else np.asarray(key_or_seed)
+    if jnp.issubdtype(given.dtype, jax.dtypes.prng_key):
+        if given.shape != ():
+            raise TypeError(f"synthetic_matrix: 'key_or_seed' must be one PRNG key, got an "
+                            f"array of keys of shape {given.shape} (vmap over keys instead)")
+        return given
+    if given.dtype not in (np.uint32, np.int32) and not (given.shape == ()
+                                                         and given.dtype.kind in "iu"):
+        raise TypeError(
+            f"synthetic_matrix: 'key_or_seed' must be an int seed or a PRNG key, got dtype "
+            f"{given.dtype} and shape {given.shape}"
+        )
+    k = jnp.asarray(given)
     if k.dtype == jnp.uint32 and k.shape == (2,):
         return jax.random.wrap_key_data(k)
     if k.shape == () and jnp.issubdtype(k.dtype, jnp.integer):

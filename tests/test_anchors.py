@@ -1802,3 +1802,26 @@ def test_vmapped_factor_update_makes_no_batched_lapack_call():
     prog = jax.jit(jax.vmap(lambda s, m: update_model_factors(f, s, m, jnp.zeros((5, r)), 1.0)))
     text = prog.lower(s, mask).compile().as_text()
     assert "lapack" in text and _batched_lapack_calls(text) == []
+
+
+def test_mlp_training_and_greedy_ridge_work_under_x64():
+    """Under jax x64 the MLP's early-stopping step came out int64 against its int32
+    carry, and a float64 ridge strength promoted the greedy selection's float32 carry:
+    both failed inside ``lax.scan``. They now run, with the numbers x64 off gives."""
+    x = jax.random.bernoulli(jax.random.key(0), 0.5, (50, 8)).astype(jnp.float32)
+    y = x.mean(1) + 0.3 * x[:, 2]
+
+    def both():
+        fit, _ = train_mlp(jax.random.key(0), x[:40], y[:40], x[40:], y[40:], num_steps=100,
+                           eval_every=20)
+        greedy = jax.vmap(greedy_ridge_anchors, in_axes=(None, None, None, 0))(
+            x, y, 3, jnp.array([1e-3, 1.0]))
+        return int(fit.best_step), float(fit.best_val), np.asarray(greedy)
+
+    with jax.enable_x64(True):
+        step64, val64, greedy64 = both()
+        assert greedy_ridge_anchors(x, y, 3, jnp.float64(1e-3)).tolist() == greedy64[0].tolist()
+    step32, val32, greedy32 = both()
+    assert step64 == step32 and 0 < step32 <= 100
+    np.testing.assert_allclose(val64, val32, rtol=1e-4)
+    np.testing.assert_array_equal(greedy64, greedy32)

@@ -237,6 +237,11 @@ def test_bad_helper_arguments_refused():
     with pytest.raises(TypeError, match="'key_or_seed' must be an int seed or a PRNG key, "
                        "got str 'x'"):
         synthetic_matrix("x", 5, 10)
+    # the dtype given is named (not the int32 JAX would make of it without x64)
+    with pytest.raises(TypeError, match=r"got dtype int64 and shape \(2,\)"):
+        synthetic_matrix(np.array([0, 0], np.int64), 5, 10)
+    with pytest.raises(TypeError, match=r"one PRNG key, got an array of keys of shape \(2,\)"):
+        synthetic_matrix(jax.random.split(jax.random.key(0)), 5, 10)
     with pytest.raises(ValueError, match="'model_scale' must be finite and >= 0, got nan"):
         synthetic_score_matrix(0, 5, 10, model_scale=float("nan"))
     # a traced scale is the caller's to check: jit and vmap over scales still work

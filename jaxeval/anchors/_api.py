@@ -130,6 +130,15 @@ def _refuse_missing(scores: Any, what: str, names: Any = None) -> None:
                 f"{at}{item(at)}; "
                 "every item must be scored")
 
+
+@jax.jit
+def _unbiased(F, anchors, x, rho, idx, ys, alpha):
+    """:meth:`AnchorPredictor.predict_unbiased`'s arithmetic, compiled as one program (run
+    op by op it compiled ~100 small ones: seconds in every new process)."""
+    preds = irt_item_predictions(F, anchors, x, rho)[0]
+    return dr_estimate(preds, anchors, x[0], idx, ys, alpha)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class AnchorPredictor:
     """Predicts a model's benchmark accuracy from its scores on ``k`` anchor items.
@@ -424,10 +433,8 @@ class AnchorPredictor:
         a = check_level(self.alpha if alpha is None else alpha)  # as fit_anchors checks it
         f = self._fitted()
         im = jax.tree.map(jnp.asarray, self.item_model)
-        preds = irt_item_predictions(im["F"], f.anchors, jnp.asarray(x), im["rho"])[0]
-        est, lo, hi = dr_estimate(
-            preds, f.anchors, jnp.asarray(x[0]), jnp.asarray(idx), jnp.asarray(ys, jnp.float32), a
-        )
+        est, lo, hi = _unbiased(im["F"], f.anchors, jnp.asarray(x), im["rho"], jnp.asarray(idx),
+                                jnp.asarray(ys, jnp.float32), a)
         return np.float64(est), np.float64(lo), np.float64(hi)
 
     # ------------------------------------------------------------- persistence

@@ -80,7 +80,9 @@ class AnchorMLP(eqx.Module):
     ):
         sizes = (k, *hidden, 1)
         keys = jax.random.split(key, len(sizes) - 1)
-        layers = [eqx.nn.Linear(a, b, key=kk) for a, b, kk in zip(sizes[:-1], sizes[1:], keys)]
+        # float32 whatever jax_enable_x64 says: the same initial weights, hence the same fit
+        layers = [eqx.nn.Linear(a, b, key=kk, dtype=jnp.float32)
+                  for a, b, kk in zip(sizes[:-1], sizes[1:], keys)]
         if zero_last:  # the network starts as the zero function (residual use)
             last = layers[-1]
             layers[-1] = eqx.tree_at(
@@ -252,7 +254,7 @@ def train_mlp(
         better = (v <= best_v) if not use_validation else (v < best_v)
         best_p = jax.tree.map(lambda a, b: jnp.where(better, a, b), p, best_p)
         best_v = jnp.where(better, v, best_v)
-        best_t = jnp.where(better, (c + 1) * eval_every, best_t)
+        best_t = jnp.where(better, (c + 1) * eval_every, best_t).astype(jnp.int32)  # (x64)
         return (p, s, best_p, best_v, best_t), (pred if return_path else None)
 
     pred0 = val_pred(params) if use_validation or return_path else None

@@ -217,7 +217,8 @@ def greedy_ridge_anchors(scores: jax.Array, y: jax.Array, k: int, lam: jax.Array
     xc = scores - jnp.mean(scores, axis=0)
     yc = y - jnp.mean(y)
     g0 = jnp.sum(xc * xc, axis=0)
-    alpha = lam * jnp.maximum(jnp.mean(g0), 1e-12)
+    # in the scores' dtype, as fit_ridge (a float64 lam under x64 must not promote the carry)
+    alpha = (jnp.asarray(lam) * jnp.maximum(jnp.mean(g0), 1e-12)).astype(scores.dtype)
     st = _GreedyState(
         q=xc,
         g=g0,
