@@ -518,9 +518,18 @@ class ReplicatePlan:
         stop, first = int(start) + int(n_replicates), int(start) - int(start) % self.lanes
         ends = list(range(first + self.chunk_size, stop, self.chunk_size))
         ranges = list(zip([int(start), *ends], [*ends, stop]))
-        out = jax.tree.map(
-            lambda s: np.empty((n_replicates,) + tuple(s.shape), s.dtype), self.out_shapes
-        )
+        try:
+            out = jax.tree.map(
+                lambda s: np.empty((n_replicates,) + tuple(s.shape), s.dtype), self.out_shapes
+            )
+        except MemoryError:
+            need = sum(n_replicates * np.prod(s.shape) * np.dtype(s.dtype).itemsize
+                       for s in jax.tree.leaves(self.out_shapes))
+            raise MemoryError(
+                f"n_replicates={n_replicates}: the results need {need / 2**30:.1f} GiB of host "
+                "memory, more than this process can have; run fewer replicates per call "
+                "(start= continues where a call stopped) or a study (jaxeval.run_study), "
+                "which saves each chunk to disk") from None
         prog = Progress(n_replicates, enabled=progress and jax.process_index() == 0)
         for lo, hi, res in self.iter_ranges(seed, ranges, progress=prog):
             sl = slice(lo - start, hi - start)
@@ -584,8 +593,9 @@ def run_replicates(
         output shapes do not depend on the key.
       seed: int seed, typed key, or raw ``uint32[2]`` key data (the base key).
       n_replicates: number of replicates (>= 1).
-      chunk_size: replicates per chunk (bounds device memory); default: all at
-        once. Rounded up to a multiple of ``lanes`` times the device count.
+      chunk_size: replicates per chunk (bounds device memory; one progress line
+        each); default: an eighth of the run. Rounded up to a multiple of ``lanes``
+        times the device count.
       start: index of the first replicate (for resumed or split studies).
       devices: devices of the replicate mesh; default ``jax.devices()``.
       operands: pytrees of arrays handed to every replicate, replicated on each device.
@@ -614,8 +624,8 @@ def run_replicates(
         raise ValueError(f"n_replicates must be a positive integer, got {n_replicates!r}")
     if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or start < 0:
         raise ValueError(f"start must be a non-negative integer, got {start!r}")
-    if chunk_size is None:
-        chunk_size = int(n_replicates)
+    if chunk_size is None:  # about eight chunks: a progress line each, bounded memory
+        chunk_size = -(-int(n_replicates) // 8)
     elif isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)):
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     if int(start) + int(n_replicates) > 2**32:

@@ -989,8 +989,9 @@ def simulate_identification(
         instead of fitting one on the training models.
       fit_steps: Adam steps of the offline fit (``num_steps`` of
         :func:`~jaxeval.fit_factorization`; named apart from the bandit's steps).
-      chunk_size: replicates per compiled chunk (bounds memory; rounded up to whole
-        blocks of ``lanes`` on every device, capped near ``n_replicates``).
+      chunk_size: replicates per compiled chunk (bounds memory; one progress line
+        each; default an eighth of the run; rounded up to whole blocks of ``lanes`` on
+        every device, capped near ``n_replicates``).
       lanes: replicates vmapped together per device step (default 32). Results are
         bit-identical for a fixed ``lanes`` whatever the chunk size or device count; a
         wider vmap can change float sums in the last bit. Wider is faster for the

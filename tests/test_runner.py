@@ -207,6 +207,36 @@ def test_progress_lines(capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_default_chunks_report_progress_along_the_way(capsys):
+    """Without ``chunk_size`` a run is cut into about eight chunks, one progress line
+    each (it used to be one chunk: a single line at the very end), same numbers."""
+    dev = jax.devices()[:1]
+    out = run_replicates(toy, 0, 256, operands=(V,), devices=dev, lanes=8)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 8 and "256/256 replicates" in err[-1], err
+    whole = run_replicates(toy, 0, 256, operands=(V,), devices=dev, lanes=8, chunk_size=256,
+                           progress=False)
+    assert_tree_equal(out, whole)
+
+
+def test_results_too_large_for_the_host_are_refused_with_the_size(monkeypatch):
+    """numpy's own MemoryError named only an array shape; the refusal names the
+    setting to change and the size."""
+    import types
+
+    import jaxeval._runner as runner
+
+    def empty(*a, **k):
+        raise MemoryError("Unable to allocate")
+
+    fake = types.SimpleNamespace(**{n: getattr(np, n) for n in dir(np) if not n.startswith("__")})
+    fake.empty = empty
+    monkeypatch.setattr(runner, "np", fake)
+    with pytest.raises(MemoryError, match=r"n_replicates=100: the results need 0\.0 GiB of host "
+                       "memory.*start= continues"):
+        run_replicates(toy, 0, 100, operands=(V,), devices=jax.devices()[:1], progress=False)
+
+
 def test_replicate_index_passed_on_request():
     """``with_index=True``: replicate i gets its global index (across chunks and
     ``start``) beside its key, which stays ``fold_in(base, i)``."""
