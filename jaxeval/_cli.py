@@ -8,6 +8,7 @@ import json
 import os
 import re
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import NoReturn
@@ -717,6 +718,12 @@ def _new_campaign(args: argparse.Namespace):
         except ValueError:
             raise ValueError(f"--lam0: expected a number in [0, 1] or 'learned', got "
                              f"{args.lam0!r}") from None
+    fits = history is not None and args.policy in ("pulse_ucb", "pulse", "naive")
+    if fits:  # the one slow part (minutes on large histories): say so before it starts
+        print(f"fitting a rank-{args.rank} factorization on the {history.n_models} history "
+              f"models x {history.n_items} items ({args.fit_steps} steps) ...", file=sys.stderr,
+              flush=True)
+        t0 = time.perf_counter()
     try:
         camp = IdentificationCampaign(
             cands, history, items=items, policy=args.policy, budget=args.budget,
@@ -737,6 +744,8 @@ def _new_campaign(args: argparse.Namespace):
         if msg != str(e):
             raise ValueError(msg) from None
         raise
+    if fits:
+        print(f"... fitted in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return camp
 
 

@@ -490,9 +490,17 @@ def test_campaign_new_exclude_candidates(tmp_path, capsys, monkeypatch):
     assert main(args) == 2
     assert "history" in capsys.readouterr().err
     assert main(args + ["--exclude-candidates"]) == 0
-    assert "created c.npz" in capsys.readouterr().out
+    out = capsys.readouterr()
+    assert "created c.npz" in out.out and "fitting" not in out.err  # ucbe fits nothing
     camp = jaxeval.IdentificationCampaign.load("c.npz")
     assert camp.candidates.tolist() == [names[0], names[3]]
+    # a policy that predicts says before its (possibly long) fit what it fits
+    pulse = ["campaign", "new", "p.npz", "--history", hist, "--candidates", names[0],
+             names[3], "--exclude-candidates", "--rank", "2", "--fit-steps", "20"]
+    assert main(pulse) == 0
+    err = capsys.readouterr().err
+    assert "fitting a rank-2 factorization on the 6 history models x 12 items (20 steps)" \
+        in err and "fitted in" in err, err
     assert main(["campaign", "new", "d.npz", "--history", hist, "--candidates", "x", "y",
                  "--policy", "ucbe", "--exclude-candidates"]) == 2
     assert "none of the candidates" in capsys.readouterr().err

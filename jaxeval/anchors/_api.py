@@ -853,7 +853,9 @@ def fit_anchors(
             halved_methods((method,), st)):
         halves = tuple(jnp.asarray(h) for h in validation_halves(validation.n_models, split_seed))
     say(f"fitting {len(cands)} method(s) with k = {k} on {train.n_models} training models, "
-        f"{validation.n_models} validation models")
+        f"{validation.n_models} validation models"
+        + (" (one compiled program: the next line comes when all are fitted; minutes on "
+           "thousands of models)" if len(cands) > 1 else ""))
     fits, factors, half_res = _fit_jit(key, d, int(k), tuple(cands), st, with_factors, halves)
     results = {}
     for name, (f, vp) in zip(cands, fits):
