@@ -34,7 +34,9 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 import tempfile
+import time
 import warnings
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -360,6 +362,8 @@ class IdentificationCampaign:
         without any observed score are left out of the fits.
       factors: a fitted :class:`~jaxeval.LowRankLogistic` to use instead of fitting
         one on ``history``.
+      progress: print a line to stderr before the fits on ``history`` (the one slow
+        part: minutes on large histories) and one with their time after them.
 
     Example:
       >>> import jaxeval
@@ -403,6 +407,7 @@ class IdentificationCampaign:
         synchronized: bool | None = None,
         factors: Any = None,
         fit_steps: int = 500,
+        progress: bool = False,
     ) -> None:
         if policy not in _policies.POLICIES:
             raise ValueError(f"policy: expected one of {_policies.POLICIES}, got {policy!r}")
@@ -513,6 +518,13 @@ class IdentificationCampaign:
             )
 
         fit_rho = 1.0
+        if not isinstance(progress, (bool, np.bool_)):
+            raise TypeError(f"progress: expected True or False, got {progress!r}")
+        t0 = time.perf_counter()
+
+        def say(msg: str) -> None:
+            print(f"IdentificationCampaign: {msg}", file=sys.stderr, flush=True)
+
         if needs_pred:
             # the rows the fits use (computed once for the factorization and the prior)
             hist = (_fit_history(history) if history is not None
@@ -526,6 +538,9 @@ class IdentificationCampaign:
                     )
                 from jaxeval._factorization_api import fit_factorization
 
+                if progress:
+                    say(f"fitting a rank-{rank} factorization on the {hist.n_models} "
+                        f"history models x {hist.n_items} items ({fit_steps} steps)")
                 try:
                     factors = fit_factorization(hist, rank=rank, rho=1.0, seed=seed,
                                                 num_steps=fit_steps)
@@ -541,12 +556,17 @@ class IdentificationCampaign:
 
                 # learn_lam0 takes an int seed: a key gives one drawn from it
                 lseed = (int(seed) if isinstance(seed, (int, np.integer)) else int(
-                    jax.random.randint(jax.random.fold_in(key, 0x1A30), (), 0, 2**31 - 1)))
+                    jax.random.randint(jax.random.fold_in(key, 0x1A30), (), 0, 2**31 - 1,
+                                       jnp.int32)))
+                if progress:
+                    say(f"learning lam0 on the {hist.n_models} history models")
                 try:
                     lam0 = learn_lam0(hist, rank=int(np.shape(V)[1]), seed=lseed,
                                       num_steps=fit_steps)
                 except ValueError as e:
                     raise ValueError(f"lam0='learned': {_history_msg(e)}") from None
+            if progress and hist is not None:
+                say(f"fitted in {time.perf_counter() - t0:.1f} s")
         else:
             V = np.zeros((n, 1), np.float32)
             c = np.zeros((n,), np.float32)

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import sys
-import time
 import warnings
 from pathlib import Path
 from typing import NoReturn
@@ -718,19 +717,13 @@ def _new_campaign(args: argparse.Namespace):
         except ValueError:
             raise ValueError(f"--lam0: expected a number in [0, 1] or 'learned', got "
                              f"{args.lam0!r}") from None
-    fits = history is not None and args.policy in ("pulse_ucb", "pulse", "naive")
-    if fits:  # the one slow part (minutes on large histories): say so before it starts
-        print(f"fitting a rank-{args.rank} factorization on the {history.n_models} history "
-              f"models x {history.n_items} items ({args.fit_steps} steps) ...", file=sys.stderr,
-              flush=True)
-        t0 = time.perf_counter()
     try:
         camp = IdentificationCampaign(
             cands, history, items=items, policy=args.policy, budget=args.budget,
             batch_size=args.batch_size, alpha=args.alpha, seed=args.seed,
             stop_when_confident=not args.no_stop, rank=args.rank, fit_steps=args.fit_steps,
             skip_separated=False if args.no_skip_separated else None,
-            lam0=lam0,
+            lam0=lam0, progress=True,
         )
     except ValueError as e:  # the library's argument names -> this command's flags
         flags = {a: "--" + a.replace("_", "-") for a in
@@ -744,8 +737,6 @@ def _new_campaign(args: argparse.Namespace):
         if msg != str(e):
             raise ValueError(msg) from None
         raise
-    if fits:
-        print(f"... fitted in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return camp
 
 

@@ -528,7 +528,8 @@ class ReplicatePlan:
             raise MemoryError(
                 f"n_replicates={n_replicates}: the results need {need / 2**30:.1f} GiB of host "
                 "memory, more than this process can have; run fewer replicates per call "
-                "(start= continues where a call stopped) or a study (jaxeval.run_study), "
+                "(run_replicates' start= continues where a call stopped; another seed adds "
+                "replicates to a simulate_identification) or a study (jaxeval.run_study), "
                 "which saves each chunk to disk") from None
         prog = Progress(n_replicates, enabled=progress and jax.process_index() == 0)
         for lo, hi, res in self.iter_ranges(seed, ranges, progress=prog):

@@ -725,7 +725,9 @@ class ReplicateStudy:
     @classmethod
     def from_dict(cls, d: Any, *, check: bool = True) -> ReplicateStudy:
         """Build from a parsed ``study.json``; every bad key or value is refused by
-        name (:class:`StudyConfigError`). ``check=False`` skips :meth:`check`."""
+        name (:class:`StudyConfigError`). The target is not imported here, whatever
+        ``check`` says (a folder's definition is read where its module may be missing):
+        :meth:`check` imports it, and running the study does."""
         d = _check_keys(d, cls.KEYS, "")
         if "target" not in d:
             raise StudyConfigError("target", "required key is missing")

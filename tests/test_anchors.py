@@ -167,15 +167,17 @@ def test_conformal_coverage_binomial():
     assert cov >= 0.9216 - 3 * np.sqrt(0.92 * 0.08 / reps)
 
 
-def test_sample_non_anchors_breaks_ties_at_random():
-    """Equal uniforms (a dozen pairs among 10^4 float32 draws) are ordered by a second
+def test_sample_non_anchors_breaks_ties_at_random(monkeypatch):
+    """Equal uniforms (about six pairs among 10^4 float32 draws) are ordered by a second
     draw, not by index: with every uniform tied, each non-anchor comes first as often."""
     from jaxeval.anchors._intervals import _draw_order
 
     n, reps = 5, 4000
-    u = jnp.zeros((n,), jnp.float32).at[0].set(jnp.inf)  # item 0 plays an anchor
     keys = jax.random.split(jax.random.key(3), reps)
-    first = np.asarray(jax.vmap(lambda k: _draw_order(u, k)[0])(keys))
+    # every uniform of the draw tied (float32 gives a tie among 10^4 items ~6 times)
+    monkeypatch.setattr(jax.random, "uniform", lambda key, shape, dtype: jnp.zeros(shape, dtype))
+    first = np.asarray(jax.vmap(lambda k: sample_non_anchors(k, jnp.array([0]), n, 2)[0])(keys))
+    monkeypatch.undo()
     counts = np.bincount(first, minlength=n)
     assert counts[0] == 0
     # each of 4 items first with p = 1/4: within 4 binomial sd (a stable sort: all item 1)
@@ -1816,12 +1818,15 @@ def test_mlp_training_and_greedy_ridge_work_under_x64():
                            eval_every=20)
         greedy = jax.vmap(greedy_ridge_anchors, in_axes=(None, None, None, 0))(
             x, y, 3, jnp.array([1e-3, 1.0]))
-        return int(fit.best_step), float(fit.best_val), np.asarray(greedy)
+        # k-means++ drew its first centre with an int64 randint under x64: other anchors
+        km = [kmeans_anchors(jax.random.key(s), x.T, 3)[0].tolist() for s in range(4)]
+        return int(fit.best_step), float(fit.best_val), np.asarray(greedy), km
 
     with jax.enable_x64(True):
-        step64, val64, greedy64 = both()
+        step64, val64, greedy64, km64 = both()
         assert greedy_ridge_anchors(x, y, 3, jnp.float64(1e-3)).tolist() == greedy64[0].tolist()
-    step32, val32, greedy32 = both()
+    step32, val32, greedy32, km32 = both()
     assert step64 == step32 and 0 < step32 <= 100
     np.testing.assert_allclose(val64, val32, rtol=1e-4)
     np.testing.assert_array_equal(greedy64, greedy32)
+    assert km64 == km32

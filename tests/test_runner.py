@@ -233,7 +233,7 @@ def test_results_too_large_for_the_host_are_refused_with_the_size(monkeypatch):
     fake.empty = empty
     monkeypatch.setattr(runner, "np", fake)
     with pytest.raises(MemoryError, match=r"n_replicates=100: the results need 0\.0 GiB of host "
-                       "memory.*start= continues"):
+                       "memory.*start= continues.*run_study"):
         run_replicates(toy, 0, 100, operands=(V,), devices=jax.devices()[:1], progress=False)
 
 

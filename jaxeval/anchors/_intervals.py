@@ -196,7 +196,7 @@ def sample_non_anchors(key: jax.Array, anchors: jax.Array, n: int, m: int) -> ja
 def _draw_order(u: jax.Array, key: jax.Array) -> jax.Array:
     """Indices sorting ``u`` ascending, equal values in an order drawn with ``key``.
 
-    A float32 uniform takes 2**23 values, so among ~10^4 items a dozen pairs tie; a
+    A float32 uniform takes 2**23 values, so among 10^4 items about six pairs tie; a
     stable sort would put the lower index first and make the draw slightly
     non-uniform. 32 more random bits break the ties (no change where none tie)."""
     v = jax.random.bits(key, u.shape, jnp.uint32)

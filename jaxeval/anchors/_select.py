@@ -58,7 +58,7 @@ def random_anchors(key: jax.Array, n: int, k: int) -> jax.Array:
 def _kmeans_pp_init(key: jax.Array, pts: jax.Array, k: int) -> jax.Array:
     n = pts.shape[0]
     sq = jnp.sum(pts**2, axis=1)
-    first = jax.random.randint(jax.random.fold_in(key, 0), (), 0, n)
+    first = jax.random.randint(jax.random.fold_in(key, 0), (), 0, n, jnp.int32)  # (x64: same)
     d2 = jnp.maximum(sq + sq[first] - 2 * pts @ pts[first], 0.0)
     cent = jnp.zeros((k, pts.shape[1]), pts.dtype).at[0].set(pts[first])
 
