@@ -52,7 +52,7 @@ from jaxeval import _policies, _sampling
 from jaxeval._data import ScoreMatrix, is_missing, out_of_unit_hint
 from jaxeval._factorization import ItemFactors
 from jaxeval._io import open_npz
-from jaxeval._runner import default_impl_key
+from jaxeval._runner import default_impl_key, int_seed
 from jaxeval._simulate import (
     _check_alpha,
     _check_int,
@@ -555,9 +555,7 @@ class IdentificationCampaign:
                 from jaxeval._factorization_api import learn_lam0
 
                 # learn_lam0 takes an int seed: a key gives one drawn from it
-                lseed = (int(seed) if isinstance(seed, (int, np.integer)) else int(
-                    jax.random.randint(jax.random.fold_in(key, 0x1A30), (), 0, 2**31 - 1,
-                                       jnp.int32)))
+                lseed = int_seed(seed, key, 0x1A30)
                 if progress:
                     say(f"learning lam0 on the {hist.n_models} history models")
                 try:

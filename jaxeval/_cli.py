@@ -95,9 +95,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="store_true", help="print the version and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    def add(name: str, help: str, example: str) -> argparse.ArgumentParser:
-        return sub.add_parser(
-            name, help=help, description=help, epilog=f"example:\n  {example}", formatter_class=fmt
+    def add(name: str, help: str, example: str, parent=None,
+            description: str | None = None) -> argparse.ArgumentParser:
+        """A command (or, with ``parent``, one of its actions) whose help ends with an
+        example."""
+        return (parent or sub).add_parser(
+            name, help=help, description=description or help,
+            epilog=f"example:\n  {example}", formatter_class=fmt,
         )
 
     r = add("run", "run a study definition (JSON) into a folder", "jaxeval run s.json --out runs/s")
@@ -159,10 +163,9 @@ def _parser() -> argparse.ArgumentParser:
         "jaxeval campaign new c.npz --history oll2_ifeval --candidates m1 m2 m3",
     )
     csub = c.add_subparsers(dest="action", metavar="ACTION", required=True)
-    cn = csub.add_parser("new", help="start a campaign file", formatter_class=fmt,
-                         description="start a campaign file (refuses to overwrite one)",
-                         epilog="example:\n  jaxeval campaign new c.npz --history "
-                         "oll2_ifeval --candidates m1 m2 m3")
+    cn = add("new", "start a campaign file",
+             "jaxeval campaign new c.npz --history oll2_ifeval --candidates m1 m2 m3", csub,
+             "start a campaign file (refuses to overwrite one)")
     cn.add_argument("file", help="the campaign file to create (.npz)")
     cn.add_argument("--candidates", nargs="+", metavar="MODEL", default=[],
                     help="the models to compare")
@@ -201,14 +204,12 @@ def _parser() -> argparse.ArgumentParser:
                     help="prior of the estimate's coefficient: a number in [0, 1] (default "
                     "1) or 'learned' (learned on --history)")
     help_ = 'print the next request as JSON ({"done": true, ...} when there is none)'
-    ca = csub.add_parser("ask", help=help_, description=help_, formatter_class=fmt,
-                         epilog="example:\n  jaxeval campaign ask c.npz > request.json")
+    ca = add("ask", help_, "jaxeval campaign ask c.npz > request.json", csub)
     ca.add_argument("file", help="the campaign file")
     ca.add_argument("--items-only", action="store_true",
                     help="print only the item names, one per line (nothing when done)")
     help_ = "print estimates, intervals and the leader"
-    cs = csub.add_parser("status", help=help_, description=help_, formatter_class=fmt,
-                         epilog="example:\n  jaxeval campaign status c.npz --plot c.png")
+    cs = add("status", help_, "jaxeval campaign status c.npz --plot c.png", csub)
     cs.add_argument("file", help="the campaign file")
     cs.add_argument("--json", action="store_true", help="print JSON")
     cs.add_argument("--plot", metavar="PNG", help="also draw the intervals into this PNG")
@@ -219,13 +220,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="replay every saved answer instead of restoring the saved state "
                     "(checks that this jaxeval asks each saved request again)")
     help_ = "print every saved answer as CSV (model,item,score), without a replay"
-    ce = csub.add_parser("export", help=help_, description=help_, formatter_class=fmt,
-                         epilog="example:\n  jaxeval campaign export c.npz > answers.csv")
+    ce = add("export", help_, "jaxeval campaign export c.npz > answers.csv", csub)
     ce.add_argument("file", help="the campaign file")
-    ct = csub.add_parser("tell", help="answer the pending request and save",
-                         description="answer the pending request and save",
-                         formatter_class=fmt,
-                         epilog="example:\n  jaxeval campaign tell c.npz scores.json --step 3")
+    ct = add("tell", "answer the pending request and save",
+             "jaxeval campaign tell c.npz scores.json --step 3", csub)
     ct.add_argument("file", help="the campaign file")
     ct.add_argument("answers", help="a JSON file ('-' = stdin): a list of scores in the "
                     "request's order or an object {item: score}")
@@ -240,13 +238,11 @@ def _parser() -> argparse.ArgumentParser:
         "jaxeval anchors fit oll2_musr --k 30 --out musr.npz > anchors.txt",
     )
     asub = an.add_subparsers(dest="action", metavar="ACTION", required=True)
-    af = asub.add_parser("fit", help="choose anchors and fit the predictor; prints the items",
-                         description="choose k anchor items on the models of DATA (as "
-                         "jaxeval.fit_anchors: a seeded 20% of them is held out for the "
-                         "choices made on validation and the interval), save the predictor, "
-                         "print the anchor items one per line", formatter_class=fmt,
-                         epilog="example:\n  jaxeval anchors fit oll2_musr --k 30 "
-                         "--out musr.npz > anchors.txt")
+    af = add("fit", "choose anchors and fit the predictor; prints the items",
+             "jaxeval anchors fit oll2_musr --k 30 --out musr.npz > anchors.txt", asub,
+             "choose k anchor items on the models of DATA (as jaxeval.fit_anchors: a seeded "
+             "20% of them is held out for the choices made on validation and the interval), "
+             "save the predictor, print the anchor items one per line")
     af.add_argument("data", help="scored models: a bundled name or a file jaxeval.load reads")
     _add_data_options(af, "DATA", "")
     af.add_argument("--drop-incomplete", action="store_true",
@@ -259,25 +255,22 @@ def _parser() -> argparse.ArgumentParser:
     af.add_argument("--alpha", type=float, default=0.1, help="interval error level (0.1)")
     af.add_argument("--quiet", action="store_true", help="no progress lines")
     help_ = "print a predictor's anchor items, one per line (the items to evaluate)"
-    ai = asub.add_parser("items", help=help_, formatter_class=fmt,
-                         epilog="example:\n  jaxeval anchors items musr.npz --extra 20 "
-                         "--extra-seed 7 > extra.txt",
-                         description=help_ + "; with --extra M, M random non-anchor items "
-                         "instead, for the unbiased estimate of `predict --extra M`")
+    ai = add("items", help_, "jaxeval anchors items musr.npz --extra 20 --extra-seed 7 > "
+             "extra.txt", asub, help_ + "; with --extra M, M random non-anchor items "
+             "instead, for the unbiased estimate of `predict --extra M`")
     ai.add_argument("file", help="the predictor file")
     ai.add_argument("--extra", type=int, metavar="M",
                     help="print instead M random non-anchor items for an unbiased estimate")
     ai.add_argument("--extra-seed", type=int, help="seed of those items (default 0; needs --extra)")
-    ap = asub.add_parser("predict", help="estimate a model's accuracy from its anchor scores",
-                         description="estimate a model's accuracy from its anchor scores "
-                         "(JSON {item: score} for exactly the anchors, or a list in anchor "
-                         "order); with --extra M --extra-seed S the mapping must hold exactly "
-                         "the anchors and the items `items --extra M --extra-seed S` printed, "
-                         "and an unbiased estimate with a finite-sample interval is added. "
-                         "Fix M and S before scoring, once per model (a seed per model for "
-                         "intervals about several models at once): choosing them after "
-                         "seeing scores voids the interval.", formatter_class=fmt,
-                         epilog="example:\n  jaxeval anchors predict musr.npz scores.json")
+    ap = add("predict", "estimate a model's accuracy from its anchor scores",
+             "jaxeval anchors predict musr.npz scores.json", asub,
+             "estimate a model's accuracy from its anchor scores (JSON {item: score} for "
+             "exactly the anchors, or a list in anchor order); with --extra M --extra-seed S "
+             "the mapping must hold exactly the anchors and the items `items --extra M "
+             "--extra-seed S` printed, and an unbiased estimate with a finite-sample interval "
+             "is added. Fix M and S before scoring, once per model (a seed per model for "
+             "intervals about several models at once): choosing them after seeing scores "
+             "voids the interval.")
     ap.add_argument("file", help="the predictor file")
     ap.add_argument("scores", help="a JSON file ('-' = stdin)")
     ap.add_argument("--extra", type=int, metavar="M", help="extra random items scored")

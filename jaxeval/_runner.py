@@ -168,6 +168,22 @@ def as_key(seed: Any) -> jax.Array:
     )
 
 
+def int_seed(seed: Any, key: jax.Array, purpose: int) -> int:
+    """``seed`` itself when it is an int, else an int in ``[0, 2**31 - 1)`` drawn from
+    ``fold_in(key, purpose)`` (for the NumPy and int-seeded steps of a keyed call); int32
+    draws, so x64 mode draws the same.
+
+    Example:
+      >>> import jax
+      >>> int_seed(7, jax.random.key(0), 1), 0 <= int_seed(jax.random.key(0), jax.random.key(0), 1)
+      (7, True)
+    """
+    if isinstance(seed, (int, np.integer)):
+        return int(seed)
+    return int(jax.random.randint(jax.random.fold_in(key, purpose), (), 0, 2**31 - 1,
+                                  jnp.int32))
+
+
 def default_impl_key(seed: Any) -> jax.Array:
     """:func:`as_key`, refusing keys of another PRNG implementation than the default
     (their key data would be re-wrapped as the default's and fail, or mean another

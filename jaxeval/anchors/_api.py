@@ -788,9 +788,9 @@ def fit_anchors(
     st = checked_settings(settings, train.target is not None, auto=method == "auto")
     # the int seed of the NumPy splits (validation hold-out, halves, CV folds); a key
     # gives one drawn from it, so different keys split differently too
-    split_seed = (int(seed) if isinstance(seed, (int, np.integer)) else
-                  int(jax.random.randint(jax.random.fold_in(key, 0x5EED), (), 0, 2**31 - 1,
-                                         jnp.int32)))
+    from jaxeval._runner import int_seed
+
+    split_seed = int_seed(seed, key, 0x5EED)
     held_out = validation is None
     if validation is None:
         n_val = max(int(round(0.2 * train.n_models)), 1)
