@@ -141,8 +141,42 @@ def _int_key(seed: int) -> jax.Array:
     )
 
 
-def as_key(seed: Any) -> jax.Array:
-    """A typed PRNG key from an int seed, a typed key, or raw ``uint32`` key data.
+_KEY_EXPECTED = ("a non-negative int seed, a PRNG key (jax.random.key) or raw uint32[2] "
+                 "key data")
+
+
+def _concrete_int(seed: Any) -> int | None:
+    """``seed`` as an int when it is one (a Python or NumPy int, or a concrete 0-d
+    integer array), else None; bools are not ints here."""
+    if isinstance(seed, (bool, np.bool_)):
+        return None
+    if isinstance(seed, (int, np.integer)):
+        return int(seed)
+    if isinstance(seed, (np.ndarray, jax.Array)) and seed.shape == () \
+            and jnp.issubdtype(seed.dtype, jnp.integer):
+        try:
+            return int(seed)
+        except (jax.errors.ConcretizationTypeError, jax.errors.TracerIntegerConversionError):
+            return None
+    return None
+
+
+def as_key(seed: Any, name: str = "seed", where: str = "") -> jax.Array:
+    """A typed PRNG key from an int seed, a typed key, or raw ``uint32[2]`` key data.
+
+    The one seed parser of the package: every public ``seed`` (and
+    ``synthetic_matrix``'s ``key_or_seed``) goes through it, so the same seed
+    means the same stream everywhere. An int seed is any Python or NumPy int, or a
+    0-d integer array, in ``[0, 2**63)`` (all 64 bits count, x64 mode on or off); a
+    traced 0-d integer (inside ``jit``/``vmap``) is ``jax.random.key`` of it.
+
+    Args:
+      seed: the seed or key.
+      name, where: how errors name the argument (``f"{where}{name}: ..."``).
+
+    Raises:
+      TypeError: anything else (a float, a bool, None, a key array, ...).
+      ValueError: a negative int, or one of ``2**63`` or more.
 
     Example:
       >>> import jax
@@ -150,36 +184,43 @@ def as_key(seed: Any) -> jax.Array:
       >>> bool((jax.random.key_data(k) == jax.random.key_data(jax.random.key(0))).all())
       True
     """
-    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-        if seed < 0 or seed >= 2**63:
-            raise ValueError(f"seed must be a non-negative integer below 2**63, got {seed}")
-        return _int_key(int(seed))
-    if isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
-        if seed.shape != ():
-            raise ValueError(f"seed: expected a single key, got a key array of shape {seed.shape}")
-        return seed
-    arr = np.asarray(seed)
-    if arr.dtype == np.uint32 and arr.shape == (2,):
-        return jax.random.wrap_key_data(jnp.asarray(arr))
-    raise TypeError(
-        "seed must be an int, a typed PRNG key (jax.random.key) or raw uint32[2] key data, "
-        f"got {type(seed).__name__}"
-        + (f" with dtype {arr.dtype} and shape {arr.shape}" if hasattr(arr, "dtype") else "")
-    )
+    what = f"{where}{name}"
+    value = _concrete_int(seed)
+    if value is not None:
+        if not 0 <= value < 2**63:
+            raise ValueError(f"{what}: expected a non-negative int seed below 2**63, got {value}")
+        return _int_key(value)
+    if seed is None or isinstance(seed, (str, bytes, bool, np.bool_, float, np.floating,
+                                         complex)):
+        raise TypeError(f"{what}: expected {_KEY_EXPECTED}, got {type(seed).__name__} "
+                        f"{seed!r}")
+    given = seed if isinstance(seed, jax.Array) else np.asarray(seed)
+    if jnp.issubdtype(given.dtype, jax.dtypes.prng_key):
+        if given.shape != ():
+            raise TypeError(f"{what}: expected one PRNG key, got an array of keys of shape "
+                            f"{given.shape} (vmap over keys instead)")
+        return given
+    if given.shape == () and given.dtype.kind in "iu":  # traced: jit/vmap over seeds
+        return jax.random.key(given)
+    if given.dtype == np.uint32 and given.shape == (2,):
+        return jax.random.wrap_key_data(jnp.asarray(given))
+    raise TypeError(f"{what}: expected {_KEY_EXPECTED}, got dtype {given.dtype} and shape "
+                    f"{given.shape}")
 
 
 def int_seed(seed: Any, key: jax.Array, purpose: int) -> int:
-    """``seed`` itself when it is an int, else an int in ``[0, 2**31 - 1)`` drawn from
-    ``fold_in(key, purpose)`` (for the NumPy and int-seeded steps of a keyed call); int32
-    draws, so x64 mode draws the same.
+    """``seed`` itself when it is an int (or a concrete 0-d integer array), else an
+    int in ``[0, 2**31 - 1)`` drawn from ``fold_in(key, purpose)`` (for the NumPy and
+    int-seeded steps of a keyed call); int32 draws, so x64 mode draws the same.
 
     Example:
       >>> import jax
       >>> int_seed(7, jax.random.key(0), 1), 0 <= int_seed(jax.random.key(0), jax.random.key(0), 1)
       (7, True)
     """
-    if isinstance(seed, (int, np.integer)):
-        return int(seed)
+    value = _concrete_int(seed)
+    if value is not None:
+        return value
     return int(jax.random.randint(jax.random.fold_in(key, purpose), (), 0, 2**31 - 1,
                                   jnp.int32))
 

@@ -94,38 +94,9 @@ class SyntheticTruth(NamedTuple):
 
 
 def _as_key(key_or_seed: Any) -> jax.Array:
-    if isinstance(key_or_seed, (int, np.integer)) and not isinstance(key_or_seed, bool):
-        # With 64-bit mode off, jax.random.key keeps only the low 32 bits of a seed.
-        if not 0 <= key_or_seed < 2**32:
-            raise ValueError(
-                f"synthetic_matrix: an int seed must lie in [0, 2**32), got {key_or_seed}"
-            )
-        return jax.random.key(int(key_or_seed))
-    if isinstance(key_or_seed, (str, bytes, bool, np.bool_, float, np.floating)) \
-            or key_or_seed is None:
-        raise TypeError(f"synthetic_matrix: 'key_or_seed' must be an int seed or a PRNG key, "
-                        f"got {type(key_or_seed).__name__} {key_or_seed!r}")
-    given = key_or_seed if isinstance(key_or_seed, jax.Array) else np.asarray(key_or_seed)
-    if jnp.issubdtype(given.dtype, jax.dtypes.prng_key):
-        if given.shape != ():
-            raise TypeError(f"synthetic_matrix: 'key_or_seed' must be one PRNG key, got an "
-                            f"array of keys of shape {given.shape} (vmap over keys instead)")
-        return given
-    if given.dtype not in (np.uint32, np.int32) and not (given.shape == ()
-                                                         and given.dtype.kind in "iu"):
-        raise TypeError(
-            f"synthetic_matrix: 'key_or_seed' must be an int seed or a PRNG key, got dtype "
-            f"{given.dtype} and shape {given.shape}"
-        )
-    k = jnp.asarray(given)
-    if k.dtype == jnp.uint32 and k.shape == (2,):
-        return jax.random.wrap_key_data(k)
-    if k.shape == () and jnp.issubdtype(k.dtype, jnp.integer):
-        return jax.random.key(k)
-    raise TypeError(
-        f"synthetic_matrix: 'key_or_seed' must be an int seed or a PRNG key, got dtype "
-        f"{k.dtype} and shape {k.shape}"
-    )
+    from jaxeval._runner import as_key
+
+    return as_key(key_or_seed, "'key_or_seed'", "synthetic_matrix: ")
 
 
 def _top_two(acc: jax.Array, first: int) -> tuple[jax.Array, jax.Array]:
@@ -279,7 +250,9 @@ def synthetic_matrix(
     exact gap rule.
 
     Args:
-      key_or_seed: a PRNG key (typed or raw) or an int seed.
+      key_or_seed: a PRNG key (typed or raw ``uint32[2]``) or an int seed in
+        ``[0, 2**63)`` (a 0-d integer array too, traced or not), as everywhere in
+        the package.
       n_models: number of rows ``m`` (>= 2).
       n_items: number of items ``n`` (>= 1).
       rank: rank ``r`` of the interaction ``U V^T`` (>= 1).

@@ -361,7 +361,7 @@ def test_bad_input_errors(small_sm):
         pred.predict(np.array([0, 1, np.nan, 1, 0, 1]))
     with pytest.raises(ValueError, match="method"):
         fit_anchors(small_sm, 5, method="nope")
-    with pytest.raises(TypeError, match="seed: expected a non-negative int or a PRNG key"):
+    with pytest.raises(TypeError, match="seed: expected a non-negative int seed, a PRNG key"):
         fit_anchors(small_sm, 5, method="random_mean", seed=None)
     with pytest.raises(ValueError, match="seed: expected a non-negative int"):
         fit_anchors(small_sm, 5, method="random_mean", seed=-1)
@@ -369,6 +369,11 @@ def test_bad_input_errors(small_sm):
     a = fit_anchors(small_sm, 5, method="random_mean", seed=jax.random.PRNGKey(3))
     b = fit_anchors(small_sm, 5, method="random_mean", seed=jax.random.key(3))
     np.testing.assert_array_equal(a.anchor_items, b.anchor_items)
+    # an int seed of any integer type (a 0-d array too) is that int: same split, same draws
+    c = fit_anchors(small_sm, 5, method="random_mean", seed=3)
+    d = fit_anchors(small_sm, 5, method="random_mean", seed=jnp.int32(3))
+    np.testing.assert_array_equal(c.anchor_items, d.anchor_items)
+    assert c.info["seed"] == d.info["seed"] == 3
 
 
 def test_validation_must_be_held_out_and_match_the_target(small_sm):

@@ -286,6 +286,49 @@ def test_bad_arguments_named():
         run_replicates(3, 0, 2)
 
 
+def test_one_seed_parser_for_the_whole_package():
+    """An int seed means the same stream whatever its type (Python, NumPy, a 0-d NumPy or
+    JAX array), in the runner, the synthetic draws, the factorization and the anchor
+    fit; errors name the argument the same way everywhere."""
+    import jaxeval
+    from jaxeval._runner import int_seed
+
+    data = lambda s: np.asarray(jax.random.key_data(as_key(s))).tolist()
+    for s in (np.int64(7), np.array(7), jnp.int32(7), jnp.uint32(7), np.uint64(7)):
+        assert data(s) == data(7)
+        assert int_seed(s, jax.random.key(0), 1) == 7
+    big = np.array(2**40 + 3, np.int64)
+    assert data(big) == data(2**40 + 3) != data(3)
+    f = lambda k: jax.random.uniform(k)
+    np.testing.assert_array_equal(run_replicates(f, jnp.int32(7), 3, progress=False),
+                                  run_replicates(f, 7, 3, progress=False))
+    np.testing.assert_array_equal(jaxeval.synthetic_matrix(np.array(3), 4, 6).scores,
+                                  jaxeval.synthetic_matrix(3, 4, 6).scores)
+    sm = jaxeval.synthetic_score_matrix(0, 12, 30)
+    a = jaxeval.fit_factorization(sm, 2, 0.1, seed=jnp.int32(4), num_steps=20)
+    b = jaxeval.fit_factorization(sm, 2, 0.1, seed=4, num_steps=20)
+    np.testing.assert_array_equal(a.U, b.U)
+    assert a.info["seed"] == b.info["seed"] == 4
+    # a traced seed (vmap over seeds) is jax.random.key of it
+    per = jax.vmap(lambda s: jax.random.key_data(as_key(s)))(jnp.arange(3))
+    assert per.tolist() == [data(i) for i in range(3)]
+    for bad, error, match in (
+            (-1, ValueError, "seed: expected a non-negative int seed below 2\\*\\*63, got -1"),
+            (jnp.int32(-2), ValueError, "below 2\\*\\*63, got -2"),
+            (True, TypeError, "seed: expected a non-negative int seed, a PRNG key .* got bool"),
+            (np.bool_(True), TypeError, "got bool"),
+            (2.0, TypeError, "got float 2.0"),
+            (None, TypeError, "got NoneType None"),
+            (np.zeros(2, np.int32), TypeError, r"got dtype int32 and shape \(2,\)"),
+            (jax.random.split(jax.random.key(0)), TypeError, "array of keys of shape")):
+        with pytest.raises(error, match=match):
+            as_key(bad)
+        with pytest.raises(error, match="seed: "):
+            run_replicates(f, bad, 2, progress=False)
+        with pytest.raises(error, match="'key_or_seed': "):
+            jaxeval.synthetic_matrix(bad, 4, 6)
+
+
 def test_seeds_above_2_pow_32_get_their_own_stream():
     # jax.random.key keeps only the low 32 bits of an int seed when x64 is off:
     # seeds 1 and 2**32 + 1 must not share a stream (a study accepts seeds < 2**63).

@@ -230,17 +230,22 @@ def test_bad_helper_arguments_refused():
         synthetic_score_matrix(0, 5, 10, modelscale=2.0)
     with pytest.raises(TypeError, match="'seed' must be an int"):
         synthetic_score_matrix(0.5, 5, 10)
-    with pytest.raises(TypeError, match="'key_or_seed' must be an int seed or a PRNG key"):
+    with pytest.raises(TypeError, match="'key_or_seed': expected a non-negative int seed, a "
+                       "PRNG key"):
         synthetic_matrix(jnp.zeros(3), 5, 10)
-    with pytest.raises(ValueError, match=r"int seed must lie in \[0, 2\*\*32\), got 4294967296"):
-        synthetic_matrix(2**32, 5, 10)
-    with pytest.raises(TypeError, match="'key_or_seed' must be an int seed or a PRNG key, "
-                       "got str 'x'"):
+    with pytest.raises(ValueError, match=r"'key_or_seed': expected a non-negative int seed "
+                       r"below 2\*\*63, got 9223372036854775808"):
+        synthetic_matrix(2**63, 5, 10)
+    with pytest.raises(ValueError, match="below 2\\*\\*63, got -1"):
+        synthetic_matrix(jnp.int32(-1), 5, 10)
+    with pytest.raises(TypeError, match="'key_or_seed': expected a non-negative int seed, a "
+                       "PRNG key .*, got str 'x'"):
         synthetic_matrix("x", 5, 10)
     # the dtype given is named (not the int32 JAX would make of it without x64)
     with pytest.raises(TypeError, match=r"got dtype int64 and shape \(2,\)"):
         synthetic_matrix(np.array([0, 0], np.int64), 5, 10)
-    with pytest.raises(TypeError, match=r"one PRNG key, got an array of keys of shape \(2,\)"):
+    with pytest.raises(TypeError, match=r"expected one PRNG key, got an array of keys of "
+                       r"shape \(2,\)"):
         synthetic_matrix(jax.random.split(jax.random.key(0)), 5, 10)
     with pytest.raises(ValueError, match="'model_scale' must be finite and >= 0, got nan"):
         synthetic_score_matrix(0, 5, 10, model_scale=float("nan"))

@@ -27,6 +27,7 @@ from jaxeval._data import (
     is_missing,
     out_of_unit_hint,
 )
+from jaxeval._runner import _concrete_int, as_key, int_seed
 from jaxeval.anchors._intervals import conformal_quantile, dr_estimate, sample_non_anchors
 from jaxeval.anchors._irt import fit_item_factors, irt_item_predictions
 from jaxeval.anchors._methods import (
@@ -60,14 +61,7 @@ def _nan_last(err: float) -> float:
 
 def _key(seed: Any) -> jax.Array:
     """An int seed (>= 0), a typed key or raw ``uint32[2]`` key data, as the runner takes."""
-    from jaxeval._runner import as_key
-
-    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed < 0:
-        raise ValueError(f"seed: expected a non-negative int or a PRNG key, got {seed}")
-    try:
-        return as_key(seed)
-    except (TypeError, ValueError):
-        raise TypeError(f"seed: expected a non-negative int or a PRNG key, got {seed!r}") from None
+    return as_key(seed)
 
 
 def _keyed(x: Any) -> bool:
@@ -788,7 +782,6 @@ def fit_anchors(
     st = checked_settings(settings, train.target is not None, auto=method == "auto")
     # the int seed of the NumPy splits (validation hold-out, halves, CV folds); a key
     # gives one drawn from it, so different keys split differently too
-    from jaxeval._runner import int_seed
 
     split_seed = int_seed(seed, key, 0x5EED)
     held_out = validation is None
@@ -905,7 +898,7 @@ def fit_anchors(
         )
     say(f"done: {best}" + (f" (chosen among {len(cands)})" if len(cands) > 1 else ""))
     info = {
-        "seed": int(seed) if isinstance(seed, (int, np.integer)) else None,
+        "seed": _concrete_int(seed),
         "requested_method": method,
         "validation_mse": {s: r[2] for s, r in results.items()},
         "auto_choice": None if method != "auto" else ("cv" if cv_mse else "validation"),
