@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import json
 import os
+import time
 import types
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -775,7 +776,9 @@ class Split:
 def atomic_open(path: str | os.PathLike) -> Iterator[Any]:
     """A binary file to write ``path`` through: written beside it (``.tmp-<pid>-<name>``),
     synced and renamed into place on success, removed on failure, so an interrupted
-    write (a kill, a full disk) never leaves half a file under ``path``."""
+    write (a kill, a full disk) never leaves half a file under ``path``. A temporary
+    file of ``path`` that a killed process (``kill -9``, a lost node) left behind is
+    removed by the next successful write of ``path`` (see :func:`_sweep_stale_tmp`)."""
     path = Path(path)
     if not path.parent.is_dir():  # (else the error names the temporary file)
         raise FileNotFoundError(f"{path}: no such folder {str(path.parent)!r} to write into")
@@ -788,6 +791,50 @@ def atomic_open(path: str | os.PathLike) -> Iterator[Any]:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    _sweep_stale_tmp(path)
+
+
+# A temporary file untouched this long whose writer is not a live process here is stale.
+_STALE_TMP_SECONDS = 600.0
+
+
+def _sweep_stale_tmp(path: Path) -> None:
+    """Remove ``.tmp-<pid>-<name>`` files of ``path`` left by writers that died: the
+    pid is no live process on this host and the file has not changed for
+    ``_STALE_TMP_SECONDS`` (a writer on another host of a shared filesystem keeps its
+    file fresh while it writes). Best effort: nothing here raises."""
+    prefix, suffix = ".tmp-", f"-{path.name}"
+    try:
+        entries = list(path.parent.iterdir())
+    except OSError:
+        return
+    now = time.time()
+    for entry in entries:
+        name = entry.name
+        pid = name[len(prefix):-len(suffix)] if name.startswith(prefix) and \
+            name.endswith(suffix) else ""
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            if now - entry.stat().st_mtime < _STALE_TMP_SECONDS or _pid_alive(int(pid)):
+                continue
+            entry.unlink()
+        except OSError:
+            continue
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process on this host (one of another user counts);
+    always True on Windows, where ``os.kill`` would end the process."""
+    if os.name == "nt":
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True
+    return True
 
 
 def atomic_savez(path: Path, arrays: Mapping[str, Any], *, compressed: bool = False) -> None:

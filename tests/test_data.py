@@ -202,6 +202,36 @@ def test_to_npz_is_atomic_and_a_failed_write_keeps_the_old_file(tmp_path, monkey
     assert jaxeval.load(p).shape == (2, 2)
 
 
+def test_a_killed_writers_temporary_file_is_removed_by_the_next_save(tmp_path):
+    """A ``kill -9`` during a save leaves ``.tmp-<pid>-<name>`` beside the file; the
+    next successful save of that file removes it once its writer is gone and it is
+    stale, and leaves alone a live writer's, a fresh one, and other files' ones."""
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead = int(done.stdout)  # a process that has exited
+    old = 3 * 3600.0
+    files = {
+        f".tmp-{dead}-m.npz": old,            # killed writer, stale: removed
+        ".tmp-999999999-m.npz": old,          # no such pid: removed
+        f".tmp-{os.getppid()}-m.npz": old,    # a live process: kept
+        f".tmp-{dead + 10**9}-m.npz": 0.0,    # just written (another host's writer): kept
+        f".tmp-{dead}-other.npz": old,        # another file's: kept
+        ".tmp-x-m.npz": old,                  # not a pid: kept
+    }
+    for name, age in files.items():
+        (tmp_path / name).write_bytes(b"partial")
+        t = os.path.getmtime(tmp_path / name) - age
+        os.utime(tmp_path / name, (t, t))
+    ScoreMatrix(np.array([[1.0, 0.0], [0.5, 1.0]], np.float32)).to_npz(tmp_path / "m.npz")
+    left = sorted(x.name for x in tmp_path.iterdir())
+    assert left == sorted(["m.npz"] + [n for n in files if n not in (
+        f".tmp-{dead}-m.npz", ".tmp-999999999-m.npz")]), left
+
+
 def test_anchor_predictor_save_is_atomic(tmp_path, monkeypatch):
     sm = jaxeval.load("oll2_musr").drop_duplicates().take(models=np.arange(60))
     pred = jaxeval.fit_anchors(sm, 5, method="random_mean", seed=0)
