@@ -560,7 +560,7 @@ class IdentificationCampaign:
                     say(f"learning lam0 on the {hist.n_models} history models")
                 try:
                     lam0 = learn_lam0(hist, rank=int(np.shape(V)[1]), seed=lseed,
-                                      num_steps=fit_steps)
+                                      num_steps=fit_steps, progress=progress)
                 except ValueError as e:
                     raise ValueError(f"lam0='learned': {_history_msg(e)}") from None
             if progress and hist is not None:

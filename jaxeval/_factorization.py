@@ -30,6 +30,7 @@ into errors.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -929,6 +930,7 @@ def select_factors(
     learning_rate: float = 0.05,
     num_steps: int = 1000,
     rho_v: float | None = None,
+    on_rank: Callable[[str], None] | None = None,
 ) -> SelectionResult:
     """Choose rank and regularisation by log-loss on held-out cells of training models.
 
@@ -951,6 +953,7 @@ def select_factors(
       learning_rate: Adam peak learning rate.
       num_steps: full-batch steps per fit.
       rho_v: a fixed prior strength on V for every grid fit (default: each grid rho).
+      on_rank: called with a one-line summary after each rank's grid (progress).
 
     Returns:
       A :class:`SelectionResult`.
@@ -994,6 +997,10 @@ def select_factors(
             held[a, :, k] = np.asarray(ll)
             train[a, :, k] = np.asarray(tl)
             status[a, :, k] = np.asarray(st)
+            if on_rank is not None:
+                on_rank(f"rank {r} ({a + 1} of {len(ranks)}"
+                        + (f", repeat {k + 1} of {num_repeats}" if num_repeats > 1 else "")
+                        + f"): best held-out log loss {float(np.min(held[a, :, k])):.4f}")
     curve = held.mean(axis=2)
     a, b = np.unravel_index(np.argmin(curve), curve.shape)
     return SelectionResult(

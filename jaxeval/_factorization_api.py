@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
+import time
 import types
 import warnings
 from collections.abc import Mapping, Sequence
@@ -22,7 +24,7 @@ import numpy as np
 
 from jaxeval import _factorization as fz
 from jaxeval._data import ScoreMatrix
-from jaxeval._runner import as_key
+from jaxeval._runner import _concrete_int, as_key
 
 __all__ = ["LowRankLogistic", "fit_factorization", "learn_lam0"]
 
@@ -501,6 +503,7 @@ def fit_factorization(
     learning_rate: float = 0.1,
     num_steps: int = 1000,
     selection_steps: int = 500,
+    progress: bool = False,
 ) -> LowRankLogistic:
     """Fit the low-rank logistic factorization to training models.
 
@@ -525,6 +528,8 @@ def fit_factorization(
       learning_rate: Adam peak learning rate.
       num_steps: full-batch steps of the final fit.
       selection_steps: steps of each fit during selection.
+      progress: a line on stderr as the selection and the final fit start and end
+        (the selection grid is one compiled program: it says so, and its time).
 
     Returns:
       A frozen :class:`LowRankLogistic`.
@@ -543,6 +548,14 @@ def fit_factorization(
     sm = _as_matrix(data, "data")
     m, n = sm.shape
     key = as_key(seed)
+    if not isinstance(progress, (bool, np.bool_)):
+        raise TypeError(f"progress: expected True or False, got {progress!r}")
+    t0 = time.perf_counter()
+
+    def say(msg: str) -> None:
+        if progress:
+            print(f"fit_factorization: {msg} [{time.perf_counter() - t0:.0f} s]",
+                  file=sys.stderr, flush=True)
     empty_rows = np.flatnonzero(~sm.mask.any(axis=1))
     if empty_rows.size:
         raise ValueError(
@@ -637,6 +650,9 @@ def fit_factorization(
     mask = jnp.asarray(sm.mask)
     selection = None
     if auto_rank or auto_rho:
+        say(f"choosing rank x rho on {holdout_fraction:.0%} held-out cells of {m} models x "
+            f"{n} items: {len(grid_ranks)} ranks x {len(grid_rhos)} rhos, {selection_steps} "
+            "steps each (one compiled program per rank)")
         sel = fz.select_factors(
             jax.random.fold_in(key, 1),
             scores,
@@ -647,12 +663,15 @@ def fit_factorization(
             learning_rate=learning_rate,
             num_steps=selection_steps,
             rho_v=rv_given,
+            on_rank=say if progress else None,
         )
         if not np.isfinite(sel.heldout_loss).any():
             raise FloatingPointError(
                 "fit_factorization: every fit of the selection grid produced non-finite values"
             )
         chosen_rank, chosen_rho = sel.rank, sel.rho
+        say(f"chose rank {chosen_rank}, rho {chosen_rho:g} (held-out log loss "
+            f"{float(np.nanmin(sel.heldout_loss)):.4f} per cell)")
         selection = types.MappingProxyType(
             {
                 "ranks": sel.ranks,
@@ -665,6 +684,8 @@ def fit_factorization(
     else:
         chosen_rank, chosen_rho = grid_ranks[0], grid_rhos[0]
     rv = chosen_rho if rv_given is None else rv_given
+    say(f"fitting rank {chosen_rank} on {m} models x {n} items ({n_obs} observed cells, "
+        f"{num_steps} steps)")
     res = fz.fit_factors(
         jax.random.fold_in(key, 0),
         scores,
@@ -681,6 +702,7 @@ def fit_factorization(
             "try a smaller learning_rate or a larger rho"
         )
     final = float(res.final_loss)
+    say(f"done: log loss {final:.4f} per observed cell")
     if final > 1.1 * math.log(2.0):
         # every factor at 0 (each score predicted as 0.5) costs log 2 per cell: a fit
         # that ends well above it diverged or stopped early, and predicts worse than that
@@ -709,7 +731,7 @@ def fit_factorization(
         info=types.MappingProxyType(
             {
                 "source": sm.source,
-                "seed": seed if isinstance(seed, (int, np.integer)) else "key",
+                "seed": "key" if _concrete_int(seed) is None else _concrete_int(seed),
                 "learning_rate": learning_rate,
                 "num_steps": int(num_steps),
                 "selection_steps": int(selection_steps),
@@ -728,6 +750,7 @@ def learn_lam0(
     folds: int = 2,
     seed: Any = 0,
     num_steps: int = 500,
+    progress: bool = False,
 ) -> float:
     """The λ prior of the doubly robust estimate, learned on training models (SPEC 2.3).
 
@@ -750,6 +773,7 @@ def learn_lam0(
       folds: number of row groups, ``>= 2``.
       seed: int seed (row groups, observed items and fits).
       num_steps: steps of each fold's fit.
+      progress: a line on stderr as each fold's fit starts, and at the end.
 
     Returns:
       ``λ₀`` in ``[0, 1]`` (a float), to pass as ``lam0`` to
@@ -796,11 +820,18 @@ def learn_lam0(
         rho_ok = False
     if not rho_ok:
         raise ValueError(f"rho: expected a finite value >= 0, got {rho!r}")
+    if not isinstance(progress, (bool, np.bool_)):
+        raise TypeError(f"progress: expected True or False, got {progress!r}")
+    t0 = time.perf_counter()
     rng = np.random.default_rng([int(seed), 0x1A40])
     group = rng.permutation(sm.n_models) % folds
     num = den = 0.0
     for f in range(folds):
         rest = sm.take(models=np.flatnonzero(group != f))
+        if progress:
+            print(f"learn_lam0: fold {f + 1} of {folds}: fitting rank {rank} on "
+                  f"{rest.n_models} models ({num_steps} steps) "
+                  f"[{time.perf_counter() - t0:.0f} s]", file=sys.stderr, flush=True)
         try:
             fit = fit_factorization(rest, rank=rank, rho=rho, seed=int(seed) + f,
                                     num_steps=num_steps)
@@ -831,4 +862,8 @@ def learn_lam0(
             f"data: no held-out model had more than {max(cs) + 1} observed items with "
             "varying predictions; lam0 cannot be learned"
         )
-    return float(np.clip(num / den, 0.0, 1.0))
+    lam0 = float(np.clip(num / den, 0.0, 1.0))
+    if progress:
+        print(f"learn_lam0: done: lam0 = {lam0:.3f} [{time.perf_counter() - t0:.0f} s]",
+              file=sys.stderr, flush=True)
+    return lam0

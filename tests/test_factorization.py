@@ -696,6 +696,38 @@ def test_learn_lam0_is_near_one_on_low_rank_truth_and_near_zero_on_noise():
     assert jaxeval.learn_lam0(np.asarray(S), **kw) == lam_truth  # same seed, same value
 
 
+def test_progress_lines_say_each_stage_and_change_nothing(capsys):
+    """``progress=True`` prints a line per stage (and per rank of the selection grid, per
+    fold of learn_lam0) on stderr, nothing on stdout, and fits the same factors."""
+    import jaxeval
+
+    _, _, _, _, S = _planted(jax.random.key(2), 30, 40, 2)
+    kw = dict(ranks=(1, 2), rhos=(1.0, 3.0), num_steps=30, selection_steps=20, seed=1)
+    quiet = jaxeval.fit_factorization(np.asarray(S), **kw)
+    assert capsys.readouterr().err == ""
+    loud = jaxeval.fit_factorization(np.asarray(S), progress=True, **kw)
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 6, err
+    assert lines[0].startswith("fit_factorization: choosing rank x rho") and "2 ranks x 2 rhos" \
+        in lines[0]
+    assert lines[1].startswith("fit_factorization: rank 1 (1 of 2): best held-out log loss")
+    assert lines[2].startswith("fit_factorization: rank 2 (2 of 2)")
+    assert f"chose rank {loud.rank}" in lines[3] and "fitting rank" in lines[4]
+    assert lines[5].startswith("fit_factorization: done: log loss") and lines[5].endswith(" s]")
+    np.testing.assert_array_equal(quiet.V, loud.V)
+    lam = jaxeval.learn_lam0(np.asarray(S), rank=1, num_steps=10, n_observed=(5,),
+                             progress=True)
+    err = capsys.readouterr().err.splitlines()
+    assert [e.split(":")[1].strip() for e in err] == ["fold 1 of 2", "fold 2 of 2", "done"]
+    assert f"lam0 = {lam:.3f}" in err[-1]
+    with pytest.raises(TypeError, match="progress: expected True or False"):
+        jaxeval.fit_factorization(np.asarray(S), 1, 1.0, progress="yes")
+    with pytest.raises(TypeError, match="progress: expected True or False"):
+        jaxeval.learn_lam0(np.asarray(S), rank=1, progress=1)
+
+
 def test_learn_lam0_refuses_bad_input():
     import jaxeval
 
