@@ -30,7 +30,7 @@ whose probability is at most ``alpha``; the bounds are reported as they are.
 
 Kinds:
 
-- ``"eb"`` — empirical Bernstein with predictable plug-in bets and per-step ranges, SPEC 2.4.
+- ``"eb"`` — empirical Bernstein with predictable plug-in bets and per-step ranges, METHODS.md 2.4.
   Lower side, with ``m_k`` the predictable centre, ``c_k = max(m_k - lo_k, eps)``,
   ``b_k = min(sqrt(2 log(2/alpha) / (sigma2_k k log(1 + k))), 0.5 / c_k)``, ``g_k = b_k c_k``,
   ``psi(g) = -log(1 - g) - g``::
@@ -55,7 +55,7 @@ Kinds:
   is a supermartingale; ``l_k = sqrt(8 log(2/alpha) / (k log(1 + k))) / w_k`` and
   ``LCB_t = [sum l Y - log(2/alpha) - sum l^2 w^2 / 8] / sum l`` (UCB mirrored). The centre is
   unused. The identification loop feeds it the plain (``lam = 0``) terms and ranges whatever
-  the policy's ``lam``: this is what a careful user of the plain mean would report (SPEC 2.4).
+  the policy's ``lam``: this is what a careful user of the plain mean would report (METHODS.md 2.4).
 - ``"betting"`` — the tight reference: for each of ``G`` cells ``[e_g, e_{g+1}]`` of a grid on
   [0, 1], a lower-side capital process ``prod (1 + l_k (Y_k - e_{g+1}))`` and an upper-side
   one ``prod (1 + l'_k (e_g - Y_k))``, with predictable aGRAPA bets
@@ -232,7 +232,7 @@ def eb_update(
     alpha: ArrayLike,
     active: ArrayLike | None = None,
 ) -> EBState:
-    """One empirical-Bernstein step (SPEC 2.4); see the module docstring for the formula."""
+    """One empirical-Bernstein step (METHODS.md 2.4); see the module docstring for the formula."""
     y, lo, hi, m, alpha = (_f(a) for a in (y, lo, hi, center, alpha))
     log_term = jnp.log(2.0 / alpha)
     k = state.count + 1
@@ -440,7 +440,7 @@ def get(name: str, *, grid_size: int = 128, truncation: float = 0.5) -> ConfSeq:
     """The confidence-sequence kind ``name`` (one of :data:`KINDS`).
 
     Args:
-      name: ``"eb"`` (empirical Bernstein, the default of SPEC 2.4), ``"hoeffding"`` or
+      name: ``"eb"`` (empirical Bernstein, the default of METHODS.md 2.4), ``"hoeffding"`` or
         ``"betting"``.
       grid_size: number of grid cells ``G`` (betting only; static, sets the state shape).
       truncation: the betting cap as a fraction of ``1 / (m - lo)`` (betting only, in (0, 1)).

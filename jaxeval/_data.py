@@ -551,7 +551,7 @@ class ScoreMatrix:
 
         Args:
           include_target: also require the external ``target`` to repeat. By default
-            (the SPEC 6.2 protocol as every table of this project ran it) only the
+            (the METHODS.md 6.2 protocol as every table of this project ran it) only the
             item scores are compared, so on a matrix that holds a subset of a
             benchmark's items (metabench) models that agree on those items but differ
             in their full-benchmark score are dropped too: metabench ARC keeps 3 456 of
@@ -733,7 +733,7 @@ class ScoreMatrix:
         return path
 
     def protocol_split(self, seed: int) -> Split:
-        """The anchor-evaluation split of SPEC section 6.2.
+        """The anchor-evaluation split of METHODS.md section 6.2.
 
         Models are permuted with ``np.random.default_rng(seed).permutation``;
         ``h = 200`` when there are at least 1000 models, else ``round(0.2 * m)``;
@@ -757,7 +757,7 @@ class ScoreMatrix:
 @dataclasses.dataclass(frozen=True)
 class Split:
     """Train / validation / test score matrices from one seeded split
-    (:meth:`ScoreMatrix.protocol_split`: the SPEC 6.2 protocol's split).
+    (:meth:`ScoreMatrix.protocol_split`: the METHODS.md 6.2 protocol's split).
 
     Example:
       >>> import jaxeval

@@ -3,7 +3,7 @@
 For one arm (model) with scores ``S_j in [0, 1]`` on ``n`` items, true accuracy
 ``theta = (1/n) sum_j S_j``, seen items ``O`` and unseen items ``U`` (``|O| + |U| = n``),
 predictions ``S_hat`` on every item and a coefficient ``lam in [0, 1]``, the per-draw term of
-SPEC section 2.3 for an item ``j`` drawn uniformly from ``U`` is::
+METHODS.md section 2.3 for an item ``j`` drawn uniformly from ``U`` is::
 
     Y = (1/n) [ sum_O S + lam * sum_U S_hat + |U| * (S_j - lam * S_hat_j) ].
 
@@ -61,7 +61,7 @@ def dr_term(
     lam: ArrayLike,
     n: ArrayLike,
 ) -> Array:
-    """The doubly robust per-draw term ``Y`` of SPEC 2.3.
+    """The doubly robust per-draw term ``Y`` of METHODS.md 2.3.
 
     ``Y = (sum_O S + lam * sum_U S_hat + |U| * (S_j - lam * S_hat_j)) / n`` for the item ``j``
     drawn uniformly from the unseen set ``U``; all of ``sum_s_obs``, ``sum_pred_unseen`` and
@@ -103,7 +103,7 @@ def dr_range(
     lam: ArrayLike,
     n: ArrayLike,
 ) -> tuple[Array, Array]:
-    """Range ``[lo, hi]`` of the next DR term, known before the draw (SPEC 2.3).
+    """Range ``[lo, hi]`` of the next DR term, known before the draw (METHODS.md 2.3).
 
     With ``A = sum_O S + lam * sum_U S_hat`` and scores bounded in [0, 1]::
 
@@ -165,7 +165,7 @@ def difference_estimate(
     design-unbiased for a fixed sample size with predictions and ``lam`` fixed in advance.
     In the identification loop neither holds (the predictions are refitted on ``O``, ``lam``
     is estimated from the observed pairs, and how many items an arm gets depends on the
-    scores), so there it is only approximately unbiased and serves for ranking (SPEC 6.3
+    scores), so there it is only approximately unbiased and serves for ranking (METHODS.md 6.3
     found it ranks better than the average of the DR terms); the certified interval and
     the unbiased estimate come from the DR terms.
     With nothing observed (``n_obs = 0``) it returns the mean prediction ``sum_pred_all / n``.

@@ -1,4 +1,4 @@
-"""Low-rank logistic factorization of a score matrix (SPEC section 1).
+"""Low-rank logistic factorization of a score matrix (METHODS.md section 1).
 
 The model is ``S_ij ~ sigmoid(u_i . v_j + c_j)``: a multidimensional 2PL IRT model
 with model factors ``u_i`` (rows), item factors ``v_j`` and item biases ``c_j``.

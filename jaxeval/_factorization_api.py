@@ -351,7 +351,7 @@ class LowRankLogistic:
                          num_newton: int | None = None) -> np.ndarray:
         """Pooled accuracy estimate: observed scores plus predictions on unseen items.
 
-        This is the *naive pooled* estimate of SPEC section 2.3 (biased when the
+        This is the *naive pooled* estimate of METHODS.md section 2.3 (biased when the
         predictions are); use the doubly robust estimators for valid inference. It
         averages over every fitted item (for a ScoreMatrix: also those it lacks).
 
@@ -752,7 +752,7 @@ def learn_lam0(
     num_steps: int = 500,
     progress: bool = False,
 ) -> float:
-    """The λ prior of the doubly robust estimate, learned on training models (SPEC 2.3).
+    """The λ prior of the doubly robust estimate, learned on training models (METHODS.md 2.3).
 
     The DR estimate's variance is smallest at ``λ* = Cov(S, Ŝ) / Var(Ŝ)`` over an arm's
     unseen items, and while an arm has few observations its plug-in λ is shrunk toward

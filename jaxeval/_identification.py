@@ -1,4 +1,4 @@
-"""The best-model identification loop (SPEC 2.1-2.6): one jitted run = one replicate.
+"""The best-model identification loop (METHODS.md 2.1-2.6): one jitted run = one replicate.
 
 Two levels of API:
 
@@ -14,7 +14,7 @@ Two levels of API:
 The loop. Each step a policy (:mod:`jaxeval._policies`) picks one arm; the arm draws its
 next ``b`` unseen items from its own uniform without-replacement order
 (:mod:`jaxeval._sampling`, O(K) state); for each drawn item the doubly robust term of
-SPEC 2.3 (:mod:`jaxeval._estimators`) with the predictions and λ frozen before the batch
+METHODS.md 2.3 (:mod:`jaxeval._estimators`) with the predictions and λ frozen before the batch
 updates the arm's confidence sequences (:mod:`jaxeval._confseq`, one per requested
 kind, at α/K per arm); the arm's factor ``u`` is refitted on its observed items
 (:func:`jaxeval._factorization.refit_row`, O(n r) for that row only) and its
@@ -167,7 +167,7 @@ class Config:
       num_newton: Newton steps per refit.
       synchronized: one item order shared by all arms (SySRs' order).
       horizon: SySRs' planning horizon in calls. Default (None): SySRs is run once per
-        checkpoint budget, each run planned for its own budget (SPEC 6.1: successive
+        checkpoint budget, each run planned for its own budget (METHODS.md 6.1: successive
         rejects is a fixed-budget method, scored at the budget it was given); a value
         plans one run for that many calls, read at every checkpoint on the way.
       truth: ``"real"`` or ``"synthetic"``.
@@ -678,7 +678,7 @@ class _Snapshot(NamedTuple):
 
 
 def _ranking(state: LoopState, config: Config) -> jax.Array:
-    """The estimates a policy recommends by (SPEC 6.1: the argmax of the method's own
+    """The estimates a policy recommends by (METHODS.md 6.1: the argmax of the method's own
     estimates): the naive pooled estimate for ``naive``, the difference estimate else."""
     return state.naive if config.policy == "naive" else state.estimate
 
@@ -979,7 +979,7 @@ def _martingale(state: LoopState, arm, batch: _Batch, config: Config, params: Pa
         so_k, spu_k, jnp.maximum(nu_k, 0), batch.max_pu, batch.min_pu, lam, n
     )
     center_k = jnp.clip(center, lo, hi)
-    # the "hoeffding" kind is SPEC 2.4's lam = 0 reference (what a user of the plain mean
+    # the "hoeffding" kind is METHODS.md 2.4's lam = 0 reference (what a user of the plain mean
     # would report): its own terms (sum_O S + |U| S_j) / n and range [so/n, (so+|U|)/n],
     # whatever lam the policy's DR terms use; without predictions lam is 0 and they are
     # the same terms, so they are only computed (and scanned over) with predictions

@@ -1,4 +1,4 @@
-"""Arm-selection policies of the identification loop (SPEC 2.5).
+"""Arm-selection policies of the identification loop (METHODS.md 2.5).
 
 Every policy is an arm index computed from the same per-arm summary
 (:class:`ArmView`) of the loop state; the loop pulls the arm with the largest index
@@ -11,7 +11,7 @@ dynamic array, so new values never recompile.
 - ``"naive"``: the UCB-E index on the naive pooled estimate ``(sum_O S + sum_U S_hat)/n``.
 - ``"pulse"``: the ranking estimate (difference estimate of :mod:`jaxeval._estimators`)
   plus ``scale`` times the half-width of the arm's anytime-valid DR interval.
-- ``"pulse_ucb"``: the ranking estimate plus ``sqrt(a / N)`` (the SPEC 6.3 prototype).
+- ``"pulse_ucb"``: the ranking estimate plus ``sqrt(a / N)`` (the METHODS.md 6.3 prototype).
 - ``"sysrs"``: synchronized successive rejects (Lyu et al.): phases; within phase ``k``
   every surviving arm is evaluated on the same first ``n_k`` items of a shared item
   order; at the end of a phase the surviving arm with the lowest estimate is

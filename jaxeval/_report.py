@@ -4,7 +4,7 @@
 
 - identification: per policy and checkpoint budget, the identification accuracy
   (share of replicates whose recommendation is a true best arm, ties count) with
-  a Wilson 95% interval, LLM calls to reach 95% (linear interpolation, SPEC 6.1),
+  a Wilson 95% interval, LLM calls to reach 95% (linear interpolation, METHODS.md 6.1),
   family-wise coverage of the intervals (all K arms at that checkpoint, and at
   every checkpoint at once) and per-arm coverage for each confidence-sequence
   kind, mean interval width, the naive pooled estimate's error, and the status

@@ -41,7 +41,7 @@ __all__ = [
     "simulate_identification",
 ]
 
-#: The budget grid of SPEC 6.1, as fractions of ``K * n`` LLM calls.
+#: The budget grid of METHODS.md 6.1, as fractions of ``K * n`` LLM calls.
 DEFAULT_BUDGET_FRACTIONS = (
     0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30, 0.50, 0.75, 1.0,
 )
@@ -198,7 +198,7 @@ class IdentificationReport:
         return int(self.settings["K"]) * int(self.settings["n_items"])
 
     def calls_to(self, accuracy: float = 0.95, *, fraction: bool = False) -> float:
-        """LLM calls needed to reach ``accuracy``, interpolated linearly (SPEC 6.1).
+        """LLM calls needed to reach ``accuracy``, interpolated linearly (METHODS.md 6.1).
 
         The first checkpoint whose accuracy reaches the target is found; the answer is
         interpolated between it and the previous checkpoint, in the calls actually
@@ -935,7 +935,7 @@ def simulate_identification(
         ``"uniform"``.
       K: candidates per instance (>= 2).
       budgets: checkpoint budgets in LLM calls (sorted, within ``[1, K*n]``); default the
-        SPEC 6.1 grid of ``budget_fractions``.
+        METHODS.md 6.1 grid of ``budget_fractions``.
       budget_fractions: checkpoint budgets as fractions of ``K*n``.
       alpha: family-wise error level in (0, 1) (each arm gets ``alpha / K``).
       n_replicates: Monte Carlo replicates.
@@ -954,7 +954,7 @@ def simulate_identification(
       instance_assignment: ``"random"`` (default): each replicate draws its instance
         from its key, so instances are played unequally often (the tables of
         BUILD_NOTES.md); ``"balanced"``: replicate ``i`` plays instance ``i mod I``,
-        every instance ``⌊R/I⌋`` or ``⌈R/I⌉`` times (SPEC 6.1's instances × replicates
+        every instance ``⌊R/I⌋`` or ``⌈R/I⌉`` times (METHODS.md 6.1's instances × replicates
         design: less Monte Carlo noise between instances). Item orders come from the
         replicate's key either way. Real data only.
       cs_kinds: interval kinds (``"eb"``, ``"hoeffding"``, ``"betting"``).
@@ -982,7 +982,7 @@ def simulate_identification(
         five development sets: BUILD_NOTES.md, "Thirty-seventh session"), off in budget mode
         (within the noise there, and the bounds would cost every step).
       horizon: SySRs' planning horizon in calls. Default: SySRs is run once per budget,
-        planned for that budget (SPEC 6.1); a value plans one run read at every budget.
+        planned for that budget (METHODS.md 6.1); a value plans one run read at every budget.
       corruption: ``"none"``, ``"biased"``, ``"random"``, ``"adversarial"`` predictions.
       bias: size of the ``"biased"`` corruption.
       factors: a fitted :class:`~jaxeval.LowRankLogistic` (or ``ItemFactors``) to use

@@ -369,7 +369,7 @@ def _default_budgets() -> tuple[float, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class IdentificationStudy:
-    """A best-model identification study (SPEC sections 2 and 5).
+    """A best-model identification study (METHODS.md sections 2 and 5).
 
     Every policy plays the same instances and item orders (the replicate key
     decides both). The protocol is that of :func:`jaxeval.simulate_identification`
@@ -590,10 +590,10 @@ class IdentificationStudy:
 
 @dataclasses.dataclass(frozen=True)
 class AnchorStudy:
-    """An anchor-item study (SPEC sections 3 and 6.2).
+    """An anchor-item study (METHODS.md sections 3 and 6.2).
 
     Unit ``r`` is repetition ``r``: models (duplicates removed) are split with
-    ``Split`` seed ``first_seed + r`` (test / validation / train, SPEC 6.2) and
+    ``Split`` seed ``first_seed + r`` (test / validation / train, METHODS.md 6.2) and
     every method is fitted for every ``k`` on the training models; MAE (pp),
     Kendall τ-b and interval coverage are measured on the test models.
 
@@ -870,7 +870,7 @@ def default_study(quick: bool = False) -> tuple[IdentificationStudy, AnchorStudy
 
     PULSE (the recommended ``pulse_ucb`` index and the interval-radius ``pulse``
     index) vs UCB-E vs naive pooling vs SySRs on Open LLM Leaderboard v2 IFEval
-    (K = 10, the SPEC 6.1 budget grid), and the recommended anchor estimator
+    (K = 10, the METHODS.md 6.1 budget grid), and the recommended anchor estimator
     (``auto``) against k-means + ridge and the plain anchor mean on MuSR.
     """
     ident = IdentificationStudy(
@@ -2462,7 +2462,7 @@ def _anchor_tasks(study: AnchorStudy) -> list[Task]:
 
 
 def _anchor_unit(study: AnchorStudy, sm: Any, k: int, seed: int) -> dict[str, np.ndarray]:
-    """One repetition of the SPEC 6.2 protocol (one split seed), every method, one ``k``.
+    """One repetition of the METHODS.md 6.2 protocol (one split seed), every method, one ``k``.
 
     Seeds are evaluated one at a time so a repetition's numbers never depend on
     which other seeds share its chunk.

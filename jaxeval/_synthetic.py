@@ -1,6 +1,6 @@
 """Synthetic truth: score matrices drawn from a low-rank logistic model, in pure JAX.
 
-The model (SPEC section 1, with item bias) is ``P_ij = sigmoid(u_i . v_j + c_j)``:
+The model (METHODS.md section 1, with item bias) is ``P_ij = sigmoid(u_i . v_j + c_j)``:
 
 - model factors ``U [m, r]``: ``u_i ~ N(0, model_scale^2 I_r)``;
 - item loadings ``V [n, r]``: ``v_j = (1 + item_scale * z_j) / sqrt(r)`` with

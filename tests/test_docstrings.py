@@ -89,3 +89,26 @@ def test_every_public_method_and_property_is_documented():
                     missing.append(f"{mod.__name__}.{name}.{attr}")
     assert seen >= 40, seen  # the walk found the classes' members
     assert not missing, missing
+
+
+def test_every_methods_citation_names_a_section_of_the_methods_page():
+    """Docstrings cite the method descriptions as "METHODS.md 2.3" (or "METHODS.md
+    section 1"); each cited section is a heading of docs/METHODS.md, the page that
+    ships with the repository."""
+    import re
+    from pathlib import Path
+
+    root = Path(jaxeval.__file__).resolve().parent
+    page = (Path(__file__).resolve().parents[1] / "docs" / "METHODS.md").read_text(
+        encoding="utf-8")
+    headings = set(re.findall(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", page, flags=re.M))
+    assert {"0", "1", "2.3", "2.4", "3", "6.1", "6.2"} <= headings, headings
+    cited = {}
+    for path in root.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        assert "SPEC" not in text, f"{path.name} cites the internal specification"
+        for sec in re.findall(r"METHODS\.md (?:sections? )?(\d+(?:\.\d+)?)", text):
+            cited.setdefault(sec, path.name)
+    assert len(cited) >= 8, cited
+    missing = {sec: where for sec, where in cited.items() if sec not in headings}
+    assert not missing, f"cited sections with no heading in docs/METHODS.md: {missing}"

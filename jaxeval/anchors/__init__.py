@@ -11,7 +11,7 @@ Public surface:
   the low-rank difference estimator (:func:`lowrank_basis`,
   :func:`fit_lowrank_validated`) and the intervals (:func:`conformal_quantile`,
   :func:`dr_estimate`).
-- :func:`evaluate_protocol`: the SPEC 6.2 protocol (seeded splits, MAE, tau-b,
+- :func:`evaluate_protocol`: the METHODS.md 6.2 protocol (seeded splits, MAE, tau-b,
   interval coverage) for a list of methods, one jitted kernel over the seeds.
 """
 

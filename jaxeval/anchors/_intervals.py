@@ -8,7 +8,7 @@ calibration residual covers a new model's target with probability at least
 calibration models; choices made on them (ridge strength, method) make the
 guarantee approximate, which is why coverage is *measured* on test models.
 
-**Unbiased estimate** (:func:`dr_estimate`, SPEC section 2.3 with a finite
+**Unbiased estimate** (:func:`dr_estimate`, METHODS.md section 2.3 with a finite
 population): the anchors ``A`` are observed, per-item predictions ``p`` are fixed
 from them, and ``m`` further items are drawn uniformly without replacement from the
 non-anchors ``U``. Then

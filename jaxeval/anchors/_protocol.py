@@ -1,4 +1,4 @@
-"""The anchor evaluation protocol of SPEC section 6.2, as code.
+"""The anchor evaluation protocol of METHODS.md section 6.2, as code.
 
 For repetition ``r`` the deduplicated matrix is split with seed ``42 + r``
 (:meth:`ScoreMatrix.protocol_split`: test = first ``h`` permuted models,
@@ -243,7 +243,7 @@ def evaluate_protocol(
     dedup: bool = True,
     vmap_seeds: bool = False,
 ) -> ProtocolResult:
-    """Run the SPEC 6.2 protocol for several methods over seeded splits.
+    """Run the METHODS.md 6.2 protocol for several methods over seeded splits.
 
     Args:
       sm: the complete score matrix (all models).

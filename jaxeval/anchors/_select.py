@@ -4,7 +4,7 @@ All selectors are pure functions of arrays with fixed shapes and take a PRNG key
 They see **training models only** (validation models only where a rule says so: the
 choice between two initialisations and the optional swap guard).
 
-AIS / CIS (SparseEval, SPEC section 3), for a proxy predictor ``f`` on the current
+AIS / CIS (SparseEval, METHODS.md section 3), for a proxy predictor ``f`` on the current
 anchors, training scores ``S`` and targets ``y``:
 
 - ``AIS_a = mean_i |d l_i / d x_ia|`` with ``l_i = (f(x_i) - y_i)^2`` (proxy without
