@@ -760,7 +760,7 @@ def learn_lam0(
     rows are split into ``folds`` groups; for each group a factorization (``rank``,
     ``rho``, ``num_steps``) is fitted on the other rows, each held-out row is observed on
     ``c`` random items for every ``c`` in ``n_observed``, its factor is fitted on them
-    (the online update, five Newton steps) and its remaining observed items are
+    (the online update, run to convergence) and its remaining observed items are
     predicted. ``λ₀`` is the pooled slope ``Σ Cov / Σ Var`` over all held-out rows and
     every ``c``, clipped to ``[0, 1]``. Cross-fitting matters: predictions of rows the
     item factors were fitted on are too good, and their slope too close to 1.

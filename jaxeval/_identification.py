@@ -167,7 +167,7 @@ class Config:
       num_newton: Newton steps per refit.
       synchronized: one item order shared by all arms (SySRs' order).
       horizon: SySRs' planning horizon in calls. Default (None): SySRs is run once per
-        checkpoint budget, each run planned for its own budget (METHODS.md 6.1: successive
+        checkpoint budget, each run planned for its own budget (METHODS.md 2.5: successive
         rejects is a fixed-budget method, scored at the budget it was given); a value
         plans one run for that many calls, read at every checkpoint on the way.
       truth: ``"real"`` or ``"synthetic"``.

@@ -982,7 +982,7 @@ def simulate_identification(
         five development sets: BUILD_NOTES.md, "Thirty-seventh session"), off in budget mode
         (within the noise there, and the bounds would cost every step).
       horizon: SySRs' planning horizon in calls. Default: SySRs is run once per budget,
-        planned for that budget (METHODS.md 6.1); a value plans one run read at every budget.
+        planned for that budget (METHODS.md 2.5); a value plans one run read at every budget.
       corruption: ``"none"``, ``"biased"``, ``"random"``, ``"adversarial"`` predictions.
       bias: size of the ``"biased"`` corruption.
       factors: a fitted :class:`~jaxeval.LowRankLogistic` (or ``ItemFactors``) to use

@@ -1,7 +1,8 @@
 """The factorization-based anchor estimate (gp-IRT family, tinyBenchmarks).
 
 Item parameters come from the low-rank logistic factorization of METHODS.md section 1
-(``jaxeval._factorization``) fitted offline on training models. For a new model,
+(``jaxeval._factorization``) fitted offline on training models, with the fixed settings
+of ``Settings.irt`` (no rank or rho selection). For a new model,
 its factor ``u`` is the MAP fit on its anchor scores only (item factors frozen);
 the factorization then predicts every item:
 
