@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxeval import _factorization as fz
-from jaxeval._data import ScoreMatrix
+from jaxeval._data import ScoreMatrix, _is_frame, default_labels
 from jaxeval._runner import _concrete_int, as_key
 
 __all__ = ["LowRankLogistic", "fit_factorization", "learn_lam0"]
@@ -47,11 +47,27 @@ def _json_value(v: Any) -> Any:
 def _as_matrix(data: Any, what: str) -> ScoreMatrix:
     if isinstance(data, ScoreMatrix):
         return data
+    if _is_frame(data):  # its index and columns name the models and items
+        return ScoreMatrix(data, source=what)
     try:
         arr = np.asarray(data)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{what}: not a 2-D array of scores ({e})") from None
     return ScoreMatrix(arr, source=what)  # its errors start with `what`
+
+
+def _named_scores(scores: Any) -> ScoreMatrix | None:
+    """A pandas DataFrame (models as rows) or Series (one model) whose labels name the
+    items, as a ScoreMatrix to match by name; None for anything else, and for pandas'
+    default labels ``0, 1, ...``, which name nothing (read by position, as an array)."""
+    if _is_frame(scores):
+        return None if default_labels(scores.columns) else ScoreMatrix(scores, source="scores")
+    index = getattr(scores, "index", None)
+    if index is None or callable(index) or not callable(getattr(scores, "to_numpy", None)) \
+            or default_labels(index):
+        return None
+    values = np.asarray(scores.to_numpy(dtype=np.float64, na_value=np.nan))[None, :]
+    return ScoreMatrix(values, items=[str(x) for x in index], source="scores")
 
 
 #: Newton steps per convergence check of :meth:`LowRankLogistic.update` (``num_newton``
@@ -142,6 +158,12 @@ class LowRankLogistic:
     def _canon(self, scores: Any, mask: Any) -> tuple[np.ndarray, np.ndarray]:
         if isinstance(scores, ScoreMatrix):
             return self._align(scores, mask)
+        named = _named_scores(scores)
+        if named is not None:  # a DataFrame or Series with item labels: by name
+            if mask is not None:
+                raise ValueError(f"mask: not used with a {type(scores).__name__} whose labels "
+                                 "name the items (its NaN / NA cells are the unobserved ones)")
+            return self._align(named, None, type(scores).__name__)
         s = np.asarray(scores)
         try:  # an object array of floats and None (None = NaN) converts; text does not
             if s.dtype.kind not in "biufO":
@@ -196,7 +218,8 @@ class LowRankLogistic:
             )
         return np.where(m, s, 0.0).astype(np.float32), m
 
-    def _align(self, sm: ScoreMatrix, mask: Any) -> tuple[np.ndarray, np.ndarray]:
+    def _align(self, sm: ScoreMatrix, mask: Any,
+               kind: str = "ScoreMatrix") -> tuple[np.ndarray, np.ndarray]:
         """A ScoreMatrix's rows on the fitted items, matched by name (absent = unobserved)."""
         if mask is not None:
             raise ValueError(
@@ -206,7 +229,7 @@ class LowRankLogistic:
         extra = [name for name in sm.items.tolist() if name not in pos]
         if extra:
             raise ValueError(
-                f"scores: {len(extra)} of the ScoreMatrix's items were not in the fit, e.g. "
+                f"scores: {len(extra)} of the {kind}'s items were not in the fit, e.g. "
                 f"{extra[:5]} (the fit knows {self.n_items} items)"
             )
         cols = np.array([pos[name] for name in sm.items.tolist()], dtype=np.int64)
@@ -229,9 +252,11 @@ class LowRankLogistic:
 
         Args:
           scores: ``[K, n]`` (or ``[n]``) scores, columns in the order of ``items``
-            (NaN marks unobserved when ``mask`` is None); or a :class:`ScoreMatrix`,
-            whose columns are matched to ``items`` by name (fitted items it lacks are
-            unobserved; items the fit does not know are refused).
+            (NaN marks unobserved when ``mask`` is None); or a :class:`ScoreMatrix`, a
+            pandas DataFrame (models as rows) or Series (one model) whose labels name
+            the items: matched to ``items`` by name (fitted items it lacks are
+            unobserved; items the fit does not know are refused; pandas' default labels
+            ``0, 1, ...`` name nothing and are read by position).
           mask: optional bool ``[K, n]``, True where observed (not with a ScoreMatrix).
           u_init: optional ``[K, r]`` warm start (default ``u_mean``).
           rho: prior strength (default ``online_rho``; larger pulls harder towards
@@ -314,8 +339,9 @@ class LowRankLogistic:
         Args:
           scores: ``[K, n]`` (or ``[n]``) observed scores, columns in the order of
             ``items`` (NaN = unobserved when ``mask`` is None), or a
-            :class:`ScoreMatrix` matched by item name as in :meth:`update`; ``None``
-            predicts one model with nothing observed.
+            :class:`ScoreMatrix` or labelled pandas DataFrame / Series matched by item
+            name as in :meth:`update`; ``None`` predicts one model with nothing
+            observed.
           mask: optional bool ``[K, n]``.
           return_std: also return the delta-method standard deviation of each
             predicted probability (Laplace approximation on ``u``).

@@ -742,6 +742,43 @@ def test_learn_lam0_refuses_bad_input():
             jaxeval.learn_lam0(S, **{"rank": 1, "num_steps": 5, **kw})
 
 
+def test_dataframes_are_read_by_their_labels_not_by_position():
+    """A DataFrame (or Series) whose labels name the items is matched to the fit by name:
+    its columns in another order give the same predictions (they were read by position,
+    silently wrong), unknown names are refused, and fit_factorization keeps the names."""
+    pd = pytest.importorskip("pandas")
+    import jaxeval
+
+    sm = jaxeval.synthetic_score_matrix(0, 40, 60)
+    train, new = sm.take(models=range(36)), sm.take(models=range(36, 40))
+    lr = jaxeval.fit_factorization(train, 2, 1.0, num_steps=50)
+    seen = np.random.default_rng(0).uniform(size=new.shape) < 0.4
+    df = pd.DataFrame(np.where(seen, new.scores, np.nan), index=new.models, columns=new.items)
+    want = lr.predict(np.asarray(df, float))
+    np.testing.assert_array_equal(lr.predict(df), want)
+    np.testing.assert_array_equal(lr.predict(df[df.columns[::-1]]), want)
+    np.testing.assert_array_equal(lr.predict_accuracy(df[df.columns[::-1]]),
+                                  lr.predict_accuracy(np.asarray(df, float)))
+    # fitted items a frame lacks are unobserved
+    arr = np.asarray(df, float).copy()
+    arr[:, 1::2] = np.nan
+    np.testing.assert_array_equal(lr.update(df.iloc[:, ::2])[0], lr.update(arr)[0])
+    one = df.iloc[1]  # a Series indexed by item: one model
+    np.testing.assert_array_equal(lr.predict(one[::-1]), lr.predict(np.asarray(df, float)[1]))
+    # pandas' default labels 0, 1, ... name nothing: read by position, as an array
+    np.testing.assert_array_equal(lr.predict(pd.DataFrame(df.to_numpy())), want)
+    with pytest.raises(ValueError, match="60 of the DataFrame's items were not in the fit"):
+        lr.predict(df.rename(columns=lambda c: f"{c}?"))
+    with pytest.raises(ValueError, match="mask: not used with a DataFrame"):
+        lr.predict(df, np.ones(df.shape, bool))
+    named = jaxeval.fit_factorization(pd.DataFrame(np.asarray(train.scores, float),
+                                                   index=train.models, columns=train.items),
+                                      2, 1.0, num_steps=50)
+    assert named.items.tolist() == train.items.tolist()
+    assert named.models.tolist() == train.models.tolist()
+    np.testing.assert_array_equal(named.V, lr.V)
+
+
 def test_wrapper_takes_a_score_matrix_matched_by_item_name(wrapped, tmp_path):
     import jaxeval
 
