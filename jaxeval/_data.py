@@ -116,6 +116,33 @@ def _plain(obj: Any, key: Any = None) -> Any:
     return obj
 
 
+class FrozenState:
+    """Pickling and deep copies for the package's frozen dataclasses: their read-only
+    mappings (``types.MappingProxyType``, which pickle refuses) travel as dicts and come
+    back read-only, and arrays that were read-only stay so. Used by :class:`ScoreMatrix`
+    and :class:`~jaxeval.LowRankLogistic` (multiprocessing, joblib, ``copy.deepcopy``).
+    """
+
+    def __getstate__(self) -> dict[str, Any]:
+        state, proxied, frozen = {}, [], []
+        for name, value in self.__dict__.items():
+            if isinstance(value, types.MappingProxyType):
+                value = dict(value)
+                proxied.append(name)
+            elif isinstance(value, np.ndarray) and not value.flags.writeable:
+                frozen.append(name)
+            state[name] = value
+        return {"fields": state, "proxied": proxied, "readonly": frozen}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state["fields"].items():
+            if name in state["proxied"]:
+                value = types.MappingProxyType(value)
+            elif name in state["readonly"]:
+                value.setflags(write=False)
+            object.__setattr__(self, name, value)
+
+
 def _json_key(k: Any) -> Any:
     """A mapping key JSON can write: numpy scalars, tuples and the like as their ``str``."""
     return k if isinstance(k, (str, int, float, bool)) or k is None else str(k)
@@ -206,7 +233,7 @@ def _check_seed(seed: Any, where: str) -> None:
         raise ValueError(f"{where}: 'seed' must be a non-negative int, got {seed!r}")
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class ScoreMatrix:
+class ScoreMatrix(FrozenState):
     """A validated ``[models, items]`` matrix of per-item scores in ``[0, 1]``.
 
     Attributes:

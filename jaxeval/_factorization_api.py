@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxeval import _factorization as fz
-from jaxeval._data import ScoreMatrix, _is_frame, default_labels
+from jaxeval._data import FrozenState, ScoreMatrix, _is_frame, default_labels
 from jaxeval._runner import _concrete_int, as_key
 
 __all__ = ["LowRankLogistic", "fit_factorization", "learn_lam0"]
@@ -77,7 +77,7 @@ NEWTON_MAX = 200
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class LowRankLogistic:
+class LowRankLogistic(FrozenState):
     """A fitted factorization ``S_ij ~ sigmoid(u_i . v_j + c_j)`` (numpy arrays).
 
     Build one with :func:`fit_factorization`. The item side (``V``, ``c``,

@@ -397,3 +397,35 @@ def test_a_dataframe_names_its_models_and_items():
         ScoreMatrix(pd.DataFrame([[1, 0]], index=["a"], columns=["x", "x"]))
     with pytest.raises(TypeError, match=r"is read by jaxeval.ScoreMatrix\(df\)"):
         jaxeval.load(df)
+
+
+def test_score_matrices_splits_and_fits_pickle_and_deep_copy():
+    """multiprocessing, joblib and copy.deepcopy need pickling: the read-only metadata
+    (a MappingProxyType, which pickle refuses) travels as a dict and comes back
+    read-only, the arrays come back equal and still read-only."""
+    import copy
+    import pickle
+    import types
+
+    sm = jaxeval.synthetic_score_matrix(0, 12, 30)
+    lr = jaxeval.fit_factorization(sm, 2, 1.0, num_steps=20)
+    for back in (pickle.loads(pickle.dumps(sm)), copy.deepcopy(sm)):
+        assert isinstance(back, ScoreMatrix) and back is not sm
+        for f in ("scores", "mask", "models", "items"):
+            np.testing.assert_array_equal(getattr(back, f), getattr(sm, f))
+            assert not getattr(back, f).flags.writeable
+        assert isinstance(back.metadata, types.MappingProxyType)
+        np.testing.assert_array_equal(back.metadata["synthetic"]["probabilities"],
+                                      sm.metadata["synthetic"]["probabilities"])
+        with pytest.raises(TypeError):
+            back.metadata["x"] = 1
+        assert repr(back) == repr(sm)
+    deep = copy.deepcopy(sm)
+    assert deep.metadata["synthetic"] is not sm.metadata["synthetic"]  # a deep copy
+    split = pickle.loads(pickle.dumps(sm.protocol_split(0)))
+    np.testing.assert_array_equal(split.test.scores, sm.protocol_split(0).test.scores)
+    for back in (pickle.loads(pickle.dumps(lr)), copy.deepcopy(lr)):
+        assert isinstance(back.info, types.MappingProxyType) and dict(back.info) == dict(lr.info)
+        assert not back.V.flags.writeable
+        np.testing.assert_array_equal(back.predict(sm.scores[:3], sm.mask[:3]),
+                                      lr.predict(sm.scores[:3], sm.mask[:3]))
