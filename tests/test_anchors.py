@@ -188,6 +188,47 @@ def test_sample_non_anchors_breaks_ties_at_random(monkeypatch):
     np.testing.assert_array_equal(_draw_order(w, jax.random.key(6)), jnp.argsort(w))
 
 
+def test_serfling_radius_spends_alpha_over_two_on_each_bound():
+    """The radius is the smaller of two bounds, each at level alpha / 2: the
+    Hoeffding-Serfling tail ``2 exp(-2 m t^2 / ((1 - (m - 1) / N) w^2))`` equals alpha / 2
+    at its radius (where that bound is the smaller one), and the radius does not grow
+    when the empirical-Bernstein one is smaller."""
+    from jaxeval.anchors._intervals import serfling_radius
+
+    for m, pop, alpha in ((10, 100, 0.1), (30, 60, 0.05), (5, 1000, 0.2)):
+        res = jnp.linspace(-0.5, 0.5, m)
+        t = float(serfling_radius(res, -1.0, 1.0, pop, alpha))
+        rho = 1.0 - (m - 1) / pop
+        tail = 2 * np.exp(-2 * m * t**2 / (rho * 2.0**2))
+        np.testing.assert_allclose(tail, alpha / 2, rtol=1e-4)
+    # many nearly equal values: the variance-adaptive bound wins, and stays below
+    res = jnp.asarray(0.5 + 0.001 * np.sin(np.arange(4000)), jnp.float32)
+    t = float(serfling_radius(res, 0.0, 1.0, 100_000, 0.1))
+    t_h = np.sqrt((1 - 3999 / 100_000) * np.log(2 / 0.05) / (2 * 4000))
+    assert t < 0.5 * t_h
+    assert float(serfling_radius(res, 0.0, 1.0, 4000, 0.1)) == 0.0  # the whole population
+
+
+def test_betting_wor_interval_covers_over_every_draw_order():
+    """Exact, not Monte Carlo: over every ordered sample of m distinct items of small
+    populations (all equally likely without replacement) the 90% interval holds the
+    population mean in at least 90% of the orders."""
+    import itertools
+
+    from jaxeval.anchors._intervals import betting_wor_interval
+
+    alpha = 0.1
+    for pop in ([0, 1, 1, 0, 1, 1], [0, 0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 0]):
+        x = np.asarray(pop, np.float32)
+        N, mu = len(x), x.mean()
+        run = jax.jit(jax.vmap(lambda s, N=N: betting_wor_interval(s, N, alpha, 200)))
+        for m in range(2, N + 1):
+            orders = np.array(list(itertools.permutations(range(N), m)))
+            lo, hi = (np.asarray(b) for b in run(jnp.asarray(x[orders])))
+            covered = ((lo <= mu) & (mu <= hi)).mean()
+            assert covered >= 1 - alpha, (pop, m, covered)
+
+
 @pytest.mark.parametrize("interval", ["betting", "serfling"])
 def test_dr_estimate_unbiased_and_covers(interval):
     rng = np.random.default_rng(1)

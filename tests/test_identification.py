@@ -225,6 +225,36 @@ def test_graded_running_sums_do_not_drift(blocked):
     assert np.all(theta[None, None, :] <= cp.upper), (theta - cp.upper).max()
 
 
+def test_an_eps_good_stop_needs_only_eps_of_separation():
+    """With ``eps`` the stop asks the leader's lower bound to clear the others' upper
+    bounds minus eps: two arms of equal means (never separated) stop once their
+    intervals are narrower than about eps, and each stop satisfies the rule."""
+    n, alpha, eps = 200, 0.1, 0.3
+    pool = np.zeros((2, n), np.float32)
+    pool[:, :120] = 1.0  # both means 0.6
+    data = idn.ProblemData(jnp.asarray(pool), jnp.asarray([[0, 1]], jnp.int32),
+                           ItemFactors(jnp.zeros((n, 1)), jnp.zeros(n), jnp.zeros(1)))
+    cfg = idn.Config("ucbe", 2, n, budgets=(400,), mode="confidence", cs_kinds=("eb",))
+    reps = 64
+    out = {}
+    for e in (0.0, eps):
+        params = idn.Params.make(alpha=alpha, eps=e)
+        run = jax.jit(jax.vmap(lambda k, p=params: idn.run_identification(k, data, p, cfg)))
+        out[e] = jax.tree.map(np.asarray, run(jax.random.split(jax.random.key(4), reps)))
+    cp = out[eps].checkpoints
+    conf = cp.status[:, 0] == idn.STATUS_CONFIDENT
+    assert conf.mean() >= 0.9, conf.mean()
+    assert np.all(cp.calls[conf, 0] < 400)
+    for i in np.flatnonzero(conf):
+        lead = cp.recommended[i, 0]
+        lo, hi = cp.lower[i, 0, 0], cp.upper[i, 0, 0]
+        assert lo[lead] > hi[1 - lead] - eps, (lo, hi, lead)
+    # without eps, equal arms separate only when an interval misses its mean: at most
+    # alpha of the runs (within a binomial tolerance)
+    strict = (out[0.0].checkpoints.status[:, 0] == idn.STATUS_CONFIDENT).mean()
+    assert strict <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / reps), strict
+
+
 @pytest.mark.parametrize("skip", [False, True])
 def test_a_confident_stop_has_separated_intervals_and_errs_at_most_alpha(skip):
     """Every replicate that stops as confident has the recommended arm's lower bound

@@ -229,6 +229,9 @@ def test_calls_to_linear_interpolation():
     assert rep.calls_to(0.9) == pytest.approx(20.0)
     assert rep.calls_to(0.4) == 10.0
     assert _report([0.5, 0.6, 0.7, 0.8]).calls_to(0.95) == float("inf")
+    # reached exactly at the last budget (19 of 20 replicates right is exactly 0.95)
+    assert _report([0.5, 0.6, 0.8, 0.95]).calls_to(0.95) == 80.0
+    assert _report([0.5, 0.9, 0.95, 1.0]).calls_to(1.0) == 80.0
 
 
 def test_synthetic_run_report_and_files(tmp_path):
