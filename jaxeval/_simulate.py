@@ -18,8 +18,10 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -28,7 +30,7 @@ from numpy.typing import ArrayLike
 
 from jaxeval import _identification as idn
 from jaxeval import _policies
-from jaxeval._data import ScoreMatrix, names_as_str
+from jaxeval._data import ScoreMatrix, atomic_savez, names_as_str
 from jaxeval._factorization import ItemFactors
 from jaxeval._report import calls_to_target, true_best
 from jaxeval._runner import DEFAULT_LANES, as_key, run_replicates
@@ -474,11 +476,66 @@ class IdentificationReport:
         out["cs_kinds"] = np.array(self.cs_kinds)
         return out
 
-    def to_npz(self, path: str) -> None:
-        """Save every array and the settings (as JSON text under ``settings``)."""
+    def __repr__(self) -> str:
+        s = self.settings
+        to95 = self.calls_to(0.95, fraction=True)
+        return (f"IdentificationReport(policy={s.get('policy')!r}, data={s.get('data')!r}, "
+                f"K={s.get('K')}, n={s.get('n_items')}, R={s.get('n_replicates')}, "
+                f"{self.budgets.size} budgets; calls to 95%: "
+                + ("not reached" if math.isinf(to95) else f"{to95:.1%} of K*n") + ")")
+
+    def to_npz(self, path: str | os.PathLike) -> Path:
+        """Save every array and the settings (as JSON text under ``settings``), atomically
+        (an interrupted write leaves any earlier file as it was); :meth:`from_npz` reads
+        it back. ``.npz`` is appended to a path without it, as numpy does; returns the
+        path written."""
+        path = Path(path)
+        if path.suffix != ".npz":
+            path = path.with_name(path.name + ".npz")
         arrays = self._arrays()
         arrays["settings"] = np.array(json.dumps(self.settings, default=str))
-        np.savez_compressed(path, **arrays)
+        atomic_savez(path, arrays, compressed=True)
+        return path
+
+    @classmethod
+    def from_npz(cls, path: str | os.PathLike) -> IdentificationReport:
+        """A report saved by :meth:`to_npz` (its settings as JSON gives them back:
+        tuples as lists, values JSON cannot hold as text).
+
+        Example:
+          >>> import pathlib, tempfile, jaxeval
+          >>> rep = jaxeval.simulate_identification(jaxeval.SyntheticSpec(n_items=40), "ucbe",
+          ...                                       K=3, n_replicates=8, progress=False)
+          >>> with tempfile.TemporaryDirectory() as d:
+          ...     back = jaxeval.IdentificationReport.from_npz(rep.to_npz(pathlib.Path(d) / "r"))
+          >>> back.calls_to(0.9) == rep.calls_to(0.9)
+          True
+        """
+        path = Path(path)
+        if not path.exists() and path.suffix != ".npz" and path.with_name(
+                path.name + ".npz").exists():
+            path = path.with_name(path.name + ".npz")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                got = {k: z[k] for k in z.files}
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{path}: not an identification report saved by to_npz ({e})") \
+                from None
+        missing = sorted(set(fields) - set(got) - {"calls"})
+        if missing:
+            raise ValueError(f"{path}: not an identification report saved by to_npz (missing "
+                             f"{missing[:5]})")
+        try:
+            settings = json.loads(str(got.pop("settings")))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: its settings are not valid JSON ({e})") from None
+        cs_kinds = tuple(str(k) for k in got.pop("cs_kinds").tolist())
+        unknown = sorted(set(got) - set(fields))
+        if unknown:
+            raise ValueError(f"{path}: unexpected arrays {unknown[:5]} (a newer version's "
+                             "report?)")
+        return cls(settings=settings, cs_kinds=cs_kinds, **got)
 
     def to_json(self, path: str | None = None) -> str:
         """The summary figures (not the per-replicate arrays) as JSON; written if ``path``."""

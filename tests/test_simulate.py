@@ -780,3 +780,31 @@ def test_calls_to_ratio_is_paired_and_checked():
     one = simulate_identification(sm, "ucbe", **dict(kw, n_instances=1))
     with pytest.raises(ValueError, match="needs at least 2 of them, the report has 1"):
         one.calls_to_interval()
+
+
+def test_report_saves_and_loads_back_whole_and_prints_short(tmp_path):
+    """to_npz writes atomically and returns the path; from_npz gives back every array,
+    the settings and the figures derived from them; repr is one line (the report of
+    R replicates printed every array: 7.6 kB at R = 200)."""
+    rep = simulate_identification(SyntheticSpec(n_items=40), "ucbe", K=3, n_replicates=16,
+                                  seed=2)
+    path = rep.to_npz(tmp_path / "rep")
+    assert path == tmp_path / "rep.npz" and path.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep.npz"]  # no temporary left
+    for where in (path, tmp_path / "rep", str(path)):
+        back = IdentificationReport.from_npz(where)
+        for f in dataclasses.fields(rep):
+            a, b = getattr(rep, f.name), getattr(back, f.name)
+            if isinstance(a, np.ndarray):
+                np.testing.assert_array_equal(a, b, err_msg=f.name)
+        assert back.cs_kinds == rep.cs_kinds and back.settings == rep.settings
+        assert back.summary() == rep.summary() and back.calls_to(0.9) == rep.calls_to(0.9)
+    text = repr(rep)
+    assert "\n" not in text and len(text) < 200, text
+    assert text.startswith("IdentificationReport(policy='ucbe', data='synthetic(") and "K=3" in text
+    jaxeval.synthetic_score_matrix(0, 4, 5).to_npz(tmp_path / "m.npz")
+    with pytest.raises(ValueError, match="not an identification report saved by to_npz"):
+        IdentificationReport.from_npz(tmp_path / "m.npz")
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="bad.npz: not an identification report"):
+        IdentificationReport.from_npz(tmp_path / "bad.npz")
