@@ -677,6 +677,14 @@ def test_save_and_extra_items_name_their_argument(small_sm, tmp_path):
     extra = pred.extra_items(3, seed=0)
     with pytest.raises(TypeError, match="extra_items: expected a sequence of item names"):
         pred.predict_unbiased(x, [list(extra[:2]), [extra[2]]], [1, 0, 1])
+    # positions are not names (they were read as the names "12", ... and called unknown)
+    pos = [list(pred.items).index(e) for e in extra]
+    with pytest.raises(TypeError, match="got int64 values; for positions in items, pass "
+                       r"pred.items\[positions\]"):
+        pred.predict_unbiased(x, np.asarray(pos, np.int64), [1, 0, 1])
+    np.testing.assert_array_equal(  # ... which works
+        pred.predict_unbiased(x, pred.items[pos], [1, 0, 1]),
+        pred.predict_unbiased(x, extra, [1, 0, 1]))
 
 
 def test_load_refuses_inconsistent_contents(small_sm, tmp_path):

@@ -403,9 +403,14 @@ class AnchorPredictor:
             raise ValueError("predict_unbiased: one model at a time (anchor_scores of shape [k])")
         lookup = {s: i for i, s in enumerate(self.items.tolist())}
         try:
-            names = np.asarray(extra_items).astype(str).ravel()
+            given = np.asarray(extra_items)
+            names = given.astype(str).ravel()
         except (TypeError, ValueError) as e:
             raise TypeError(f"extra_items: expected a sequence of item names ({e})") from None
+        if given.dtype.kind in "iub":  # (positions would be read as the names "220", ...)
+            raise TypeError(
+                f"extra_items: expected item names (what extra_items() returns), got "
+                f"{given.dtype} values; for positions in items, pass pred.items[positions]")
         unknown = [s for s in names.tolist() if s not in lookup]
         if unknown:
             raise ValueError(f"extra_items: unknown item names {unknown[:5]}")
