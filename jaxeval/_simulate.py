@@ -452,6 +452,11 @@ class IdentificationReport:
             f"identification: policy={s['policy']} data={s['data']} K={s['K']} "
             f"n={s['n_items']} b={s['batch_size']} alpha={s['alpha']} R={s['n_replicates']} "
             f"seed={s['seed']}",
+        ]
+        if s.get("duplicates_removed"):
+            lines.append(f"data: {s['duplicates_removed']} duplicate model rows removed before "
+                         "the split into training models and candidates")
+        lines += [
             f"calls to 95%: {self.calls_to(0.95, fraction=True):.2%} of K*n; "
             f"to 90%: {self.calls_to(0.90, fraction=True):.2%}",
             "family-wise coverage (all arms, all checkpoints): "
@@ -973,11 +978,13 @@ def simulate_identification(
 ) -> IdentificationReport:
     """Monte Carlo study of best-model identification with anytime-valid intervals.
 
-    Real data: duplicate rows are removed, the models are split at random (``seed``) into
-    ``n_train`` training models (the offline factorization is fitted on them when the
-    policy uses predictions) and a candidate pool; ``n_instances`` instances of ``K``
-    candidates are drawn from the pool; each replicate plays one instance (chosen from
-    its key) with its own item orders. Synthetic truth draws a fresh matrix per replicate.
+    Real data: duplicate rows are removed (their number is ``settings["duplicates_removed"]``,
+    and :meth:`IdentificationReport.summary` says so), the models are split at random
+    (``seed``) into ``n_train`` training models (the offline factorization is fitted on
+    them when the policy uses predictions) and a candidate pool; ``n_instances``
+    instances of ``K`` candidates are drawn from the pool; each replicate plays one
+    instance (chosen from its key) with its own item orders. Synthetic truth draws a
+    fresh matrix per replicate.
     A setting changed from its default that this configuration never reads (``a`` for
     ``"uniform"``, ``lam0`` for a policy without predictions, ``eps`` outside
     ``mode="confidence"``, ...) is named in a ``UserWarning`` (:func:`unused_settings`).
@@ -1178,6 +1185,7 @@ def simulate_identification(
         truth = "real"
         sm = data.drop_duplicates()
         m, n = sm.shape
+        notes["duplicates_removed"] = int(data.n_models - m)  # (said by summary())
         train, pool, n_train = split_pool(sm, n_train, K, seed)
         if learn_prior and (train is None or train.n_models < 4):
             raise ValueError(f"lam0='learned' needs at least 4 training models, n_train={n_train}")

@@ -808,3 +808,19 @@ def test_report_saves_and_loads_back_whole_and_prints_short(tmp_path):
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
     with pytest.raises(ValueError, match="bad.npz: not an identification report"):
         IdentificationReport.from_npz(tmp_path / "bad.npz")
+
+
+def test_duplicate_rows_removed_are_counted_and_said():
+    """Duplicate model rows are dropped before the split (as documented): the report
+    counts them and its summary says so, instead of the pool silently shrinking."""
+    sm = jaxeval.load("oll2_musr").drop_duplicates().take(models=range(40))
+    doubled = ScoreMatrix(np.concatenate([sm.scores, sm.scores[:3]]),
+                          models=list(sm.models) + ["copy-a", "copy-b", "copy-c"],
+                          items=sm.items)
+    rep = simulate_identification(doubled, "ucbe", K=3, n_replicates=4, n_train=0,
+                                  progress=False)
+    assert rep.settings["duplicates_removed"] == 3
+    assert "data: 3 duplicate model rows removed" in rep.summary()
+    clean = simulate_identification(sm, "ucbe", K=3, n_replicates=4, n_train=0,
+                                    progress=False)
+    assert clean.settings["duplicates_removed"] == 0 and "duplicate" not in clean.summary()
