@@ -1000,7 +1000,7 @@ def select_factors(
             if on_rank is not None:
                 on_rank(f"rank {r} ({a + 1} of {len(ranks)}"
                         + (f", repeat {k + 1} of {num_repeats}" if num_repeats > 1 else "")
-                        + f"): best held-out log loss {float(np.min(held[a, :, k])):.4f}")
+                        + f"): best held-out log loss {float(np.nanmin(held[a, :, k])):.4f}")
     curve = held.mean(axis=2)
     a, b = np.unravel_index(np.argmin(curve), curve.shape)
     return SelectionResult(

@@ -56,18 +56,23 @@ def _as_matrix(data: Any, what: str) -> ScoreMatrix:
     return ScoreMatrix(arr, source=what)  # its errors start with `what`
 
 
-def _named_scores(scores: Any) -> ScoreMatrix | None:
+def _named_scores(scores: Any, known: np.ndarray) -> ScoreMatrix | None:
     """A pandas DataFrame (models as rows) or Series (one model) whose labels name the
-    items, as a ScoreMatrix to match by name; None for anything else, and for pandas'
-    default labels ``0, 1, ...``, which name nothing (read by position, as an array)."""
-    if _is_frame(scores):
-        return None if default_labels(scores.columns) else ScoreMatrix(scores, source="scores")
-    index = getattr(scores, "index", None)
-    if index is None or callable(index) or not callable(getattr(scores, "to_numpy", None)) \
-            or default_labels(index):
+    items, as a ScoreMatrix to match by name; None for anything else, for pandas'
+    default labels ``0, 1, ...`` (they name nothing), and for integer labels that are
+    not all fitted item names (positions): those are read by position, as an array."""
+    frame = _is_frame(scores)
+    labels = scores.columns if frame else getattr(scores, "index", None)
+    if labels is None or callable(labels) or default_labels(labels) or (
+            not frame and not callable(getattr(scores, "to_numpy", None))):
         return None
+    if np.asarray(labels).dtype.kind in "iu" and not set(map(str, labels)) <= set(
+            known.tolist()):
+        return None
+    if frame:
+        return ScoreMatrix(scores, source="scores")
     values = np.asarray(scores.to_numpy(dtype=np.float64, na_value=np.nan))[None, :]
-    return ScoreMatrix(values, items=[str(x) for x in index], source="scores")
+    return ScoreMatrix(values, items=[str(x) for x in labels], source="scores")
 
 
 #: Newton steps per convergence check of :meth:`LowRankLogistic.update` (``num_newton``
@@ -158,7 +163,7 @@ class LowRankLogistic(FrozenState):
     def _canon(self, scores: Any, mask: Any) -> tuple[np.ndarray, np.ndarray]:
         if isinstance(scores, ScoreMatrix):
             return self._align(scores, mask)
-        named = _named_scores(scores)
+        named = _named_scores(scores, self.items)
         if named is not None:  # a DataFrame or Series with item labels: by name
             if mask is not None:
                 raise ValueError(f"mask: not used with a {type(scores).__name__} whose labels "
@@ -256,7 +261,8 @@ class LowRankLogistic(FrozenState):
             pandas DataFrame (models as rows) or Series (one model) whose labels name
             the items: matched to ``items`` by name (fitted items it lacks are
             unobserved; items the fit does not know are refused; pandas' default labels
-            ``0, 1, ...`` name nothing and are read by position).
+            ``0, 1, ...``, and integer labels that are not all fitted item names, are
+            positions: read as an array).
           mask: optional bool ``[K, n]``, True where observed (not with a ScoreMatrix).
           u_init: optional ``[K, r]`` warm start (default ``u_mean``).
           rho: prior strength (default ``online_rho``; larger pulls harder towards
@@ -554,8 +560,8 @@ def fit_factorization(
       learning_rate: Adam peak learning rate.
       num_steps: full-batch steps of the final fit.
       selection_steps: steps of each fit during selection.
-      progress: a line on stderr as the selection and the final fit start and end
-        (the selection grid is one compiled program: it says so, and its time).
+      progress: a line on stderr as the selection and the final fit start and end,
+        and one per rank of the selection grid (each rank is one compiled program).
 
     Returns:
       A frozen :class:`LowRankLogistic`.

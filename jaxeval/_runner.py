@@ -164,11 +164,14 @@ def _concrete_int(seed: Any) -> int | None:
 def as_key(seed: Any, name: str = "seed", where: str = "") -> jax.Array:
     """A typed PRNG key from an int seed, a typed key, or raw ``uint32[2]`` key data.
 
-    The one seed parser of the package: every public ``seed`` (and
-    ``synthetic_matrix``'s ``key_or_seed``) goes through it, so the same seed
-    means the same stream everywhere. An int seed is any Python or NumPy int, or a
-    0-d integer array, in ``[0, 2**63)`` (all 64 bits count, x64 mode on or off); a
-    traced 0-d integer (inside ``jit``/``vmap``) is ``jax.random.key`` of it.
+    The parser of the seeds that take a key (``run_replicates``, ``synthetic_matrix``'s
+    ``key_or_seed``, ``fit_factorization``, ``fit_anchors`` and its predictor,
+    campaigns), so the same seed means the same stream in each. Seeds that must be ints
+    (``simulate_identification``'s, which also seeds NumPy draws; ``split``,
+    ``protocol_split``, ``learn_lam0``) take Python / NumPy ints. An int seed here is
+    any Python or NumPy int, or a 0-d integer array, in ``[0, 2**63)`` (all 64 bits
+    count, x64 mode on or off); a traced 0-d integer (inside ``jit``/``vmap``) is
+    ``jax.random.key`` of it.
 
     Args:
       seed: the seed or key.

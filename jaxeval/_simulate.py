@@ -483,22 +483,28 @@ class IdentificationReport:
 
     def __repr__(self) -> str:
         s = self.settings
-        to95 = self.calls_to(0.95, fraction=True)
+        try:
+            to95 = self.calls_to(0.95, fraction=True)
+            to95 = "not reached" if math.isinf(to95) else f"{to95:.1%} of K*n"
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):  # hand-made settings
+            to95 = "?"
         return (f"IdentificationReport(policy={s.get('policy')!r}, data={s.get('data')!r}, "
                 f"K={s.get('K')}, n={s.get('n_items')}, R={s.get('n_replicates')}, "
-                f"{self.budgets.size} budgets; calls to 95%: "
-                + ("not reached" if math.isinf(to95) else f"{to95:.1%} of K*n") + ")")
+                f"{np.size(self.budgets)} budgets; calls to 95%: {to95})")
 
-    def to_npz(self, path: str | os.PathLike) -> Path:
+    def to_npz(self, path: str | os.PathLike | Any) -> Path | None:
         """Save every array and the settings (as JSON text under ``settings``), atomically
         (an interrupted write leaves any earlier file as it was); :meth:`from_npz` reads
         it back. ``.npz`` is appended to a path without it, as numpy does; returns the
-        path written."""
+        path written (``None`` for a writable binary file object, written as is)."""
+        arrays = self._arrays()
+        arrays["settings"] = np.array(json.dumps(self.settings, default=str))
+        if hasattr(path, "write"):
+            np.savez_compressed(path, **arrays)
+            return None
         path = Path(path)
         if path.suffix != ".npz":
             path = path.with_name(path.name + ".npz")
-        arrays = self._arrays()
-        arrays["settings"] = np.array(json.dumps(self.settings, default=str))
         atomic_savez(path, arrays, compressed=True)
         return path
 
@@ -520,6 +526,8 @@ class IdentificationReport:
         if not path.exists() and path.suffix != ".npz" and path.with_name(
                 path.name + ".npz").exists():
             path = path.with_name(path.name + ".npz")
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no such report file")
         fields = {f.name: f for f in dataclasses.fields(cls)}
         try:
             with np.load(path, allow_pickle=False) as z:
@@ -1090,18 +1098,21 @@ def simulate_identification(
     alpha = _check_alpha(alpha)
     n_replicates = _check_int("n_replicates", n_replicates, 1)
     lanes = _check_int("lanes", lanes, 1, 2**20)
-    _check_int("seed", seed, 0)
-    for name, v, lo, hi in (("a", a, 0.0, 1e6), ("scale", scale, 0.0, 1e6),
-                            ("shrink", shrink, 0.0, 1e6), ("eps", eps, 0.0, 1.0),
-                            ("bias", bias, -1.0, 1.0)):
+    # the checked values (plain Python numbers) go on, so settings hold numbers JSON
+    # writes as numbers and a saved report's settings rerun the study
+    seed = _check_int("seed", seed, 0)
+    a, scale, shrink, eps, bias = (
         _check_real(name, v, lo, hi)
+        for name, v, lo, hi in (("a", a, 0.0, 1e6), ("scale", scale, 0.0, 1e6),
+                                ("shrink", shrink, 0.0, 1e6), ("eps", eps, 0.0, 1.0),
+                                ("bias", bias, -1.0, 1.0)))
     learn_prior = isinstance(lam0, str)
     if learn_prior and lam0 != "learned":
         raise ValueError(f"lam0 must be a number in [0, 1] or 'learned', got {lam0!r}")
     if not learn_prior:
-        _check_real("lam0", lam0, 0.0, 1.0)
+        lam0 = _check_real("lam0", lam0, 0.0, 1.0)
     if rho is not None:
-        _check_real("rho", rho, 0.0, 1e6)
+        rho = _check_real("rho", rho, 0.0, 1e6)
     num_newton = _check_int("num_newton", num_newton, 0, 10_000)
     fit_steps = _check_int("fit_steps", fit_steps, 1)
     if horizon is not None:

@@ -685,6 +685,14 @@ def test_save_and_extra_items_name_their_argument(small_sm, tmp_path):
     np.testing.assert_array_equal(  # ... which works
         pred.predict_unbiased(x, pred.items[pos], [1, 0, 1]),
         pred.predict_unbiased(x, extra, [1, 0, 1]))
+    # items named by numbers ("0", "1", ...): integers that are item names are names
+    numbered = jaxeval.ScoreMatrix(small_sm.scores, models=small_sm.models,
+                                   items=[str(i) for i in range(small_sm.n_items)])
+    npred = fit_anchors(numbered, 5, method="random_ridge", seed=0, settings=FAST)
+    extra = npred.extra_items(3, seed=0)
+    nx = numbered.take(models=[0], items=npred.anchor_items).scores[0]
+    np.testing.assert_array_equal(npred.predict_unbiased(nx, extra.astype(int), [1, 0, 1]),
+                                  npred.predict_unbiased(nx, extra, [1, 0, 1]))
 
 
 def test_load_refuses_inconsistent_contents(small_sm, tmp_path):

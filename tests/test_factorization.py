@@ -771,6 +771,15 @@ def test_dataframes_are_read_by_their_labels_not_by_position():
         lr.predict(df.rename(columns=lambda c: f"{c}?"))
     with pytest.raises(ValueError, match="mask: not used with a DataFrame"):
         lr.predict(df, np.ones(df.shape, bool))
+    # integer labels that are not fitted item names are positions, as they always were
+    # (a fit on an unlabelled frame names its items item_0, ...)
+    plain = jaxeval.fit_factorization(pd.DataFrame(np.asarray(train.scores, float)), 2, 1.0,
+                                      num_steps=50)
+    rows = pd.DataFrame(np.asarray(df, float))
+    for frame in (rows.iloc[:, ::-1], rows.iloc[:, 1:].join(rows.iloc[:, :1])):
+        np.testing.assert_array_equal(plain.predict(frame), plain.predict(np.asarray(frame)))
+    np.testing.assert_array_equal(plain.predict(rows.iloc[0][::-1]),
+                                  plain.predict(np.asarray(rows.iloc[0])[::-1]))
     named = jaxeval.fit_factorization(pd.DataFrame(np.asarray(train.scores, float),
                                                    index=train.models, columns=train.items),
                                       2, 1.0, num_steps=50)

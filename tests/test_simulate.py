@@ -802,6 +802,20 @@ def test_report_saves_and_loads_back_whole_and_prints_short(tmp_path):
     text = repr(rep)
     assert "\n" not in text and len(text) < 200, text
     assert text.startswith("IdentificationReport(policy='ucbe', data='synthetic(") and "K=3" in text
+    # a binary file object is written as is; a missing file is a FileNotFoundError
+    import io
+
+    buf = io.BytesIO()
+    assert rep.to_npz(buf) is None and buf.getvalue()[:2] == b"PK"
+    with pytest.raises(FileNotFoundError, match="no such report file"):
+        IdentificationReport.from_npz(tmp_path / "missing")
+    # settings hold the checked numbers, so a saved report's settings rerun its study
+    odd = simulate_identification(SyntheticSpec(n_items=40), "ucbe", K=3, n_replicates=4,
+                                  seed=np.int64(2), a=np.float32(2.0))
+    back = IdentificationReport.from_npz(odd.to_npz(tmp_path / "odd"))
+    assert back.settings["seed"] == 2 and type(back.settings["seed"]) is int
+    assert back.settings["a"] == 2.0 and type(back.settings["a"]) is float
+    assert repr(dataclasses.replace(rep, settings={})).endswith("calls to 95%: ?)")
     jaxeval.synthetic_score_matrix(0, 4, 5).to_npz(tmp_path / "m.npz")
     with pytest.raises(ValueError, match="not an identification report saved by to_npz"):
         IdentificationReport.from_npz(tmp_path / "m.npz")

@@ -407,7 +407,8 @@ class AnchorPredictor:
             names = given.astype(str).ravel()
         except (TypeError, ValueError) as e:
             raise TypeError(f"extra_items: expected a sequence of item names ({e})") from None
-        if given.dtype.kind in "iub":  # (positions would be read as the names "220", ...)
+        if given.dtype.kind in "iub" and not all(s in lookup for s in names.tolist()):
+            # positions, not names (they were read as the names "220", ... and unknown)
             raise TypeError(
                 f"extra_items: expected item names (what extra_items() returns), got "
                 f"{given.dtype} values; for positions in items, pass pred.items[positions]")
