@@ -33,7 +33,7 @@ from jaxeval import _policies
 from jaxeval._data import ScoreMatrix, atomic_savez, names_as_str
 from jaxeval._factorization import ItemFactors
 from jaxeval._report import calls_to_target, true_best
-from jaxeval._runner import DEFAULT_LANES, as_key, run_replicates
+from jaxeval._runner import DEFAULT_LANES, _concrete_int, as_key, run_replicates
 
 __all__ = [
     "DEFAULT_BUDGET_FRACTIONS",
@@ -71,11 +71,17 @@ class SyntheticSpec:
     difficulty_mean: float = 0.0
 
     def __post_init__(self):
-        _check_int("n_items", self.n_items, 2)
-        _check_int("rank", self.rank, 1, 256)
-        _check_real("model_scale", self.model_scale, 0.0, 100.0)  # the study JSON's ranges
-        _check_real("difficulty_scale", self.difficulty_scale, 0.0, 100.0)
-        _check_real("difficulty_mean", self.difficulty_mean, -100.0, 100.0)
+        # stored as the checked Python numbers (a NumPy int or 0-d array given stays
+        # hashable, static and JSON-writable)
+        set_ = lambda name, v: object.__setattr__(self, name, v)  # noqa: E731 (frozen)
+        set_("n_items", _check_int("n_items", self.n_items, 2))
+        set_("rank", _check_int("rank", self.rank, 1, 256))
+        # the study JSON's ranges
+        set_("model_scale", _check_real("model_scale", self.model_scale, 0.0, 100.0))
+        set_("difficulty_scale", _check_real("difficulty_scale", self.difficulty_scale,
+                                             0.0, 100.0))
+        set_("difficulty_mean", _check_real("difficulty_mean", self.difficulty_mean,
+                                            -100.0, 100.0))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -895,12 +901,15 @@ def _config(policy, K, n, batch_size, budgets, budget_fractions, mode, cs_kinds,
 
 
 def _check_int(name, value, lo, hi=None):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    """``value`` as a Python int (a NumPy int or a concrete 0-d integer array counts,
+    as for seeds; a bool does not), checked against ``[lo, hi]``."""
+    v = _concrete_int(value)
+    if v is None:
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-    if value < lo or (hi is not None and value > hi):
+    if v < lo or (hi is not None and v > hi):
         rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ValueError(f"{name} must be {rng}, got {value}")
-    return int(value)
+        raise ValueError(f"{name} must be {rng}, got {v}")
+    return v
 
 
 def _canonical_budgets(budgets, fractions, total, warn=True):

@@ -838,3 +838,25 @@ def test_duplicate_rows_removed_are_counted_and_said():
     clean = simulate_identification(sm, "ucbe", K=3, n_replicates=4, n_train=0,
                                     progress=False)
     assert clean.settings["duplicates_removed"] == 0 and "duplicate" not in clean.summary()
+
+
+def test_integer_arguments_take_numpy_ints_and_0d_arrays():
+    """K, n_replicates, seed (and SyntheticSpec's sizes) take a NumPy int or a 0-d
+    integer array as that int, as seeds elsewhere do; the spec stores Python numbers (a
+    0-d array would be unhashable and not a static shape); bools stay refused."""
+    import jax.numpy as jnp
+
+    spec = SyntheticSpec(n_items=np.array(40), rank=np.int64(2), model_scale=np.float32(1.5))
+    assert type(spec.n_items) is int and type(spec.rank) is int and spec.n_items == 40
+    assert type(spec.model_scale) is float and hash(spec) == hash(SyntheticSpec(40, 2, 1.5))
+    a = simulate_identification(spec, "ucbe", K=jnp.int32(3), n_replicates=np.array(6),
+                                seed=np.array(5))
+    b = simulate_identification(SyntheticSpec(40, 2, 1.5), "ucbe", K=3, n_replicates=6,
+                                seed=5)
+    np.testing.assert_array_equal(a.recommended, b.recommended)
+    np.testing.assert_array_equal(a.accuracy, b.accuracy)
+    assert a.settings["K"] == 3 and type(a.settings["seed"]) is int
+    with pytest.raises(TypeError, match="K must be an integer, got bool"):
+        simulate_identification(spec, "ucbe", K=True)
+    with pytest.raises(TypeError, match="n_replicates must be an integer"):
+        simulate_identification(spec, "ucbe", K=3, n_replicates=np.array([4]))
