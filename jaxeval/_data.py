@@ -800,12 +800,14 @@ class Split:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike) -> Iterator[Any]:
+def atomic_open(path: str | os.PathLike, *, sweep: bool = True) -> Iterator[Any]:
     """A binary file to write ``path`` through: written beside it (``.tmp-<pid>-<name>``),
     synced and renamed into place on success, removed on failure, so an interrupted
     write (a kill, a full disk) never leaves half a file under ``path``. A temporary
     file of ``path`` that a killed process (``kill -9``, a lost node) left behind is
-    removed by the next successful write of ``path`` (see :func:`_sweep_stale_tmp`)."""
+    removed by the next successful write of ``path`` (see :func:`_sweep_stale_tmp`;
+    ``sweep=False`` for a caller that sweeps its folder itself, as a study does on
+    resuming: it writes a chunk at a time into a folder of many)."""
     path = Path(path)
     if not path.parent.is_dir():  # (else the error names the temporary file)
         raise FileNotFoundError(f"{path}: no such folder {str(path.parent)!r} to write into")
@@ -818,7 +820,8 @@ def atomic_open(path: str | os.PathLike) -> Iterator[Any]:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    _sweep_stale_tmp(path)
+    if sweep:
+        _sweep_stale_tmp(path)
 
 
 # A temporary file untouched this long whose writer is not a live process here is stale.
@@ -859,7 +862,7 @@ def _pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except (PermissionError, OverflowError, OSError):
+    except (OverflowError, OSError):  # (PermissionError: another user's process)
         return True
     return True
 

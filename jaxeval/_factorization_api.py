@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
-import time
 import types
 import warnings
 from collections.abc import Mapping, Sequence
@@ -24,7 +22,7 @@ import numpy as np
 
 from jaxeval import _factorization as fz
 from jaxeval._data import FrozenState, ScoreMatrix, _is_frame, default_labels
-from jaxeval._runner import _concrete_int, as_key
+from jaxeval._runner import _concrete_int, as_key, stage_printer
 
 __all__ = ["LowRankLogistic", "fit_factorization", "learn_lam0"]
 
@@ -580,14 +578,7 @@ def fit_factorization(
     sm = _as_matrix(data, "data")
     m, n = sm.shape
     key = as_key(seed)
-    if not isinstance(progress, (bool, np.bool_)):
-        raise TypeError(f"progress: expected True or False, got {progress!r}")
-    t0 = time.perf_counter()
-
-    def say(msg: str) -> None:
-        if progress:
-            print(f"fit_factorization: {msg} [{time.perf_counter() - t0:.0f} s]",
-                  file=sys.stderr, flush=True)
+    say = stage_printer("fit_factorization", progress)
     empty_rows = np.flatnonzero(~sm.mask.any(axis=1))
     if empty_rows.size:
         raise ValueError(
@@ -852,18 +843,14 @@ def learn_lam0(
         rho_ok = False
     if not rho_ok:
         raise ValueError(f"rho: expected a finite value >= 0, got {rho!r}")
-    if not isinstance(progress, (bool, np.bool_)):
-        raise TypeError(f"progress: expected True or False, got {progress!r}")
-    t0 = time.perf_counter()
+    say = stage_printer("learn_lam0", progress)
     rng = np.random.default_rng([int(seed), 0x1A40])
     group = rng.permutation(sm.n_models) % folds
     num = den = 0.0
     for f in range(folds):
         rest = sm.take(models=np.flatnonzero(group != f))
-        if progress:
-            print(f"learn_lam0: fold {f + 1} of {folds}: fitting rank {rank} on "
-                  f"{rest.n_models} models ({num_steps} steps) "
-                  f"[{time.perf_counter() - t0:.0f} s]", file=sys.stderr, flush=True)
+        say(f"fold {f + 1} of {folds}: fitting rank {rank} on {rest.n_models} models "
+            f"({num_steps} steps)")
         try:
             fit = fit_factorization(rest, rank=rank, rho=rho, seed=int(seed) + f,
                                     num_steps=num_steps)
@@ -895,7 +882,5 @@ def learn_lam0(
             "varying predictions; lam0 cannot be learned"
         )
     lam0 = float(np.clip(num / den, 0.0, 1.0))
-    if progress:
-        print(f"learn_lam0: done: lam0 = {lam0:.3f} [{time.perf_counter() - t0:.0f} s]",
-              file=sys.stderr, flush=True)
+    say(f"done: lam0 = {lam0:.3f}")
     return lam0

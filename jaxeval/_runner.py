@@ -242,6 +242,27 @@ def default_impl_key(seed: Any) -> jax.Array:
     return key
 
 
+def stage_printer(where: str, progress: Any) -> Callable[[str], None]:
+    """``say(msg)`` for a long call's stages: a line ``"{where}: {msg} [12 s]"`` on
+    stderr (seconds since this call) when ``progress`` is true, nothing otherwise;
+    ``progress`` must be a bool.
+
+    Example:
+      >>> say = stage_printer("fit", False)
+      >>> say("quiet")
+    """
+    if not isinstance(progress, (bool, np.bool_)):
+        raise TypeError(f"progress: expected True or False, got {progress!r}")
+    t0 = time.perf_counter()
+
+    def say(msg: str) -> None:
+        if progress:
+            print(f"{where}: {msg} [{time.perf_counter() - t0:.0f} s]", file=sys.stderr,
+                  flush=True)
+
+    return say
+
+
 class Progress:
     """One line per chunk on stderr: done / total, replicates per second, ETA.
 

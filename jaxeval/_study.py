@@ -940,7 +940,8 @@ def _sha256(path: Path) -> str:
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
     from jaxeval._data import atomic_open
 
-    with atomic_open(path) as f:
+    # (no sweep per file: a resumed study removes every .tmp-* of its folder itself)
+    with atomic_open(path, sweep=False) as f:
         f.write(data)
 
 

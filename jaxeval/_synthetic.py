@@ -49,6 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxeval._data import ScoreMatrix
+from jaxeval._runner import as_key
 
 __all__ = [
     "GAP_CLIPPED",
@@ -91,12 +92,6 @@ class SyntheticTruth(NamedTuple):
     best: jax.Array
     gap: jax.Array
     status: jax.Array
-
-
-def _as_key(key_or_seed: Any) -> jax.Array:
-    from jaxeval._runner import as_key
-
-    return as_key(key_or_seed, "'key_or_seed'", "synthetic_matrix: ")
 
 
 def _top_two(acc: jax.Array, first: int) -> tuple[jax.Array, jax.Array]:
@@ -326,7 +321,7 @@ def synthetic_matrix(
     beta = bool(graded) and concentration is not None
     f = lambda x: jnp.asarray(x, jnp.float32)
     return _synthetic(
-        _as_key(key_or_seed),
+        as_key(key_or_seed, "'key_or_seed'", "synthetic_matrix: "),
         None if gap is None else f(gap),
         f(model_scale),
         f(item_scale),

@@ -9,8 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
-import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,7 +25,7 @@ from jaxeval._data import (
     is_missing,
     out_of_unit_hint,
 )
-from jaxeval._runner import _concrete_int, as_key, int_seed
+from jaxeval._runner import _concrete_int, as_key, int_seed, stage_printer
 from jaxeval.anchors._intervals import conformal_quantile, dr_estimate, sample_non_anchors
 from jaxeval.anchors._irt import fit_item_factors, irt_item_predictions
 from jaxeval.anchors._methods import (
@@ -774,15 +772,7 @@ def fit_anchors(
             f"k: expected an integer in 1..{n - 1} (fewer than the {n} items), got {k!r}"
         )
     alpha = check_level(alpha)
-    if not isinstance(progress, (bool, np.bool_)):
-        raise TypeError(f"progress: expected True or False, got {progress!r}")
-    t0 = time.perf_counter()
-
-    def say(msg: str) -> None:
-        if progress:
-            print(f"fit_anchors: {msg} [{time.perf_counter() - t0:.0f} s]", file=sys.stderr,
-                  flush=True)
-
+    say = stage_printer("fit_anchors", progress)
     train.require_complete("fit_anchors")
     key = _key(seed)
     st = checked_settings(settings, train.target is not None, auto=method == "auto")
