@@ -52,10 +52,9 @@ from jaxeval import _policies, _sampling
 from jaxeval._data import ScoreMatrix, is_missing, out_of_unit_hint
 from jaxeval._factorization import ItemFactors
 from jaxeval._io import open_npz
-from jaxeval._runner import default_impl_key, int_seed
+from jaxeval._runner import check_int, default_impl_key, int_seed
 from jaxeval._simulate import (
     _check_alpha,
-    _check_int,
     _check_real,
     _config,
     item_factors_of,
@@ -462,7 +461,7 @@ class IdentificationCampaign:
         if n < 2:
             raise ValueError(f"items: expected at least 2 items, got {n}")
         alpha = _check_alpha(alpha)
-        budget = K * n if budget is None else _check_int("budget", budget, 1, K * n)
+        budget = K * n if budget is None else check_int("budget", budget, 1, K * n)
         learn_prior = isinstance(lam0, str)
         if learn_prior and lam0 != "learned":
             raise ValueError(f"lam0: expected a number in [0, 1] or 'learned', got {lam0!r}")
@@ -473,13 +472,13 @@ class IdentificationCampaign:
                 _check_real(name, v, lo, hi)
         if rho is not None:
             _check_real("rho", rho, 0.0, 1e6)
-        num_newton = _check_int("num_newton", num_newton, 0, 10_000)
-        fit_steps = _check_int("fit_steps", fit_steps, 1)
+        num_newton = check_int("num_newton", num_newton, 0, 10_000)
+        fit_steps = check_int("fit_steps", fit_steps, 1)
         needs_pred = policy in _policies.PREDICTION_POLICIES
         # the rank matters only to a policy that fits factors on history (a short
         # benchmark must not make UCB-E, SySRs or given factors refuse the default rank)
         fits = needs_pred and factors is None
-        rank = _check_int("rank", rank, 1, 10**6)
+        rank = check_int("rank", rank, 1, 10**6)
         if fits and rank > n:
             raise ValueError(f"rank: the factorization fitted on history has at most one "
                              f"factor per item ({n} items), got rank={rank} (the default "
@@ -596,7 +595,7 @@ class IdentificationCampaign:
             if names.size < 2 or np.unique(names).size != names.size:
                 raise ValueError(f"{what}: expected at least 2 distinct names")
         _check_alpha(s["alpha"])
-        _check_int("budget", s["budget"], 1, K * n)
+        check_int("budget", s["budget"], 1, K * n)
         for name, lo, hi in (("a", 0.0, 1e6), ("scale", 0.0, 1e6), ("shrink", 0.0, 1e6),
                              ("lam0", 0.0, 1.0), ("eps", 0.0, 1.0), ("rho", 0.0, 1e6)):
             _check_real(name, s[name], lo, hi)

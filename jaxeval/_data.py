@@ -225,12 +225,11 @@ def default_labels(labels: Any) -> bool:
     return type(labels).__name__ == "RangeIndex" and labels.start == 0 and labels.step == 1
 
 
-def _check_seed(seed: Any, where: str) -> None:
+def _check_seed(seed: Any, where: str) -> int:
     """Split seeds are non-negative ints (``None`` would silently draw a random split)."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"{where}: 'seed' must be a non-negative int, got {seed!r}")
-    if seed < 0:
-        raise ValueError(f"{where}: 'seed' must be a non-negative int, got {seed!r}")
+    from jaxeval._runner import check_int  # (jax is imported there)
+
+    return check_int(f"{where}: seed", seed, 0)
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ScoreMatrix(FrozenState):
@@ -635,7 +634,7 @@ class ScoreMatrix(FrozenState):
                 f"split: 'sizes' must be a sequence of group sizes, got {sizes!r} "
                 f"(for one training group: split([{sizes!r}]))"
             )
-        _check_seed(seed, "split")
+        seed = _check_seed(seed, "split")
         if isinstance(sizes, np.ndarray):
             sizes = sizes.tolist()
         elif not isinstance(sizes, (str, bytes)):
@@ -767,7 +766,7 @@ class ScoreMatrix(FrozenState):
         test = first ``h``, validation = next ``h``, train = the rest.
         Deduplicate first (``drop_duplicates``) to follow the protocol exactly.
         """
-        _check_seed(seed, "protocol_split")
+        seed = _check_seed(seed, "protocol_split")
         m = self.n_models
         h = 200 if m >= 1000 else int(round(0.2 * m))
         if h < 1 or m - 2 * h < 1:

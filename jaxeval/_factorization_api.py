@@ -22,7 +22,7 @@ import numpy as np
 
 from jaxeval import _factorization as fz
 from jaxeval._data import FrozenState, ScoreMatrix, _is_frame, default_labels
-from jaxeval._runner import _concrete_int, as_key, stage_printer
+from jaxeval._runner import _concrete_int, as_key, check_int, stage_printer
 
 __all__ = ["LowRankLogistic", "fit_factorization", "learn_lam0"]
 
@@ -285,12 +285,10 @@ class LowRankLogistic(FrozenState):
           >>> u.shape
           (3, 2)
         """
-        if num_newton is not None and (
-                isinstance(num_newton, bool) or not isinstance(num_newton, (int, np.integer))
-                or not 1 <= num_newton <= 10_000):
+        if num_newton is not None:
             # (an unbounded count ran for minutes inside XLA, beyond Ctrl-C's reach)
-            raise ValueError(f"num_newton: expected an integer in [1, 10000] or None, got "
-                             f"{num_newton!r}")
+            num_newton = check_int("num_newton", num_newton, 1, 10_000,
+                                   why="or None: until converged")
         s, m = self._canon(scores, mask)
         K = s.shape[0]
         if u_init is None:
@@ -594,8 +592,7 @@ def fit_factorization(
     n_obs = int(sm.mask.sum())
 
     def check_rank(r: Any, what: str) -> int:
-        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 1:
-            raise ValueError(f"{what}: expected a positive int, got {r!r}")
+        r = check_int(what, r, 1)
         limit = min(m, n)
         if r > limit:
             raise ValueError(
@@ -624,12 +621,8 @@ def fit_factorization(
             raise ValueError(f"{what}: expected a finite value >= 0, got {x!r}")
         return v
 
-    if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or \
-            num_steps < 1:
-        raise ValueError(f"num_steps: expected a positive int, got {num_steps!r}")
-    if isinstance(selection_steps, bool) or not isinstance(selection_steps, (int, np.integer)) \
-            or selection_steps < 1:
-        raise ValueError(f"selection_steps: expected a positive int, got {selection_steps!r}")
+    num_steps = check_int("num_steps", num_steps, 1)
+    selection_steps = check_int("selection_steps", selection_steps, 1)
     if not (real(learning_rate) and 0.0 < float(learning_rate) < np.inf):
         raise ValueError(f"learning_rate: expected a finite value > 0, got {learning_rate!r}")
     learning_rate = float(learning_rate)
@@ -656,10 +649,8 @@ def fit_factorization(
         _check_grid(ranks, "ranks")
         if len(ranks) == 0:
             raise ValueError("ranks: the rank grid is empty")
-        for r in ranks:
-            if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 1:
-                raise ValueError(f"ranks: expected positive ints, got {list(ranks)!r}")
-        grid_ranks = tuple(int(r) for r in ranks if fits(r))
+        ranks = [check_int("ranks", r, 1) for r in ranks]
+        grid_ranks = tuple(r for r in ranks if fits(r))
         if not grid_ranks:
             check_rank(min(ranks), "ranks")  # raises with the reason
     else:
@@ -814,8 +805,7 @@ def learn_lam0(
       True
     """
     sm = _as_matrix(data, "data")
-    if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or folds < 2:
-        raise ValueError(f"folds: expected an int >= 2, got {folds!r}")
+    folds = check_int("folds", folds, 2)
     if sm.n_models < 2 * folds:
         raise ValueError(
             f"data: learning lam0 with {folds} folds needs at least {2 * folds} models, "
@@ -826,17 +816,15 @@ def learn_lam0(
     except TypeError:
         raise ValueError(f"n_observed: expected a sequence of positive ints, got {n_observed!r}") \
             from None
-    if not cs or any(isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1
-                     for c in cs):
+    if not cs:
         raise ValueError(f"n_observed: expected positive ints, got {n_observed!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed: expected an int >= 0, got {seed!r}")
+    cs = [check_int("n_observed", c, 1) for c in cs]
+    seed = check_int("seed", seed, 0)
     if int(seed) + folds - 1 >= 2**63:  # fold f fits with seed + f
         raise ValueError(f"seed: the folds' fits use seed .. seed + {folds - 1}, which must "
                          f"stay below 2**63; got {seed!r}")
-    for name, v in (("rank", rank), ("num_steps", num_steps)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name}: expected a positive int, got {v!r}")
+    rank = check_int("rank", rank, 1)
+    num_steps = check_int("num_steps", num_steps, 1)
     try:
         rho_ok = np.isfinite(float(rho)) and float(rho) >= 0 and not isinstance(rho, bool)
     except (TypeError, ValueError):

@@ -83,7 +83,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxeval import _confseq, _estimators, _policies, _sampling
 from jaxeval._factorization import (
@@ -92,6 +91,7 @@ from jaxeval._factorization import (
     refit_row,
     update_model_factor_blocked,
 )
+from jaxeval._runner import check_int
 
 __all__ = [
     "CS_KINDS",
@@ -225,10 +225,8 @@ class Config:
                 "truth need it on (JAX's default); jax.config.update("
                 "'jax_threefry_partitionable', True)"
             )
-        if isinstance(self.item_block, bool) or not isinstance(self.item_block, int) or (
-            self.item_block < 1
-        ):
-            raise ValueError(f"item_block: expected an int >= 1, got {self.item_block!r}")
+        # (Python ints: the config is a static, hashable argument of the kernels)
+        object.__setattr__(self, "item_block", check_int("item_block", self.item_block, 1))
         if self.truth == "synthetic" and self.num_items * max(self.rank, 1) >= 2**32:
             raise ValueError(
                 f"num_items * rank must stay below 2**32 for synthetic truth (counter-based "
@@ -236,15 +234,8 @@ class Config:
             )
         if self.policy not in _policies.POLICIES:
             raise ValueError(f"policy: expected one of {_policies.POLICIES}, got {self.policy!r}")
-        if isinstance(self.batch_size, np.integer):
-            object.__setattr__(self, "batch_size", int(self.batch_size))
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or not (
-            1 <= self.batch_size <= self.num_items
-        ):
-            raise ValueError(
-                f"batch_size: expected an int in [1, num_items={self.num_items}], "
-                f"got {self.batch_size!r}"
-            )
+        object.__setattr__(self, "batch_size", check_int(
+            "batch_size", self.batch_size, 1, self.num_items, why="at most num_items"))
         if self.order_table is not None and not isinstance(self.order_table, bool):
             raise ValueError(f"order_table: expected None, True or False, got {self.order_table!r}")
         if self.order_table and self.blocked:

@@ -161,6 +161,41 @@ def _concrete_int(seed: Any) -> int | None:
     return None
 
 
+def check_int(name: str, value: Any, lo: int = 0, hi: int | None = None, *,
+              why: str = "") -> int:
+    """``value`` as a Python int, checked against ``[lo, hi]``: the parser of every
+    integer argument (counts, sizes, ranks, int-only seeds), so a Python int, a NumPy
+    int and a concrete 0-d integer array (NumPy or JAX) mean the same everywhere; a
+    bool, a float (even ``2.0``) or a traced value is not an int here.
+
+    Args:
+      name: how errors name the argument: ``"k: expected an integer in [1, 540] (fewer
+        than the 541 items), got 600"``.
+      value: the argument.
+      lo, hi: the inclusive range (``hi=None``: no upper bound).
+      why: what the range means, said after it in the error (``"the 541 items less
+        the 20 anchors"``).
+
+    Raises:
+      TypeError: ``value`` is not an integer.
+      ValueError: it is outside ``[lo, hi]``.
+
+    Example:
+      >>> import numpy as np
+      >>> check_int("k", np.array(20), 1, 100)
+      20
+    """
+    v = _concrete_int(value)
+    if v is not None and lo <= v and (hi is None or v <= hi):
+        return v
+    rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+    expected = f"{name}: expected an integer {rng}{f' ({why})' if why else ''}"
+    if v is None:
+        shown = value.item() if isinstance(value, np.generic) else value  # (np.False_)
+        raise TypeError(f"{expected}, got {type(value).__name__} {shown!r}")
+    raise ValueError(f"{expected}, got {v}")
+
+
 def as_key(seed: Any, name: str = "seed", where: str = "") -> jax.Array:
     """A typed PRNG key from an int seed, a typed key, or raw ``uint32[2]`` key data.
 
@@ -168,7 +203,8 @@ def as_key(seed: Any, name: str = "seed", where: str = "") -> jax.Array:
     ``key_or_seed``, ``fit_factorization``, ``fit_anchors`` and its predictor,
     campaigns), so the same seed means the same stream in each. Seeds that must be ints
     (``simulate_identification``'s, which also seeds NumPy draws; ``split``,
-    ``protocol_split``, ``learn_lam0``) take Python / NumPy ints. An int seed here is
+    ``protocol_split``, ``learn_lam0``) go through :func:`check_int`, which reads the
+    same ints (a 0-d integer array included) but not keys. An int seed here is
     any Python or NumPy int, or a 0-d integer array, in ``[0, 2**63)`` (all 64 bits
     count, x64 mode on or off); a traced 0-d integer (inside ``jit``/``vmap``) is
     ``jax.random.key`` of it.
@@ -409,11 +445,8 @@ class ReplicatePlan:
                             f"got {bad[0]!r}")
         if not devs:
             raise ValueError("devices: expected at least one device, got none")
-        if (isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer))
-                or chunk_size < 1):
-            raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-        if isinstance(lanes, bool) or not isinstance(lanes, (int, np.integer)) or lanes < 1:
-            raise ValueError(f"lanes must be a positive integer, got {lanes!r}")
+        chunk_size = check_int("chunk_size", chunk_size, 1)
+        lanes = check_int("lanes", lanes, 1)
         if not callable(replicate_fn):
             raise TypeError(f"replicate_fn: expected a function (key, *operands) -> pytree, "
                             f"got {type(replicate_fn).__name__} {replicate_fn!r}")
@@ -701,15 +734,12 @@ def run_replicates(
       >>> bool((run_replicates(f, 0, 6, start=4, progress=False) == out[4:]).all())
       True
     """
-    if (isinstance(n_replicates, bool) or not isinstance(n_replicates, (int, np.integer))
-            or n_replicates < 1):
-        raise ValueError(f"n_replicates must be a positive integer, got {n_replicates!r}")
-    if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or start < 0:
-        raise ValueError(f"start must be a non-negative integer, got {start!r}")
+    n_replicates = check_int("n_replicates", n_replicates, 1)
+    start = check_int("start", start, 0)
     if chunk_size is None:  # about eight chunks: a progress line each, bounded memory
         chunk_size = -(-int(n_replicates) // 8)
-    elif isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)):
-        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+    else:
+        chunk_size = check_int("chunk_size", chunk_size, 1)
     if int(start) + int(n_replicates) > 2**32:
         raise ValueError(f"start + n_replicates must stay at most 2**32 (replicate indices are "
                          f"uint32), got start={start} and n_replicates={n_replicates}")

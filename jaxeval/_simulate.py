@@ -33,7 +33,7 @@ from jaxeval import _policies
 from jaxeval._data import ScoreMatrix, atomic_savez, names_as_str
 from jaxeval._factorization import ItemFactors
 from jaxeval._report import calls_to_target, true_best
-from jaxeval._runner import DEFAULT_LANES, _concrete_int, as_key, run_replicates
+from jaxeval._runner import DEFAULT_LANES, as_key, check_int, run_replicates
 
 __all__ = [
     "DEFAULT_BUDGET_FRACTIONS",
@@ -74,8 +74,8 @@ class SyntheticSpec:
         # stored as the checked Python numbers (a NumPy int or 0-d array given stays
         # hashable, static and JSON-writable)
         set_ = lambda name, v: object.__setattr__(self, name, v)  # noqa: E731 (frozen)
-        set_("n_items", _check_int("n_items", self.n_items, 2))
-        set_("rank", _check_int("rank", self.rank, 1, 256))
+        set_("n_items", check_int("n_items", self.n_items, 2))
+        set_("rank", check_int("rank", self.rank, 1, 256))
         # the study JSON's ranges
         set_("model_scale", _check_real("model_scale", self.model_scale, 0.0, 100.0))
         set_("difficulty_scale", _check_real("difficulty_scale", self.difficulty_scale,
@@ -254,11 +254,8 @@ class IdentificationReport:
         draws): instances resampled with replacement, each with all its replicates
         (replicates themselves for synthetic truth). Paired when ``other`` is given."""
         accuracy = _target_accuracy(accuracy)
-        if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or \
-                not 100 <= n_boot <= 10**6:
-            raise ValueError(f"n_boot: expected an integer in [100, 10**6], got {n_boot!r}")
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"seed: expected an integer >= 0, got {seed!r}")
+        n_boot = check_int("n_boot", n_boot, 100, 10**6)
+        seed = check_int("seed", seed, 0)
         reps = [self] if other is None else [self, other]
         if other is not None:
             if not isinstance(other, IdentificationReport):
@@ -410,8 +407,7 @@ class IdentificationReport:
         inst = np.asarray(self.instance)
         real = inst.size > 0 and bool((inst >= 0).all())
         if edges is None:
-            if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 1:
-                raise ValueError(f"bins: expected an integer >= 1, got {bins!r}")
+            bins = check_int("bins", bins, 1)
             if gap.size == 0:
                 raise ValueError("by_gap: the report has no replicates")
             if real:
@@ -654,7 +650,7 @@ def split_pool(sm: ScoreMatrix, n_train: int | None, K: int, seed: int):
     if default:
         n_train = m // 2
     try:
-        n_train = _check_int("n_train", n_train, 0, m - 2)
+        n_train = check_int("n_train", n_train, 0, m - 2)
     except ValueError as e:
         why = (f"n_train: the default (half of the models, {n_train}) leaves fewer than 2 "
                f"candidates of the {m} distinct models (after removing duplicate rows); "
@@ -874,7 +870,7 @@ def _config(policy, K, n, batch_size, budgets, budget_fractions, mode, cs_kinds,
             item_block, warn: bool = True, skip_separated: bool = False) -> idn.Config:
     """The kernel's static configuration; every argument checked, with its name
     (``warn=False``: a first check whose warnings the second call gives)."""
-    batch_size = _check_int("batch_size", batch_size, 1, n)
+    batch_size = check_int("batch_size", batch_size, 1, n)
     if not isinstance(skip_separated, (bool, np.bool_)):
         raise TypeError(f"skip_separated: expected True or False, got {skip_separated!r}")
     budget_tuple = _canonical_budgets(budgets, budget_fractions, K * n, warn)
@@ -898,18 +894,6 @@ def _config(policy, K, n, batch_size, budgets, budget_fractions, mode, cs_kinds,
         item_block=item_block,
         skip_separated=bool(skip_separated),
     )
-
-
-def _check_int(name, value, lo, hi=None):
-    """``value`` as a Python int (a NumPy int or a concrete 0-d integer array counts,
-    as for seeds; a bool does not), checked against ``[lo, hi]``."""
-    v = _concrete_int(value)
-    if v is None:
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-    if v < lo or (hi is not None and v > hi):
-        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ValueError(f"{name} must be {rng}, got {v}")
-    return v
 
 
 def _canonical_budgets(budgets, fractions, total, warn=True):
@@ -1103,13 +1087,13 @@ def simulate_identification(
     """
     if policy not in _policies.POLICIES:
         raise ValueError(f"policy must be one of {_policies.POLICIES}, got {policy!r}")
-    K = _check_int("K", K, 2)
+    K = check_int("K", K, 2)
     alpha = _check_alpha(alpha)
-    n_replicates = _check_int("n_replicates", n_replicates, 1)
-    lanes = _check_int("lanes", lanes, 1, 2**20)
+    n_replicates = check_int("n_replicates", n_replicates, 1)
+    lanes = check_int("lanes", lanes, 1, 2**20)
     # the checked values (plain Python numbers) go on, so settings hold numbers JSON
     # writes as numbers and a saved report's settings rerun the study
-    seed = _check_int("seed", seed, 0)
+    seed = check_int("seed", seed, 0)
     a, scale, shrink, eps, bias = (
         _check_real(name, v, lo, hi)
         for name, v, lo, hi in (("a", a, 0.0, 1e6), ("scale", scale, 0.0, 1e6),
@@ -1122,12 +1106,12 @@ def simulate_identification(
         lam0 = _check_real("lam0", lam0, 0.0, 1.0)
     if rho is not None:
         rho = _check_real("rho", rho, 0.0, 1e6)
-    num_newton = _check_int("num_newton", num_newton, 0, 10_000)
-    fit_steps = _check_int("fit_steps", fit_steps, 1)
+    num_newton = check_int("num_newton", num_newton, 0, 10_000)
+    fit_steps = check_int("fit_steps", fit_steps, 1)
     if horizon is not None:
-        horizon = _check_int("horizon", horizon, 1)
+        horizon = check_int("horizon", horizon, 1)
     if chunk_size is not None:
-        chunk_size = _check_int("chunk_size", chunk_size, 1)
+        chunk_size = check_int("chunk_size", chunk_size, 1)
     for name, v in (("refit", refit), ("use_predictions", use_predictions),
                     ("synchronized", synchronized)):
         if not (isinstance(v, (bool, np.bool_)) or (v is None and name != "refit")):
@@ -1160,7 +1144,7 @@ def simulate_identification(
         raise ValueError(
             f"instance_assignment must be 'random' or 'balanced', got {instance_assignment!r}"
         )
-    n_instances = _check_int("n_instances", n_instances, 1)
+    n_instances = check_int("n_instances", n_instances, 1)
     if isinstance(data, SyntheticSpec):
         given = [k for k, v in (("factors", factors), ("n_train", n_train)) if v is not None]
         if instance_assignment != "random":
@@ -1193,9 +1177,9 @@ def simulate_identification(
     if isinstance(data, SyntheticSpec):
         if instances is not None:
             raise ValueError("instances: only for real data (synthetic truth draws its own)")
-        n = _check_int("data.n_items", data.n_items, 2)
+        n = check_int("data.n_items", data.n_items, 2)
         truth = "synthetic"
-        r = _check_int("data.rank", data.rank, 1)
+        r = check_int("data.rank", data.rank, 1)
         pdata = None
         instances = np.zeros((0, K), np.int64)
         pool_models = np.array([], dtype=str)

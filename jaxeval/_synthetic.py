@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxeval._data import ScoreMatrix
-from jaxeval._runner import as_key
+from jaxeval._runner import as_key, check_int
 
 __all__ = [
     "GAP_CLIPPED",
@@ -214,12 +214,8 @@ def _concrete(value: Any) -> np.ndarray | None:
         return None
 
 
-def _check_int(value: Any, name: str, lo: int) -> int:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
-        raise TypeError(f"synthetic_matrix: '{name}' must be an int >= {lo}, got {value!r}")
-    if value < lo:
-        raise ValueError(f"synthetic_matrix: '{name}' must be an int >= {lo}, got {value!r}")
-    return int(value)
+def _check_int(value: Any, name: str, lo: int, hi: int | None = None, why: str = "") -> int:
+    return check_int(f"synthetic_matrix: {name}", value, lo, hi, why=why)
 
 
 def synthetic_matrix(
@@ -308,16 +304,7 @@ def synthetic_matrix(
             "Bernoulli draws); pass graded=True, or leave concentration=None"
         )
     n_candidates = n_models if n_candidates is None else n_candidates
-    if not isinstance(n_candidates, (int, np.integer)) or isinstance(n_candidates, bool):
-        raise TypeError(
-            f"synthetic_matrix: 'n_candidates' must be an int in [2, n_models={n_models}], "
-            f"got {n_candidates!r}"
-        )
-    if not 2 <= n_candidates <= n_models:
-        raise ValueError(
-            f"synthetic_matrix: 'n_candidates' must be an int in [2, n_models={n_models}], "
-            f"got {n_candidates!r}"
-        )
+    n_candidates = _check_int(n_candidates, "n_candidates", 2, n_models, "at most n_models")
     beta = bool(graded) and concentration is not None
     f = lambda x: jnp.asarray(x, jnp.float32)
     return _synthetic(
@@ -369,8 +356,7 @@ def synthetic_score_matrix(
       >>> round(float(acc[-1] - acc[-2]), 4)
       0.1
     """
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-        raise TypeError(f"synthetic_score_matrix: 'seed' must be an int, got {seed!r}")
+    seed = check_int("synthetic_score_matrix: seed", seed, 0)
     allowed = {"model_scale", "item_scale", "difficulty_mean", "difficulty_scale", "concentration",
                "n_candidates"}
     unknown = sorted(set(scales) - allowed)

@@ -250,7 +250,7 @@ def test_bad_settings_are_named(problem):
         IdentificationCampaign(names[:1], hist, factors=lr)
     with pytest.raises(ValueError, match="already have scores in history"):
         IdentificationCampaign([hist.models[0], names[0]], hist, factors=lr)
-    with pytest.raises(ValueError, match=r"budget must be in \[1, 360\]"):
+    with pytest.raises(ValueError, match=r"budget: expected an integer in \[1, 360\]"):
         IdentificationCampaign(names, hist, budget=361, factors=lr)
     with pytest.raises(ValueError, match="batch_size"):
         IdentificationCampaign(names, hist, batch_size=0, factors=lr)
@@ -277,7 +277,7 @@ def test_bad_settings_are_named(problem):
         IdentificationCampaign(names, hist.scores)
     with pytest.raises(TypeError, match="synchronized: expected True or False"):
         IdentificationCampaign(names, hist, synchronized="no", factors=lr)
-    with pytest.raises(ValueError, match=r"rank must be in \[1, 1000000\]"):
+    with pytest.raises(ValueError, match=r"rank: expected an integer in \[1, 1000000\]"):
         IdentificationCampaign(names, hist, rank=0)
     # a 2-D array of names was taken as one name per row ("['a' 'b']")
     with pytest.raises(ValueError, match=r"candidates: expected a flat sequence of names, "
@@ -373,7 +373,8 @@ def test_campaign_files_numeric_item_names_and_other_files(tmp_path):
     meta = json.loads(str(arrays["meta"]))
     meta["items"] = meta["items"][:-1]
     np.savez(tmp_path / "edited.npz", **{**arrays, "meta": np.asarray(json.dumps(meta))})
-    with pytest.raises(ValueError, match=r"usable saved campaign \(budget must be in \[1, 10\]"):
+    with pytest.raises(ValueError, match=r"usable saved campaign \(budget: expected an "
+                                         r"integer in \[1, 10\]"):
         IdentificationCampaign.load(tmp_path / "edited.npz")
     np.save(tmp_path / "x.npy", np.zeros(3))
     with pytest.raises(ValueError, match=r"not a saved jaxeval campaign \(a single array"):

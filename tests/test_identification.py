@@ -323,8 +323,10 @@ def test_every_policy_semantics(policy):
 
 def test_config_batch_size_is_checked_by_name():
     assert idn.Config("ucbe", 3, 20, budgets=(4,), batch_size=np.int64(2)).batch_size == 2
-    for b in (0, 21, 2.0, True):
-        with pytest.raises(ValueError, match=r"batch_size: expected an int in \[1, num_items=20\]"):
+    assert idn.Config("ucbe", 3, 20, budgets=(4,), batch_size=np.array(3)).batch_size == 3
+    for b, error in ((0, ValueError), (21, ValueError), (2.0, TypeError), (True, TypeError)):
+        with pytest.raises(error, match=r"batch_size: expected an integer in \[1, 20\] "
+                                        r"\(at most num_items\)"):
             idn.Config("ucbe", 3, 20, budgets=(4,), batch_size=b)
 
 

@@ -329,6 +329,55 @@ def test_one_seed_parser_for_the_whole_package():
             jaxeval.synthetic_matrix(bad, 4, 6)
 
 
+def test_one_integer_parser_for_the_whole_package():
+    """Every integer argument reads a Python int, a NumPy int and a concrete 0-d integer
+    array (NumPy or JAX) alike, and refuses a bool or a float with a TypeError and a
+    value out of range with a ValueError, in one wording that names the argument and
+    its range."""
+    import jaxeval
+    from jaxeval._runner import check_int
+
+    for v in (5, np.int64(5), np.uint8(5), np.array(5), jnp.int32(5), jnp.array(5, jnp.int16)):
+        assert check_int("k", v, 1, 10) == 5 and type(check_int("k", v, 1, 10)) is int
+    for bad, error, match in (
+            (True, TypeError, r"k: expected an integer in \[1, 10\] \(why\), got bool True"),
+            (np.bool_(False), TypeError, "got bool False"),
+            (5.0, TypeError, "got float 5.0"),
+            (np.float32(5), TypeError, "got float32 5.0"),
+            ("5", TypeError, "got str '5'"),
+            (None, TypeError, "got NoneType None"),
+            (np.array([5]), TypeError, "got ndarray"),
+            (np.array(5.0), TypeError, "got ndarray"),
+            (0, ValueError, r"k: expected an integer in \[1, 10\] \(why\), got 0$"),
+            (np.int64(11), ValueError, "got 11$")):
+        with pytest.raises(error, match=match):
+            check_int("k", bad, 1, 10, why="why")
+    with pytest.raises(ValueError, match="n: expected an integer >= 2, got 1"):
+        check_int("n", 1, 2)
+    # traced: not an int (the caller decides whether a traced count can mean anything)
+    with pytest.raises(TypeError, match="got"):
+        jax.jit(lambda x: check_int("k", x, 1))(jnp.int32(3))
+
+    # the public sites: a 0-d array is the int it holds
+    sm = jaxeval.synthetic_score_matrix(np.array(0), np.array(100), jnp.array(60))
+    assert sm.shape == (100, 60)
+    a, b = sm.split([10], seed=np.array(3)), sm.split([10], seed=3)
+    assert [p.models.tolist() for p in a] == [p.models.tolist() for p in b]
+    assert sm.protocol_split(jnp.array(3)).seed == 3
+    lr = jaxeval.fit_factorization(sm, np.array(2), 0.1, num_steps=jnp.array(20), seed=1)
+    assert lr.rank == 2
+    pred = jaxeval.fit_anchors(sm, jnp.array(5), method="random_mean", seed=0)
+    assert pred.k == 5 and pred.extra_items(np.array(3), seed=1).shape == (3,)
+    for call, match in ((lambda: sm.split([10], seed=1.0), "split: seed: expected an integer"),
+                        (lambda: jaxeval.fit_anchors(sm, 5.0, method="random_mean"),
+                         r"k: expected an integer in \[1, 59\]"),
+                        (lambda: jaxeval.fit_factorization(sm, 2.0, 0.1),
+                         "rank: expected an integer >= 1"),
+                        (lambda: jaxeval.learn_lam0(sm, folds=2.0), "folds: expected an integer")):
+        with pytest.raises(TypeError, match=match):
+            call()
+
+
 def test_seeds_above_2_pow_32_get_their_own_stream():
     # jax.random.key keeps only the low 32 bits of an int seed when x64 is off:
     # seeds 1 and 2**32 + 1 must not share a stream (a study accepts seeds < 2**63).

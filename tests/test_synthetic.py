@@ -83,7 +83,8 @@ def test_gap_among_candidate_rows_leaves_training_rows_as_drawn():
     assert counts[int(adj.best)] == top
     # Training rows may beat the candidates: they are not part of the gap.
     assert float(adj.gap) == pytest.approx(0.05, abs=1e-6)
-    with pytest.raises(ValueError, match=r"'n_candidates' must be an int in \[2, n_models=30\]"):
+    with pytest.raises(ValueError, match=r"n_candidates: expected an integer in \[2, 30\] "
+                                         r"\(at most n_models\)"):
         synthetic_matrix(3, M, N, R, n_candidates=1)
 
 
@@ -197,17 +198,17 @@ def test_numpy_helper_returns_score_matrix_with_truth():
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
-        (dict(n_models=1), ValueError, "'n_models' must be an int >= 2, got 1"),
-        (dict(n_items=2.5), TypeError, "'n_items' must be an int >= 1, got 2.5"),
-        (dict(rank=0), ValueError, "'rank' must be an int >= 1, got 0"),
+        (dict(n_models=1), ValueError, "n_models: expected an integer >= 2, got 1"),
+        (dict(n_items=2.5), TypeError, "n_items: expected an integer >= 1, got float 2.5"),
+        (dict(rank=0), ValueError, "rank: expected an integer >= 1, got 0"),
         (dict(gap=1.5), ValueError, r"'gap' must lie in \[0, 1\], got 1.5"),
         (dict(graded=True, concentration=-1.0), ValueError, "'concentration' must be > 0"),
         (dict(graded="yes"), TypeError, "'graded' must be a bool"),
         (dict(gap="x"), TypeError, "'gap' must be a real number or array, got 'x'"),
         (dict(graded=True, concentration="x"), TypeError, "'concentration' must be a real"),
         (dict(model_scale=None), TypeError, "'model_scale' must be a real number"),
-        (dict(n_candidates=2.5), TypeError, "'n_candidates' must be an int in"),
-        (dict(n_candidates=9), ValueError, "'n_candidates' must be an int in"),
+        (dict(n_candidates=2.5), TypeError, r"n_candidates: expected an integer in \[2, 5\]"),
+        (dict(n_candidates=9), ValueError, r"n_candidates: expected an integer in \[2, 5\]"),
         # concrete scales out of range gave a normal-looking all-zero matrix (NaN) or a
         # mirrored one (negative)
         (dict(model_scale=float("nan")), ValueError, "'model_scale' must be finite and >= 0"),
@@ -228,7 +229,8 @@ def test_bad_arguments_refused(kwargs, error, match):
 def test_bad_helper_arguments_refused():
     with pytest.raises(TypeError, match=r"unknown arguments \['modelscale'\]"):
         synthetic_score_matrix(0, 5, 10, modelscale=2.0)
-    with pytest.raises(TypeError, match="'seed' must be an int"):
+    with pytest.raises(TypeError, match="synthetic_score_matrix: seed: expected an integer >= 0, "
+                                        "got float"):
         synthetic_score_matrix(0.5, 5, 10)
     with pytest.raises(TypeError, match="'key_or_seed': expected a non-negative int seed, a "
                        "PRNG key"):

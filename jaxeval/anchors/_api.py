@@ -25,7 +25,7 @@ from jaxeval._data import (
     is_missing,
     out_of_unit_hint,
 )
-from jaxeval._runner import _concrete_int, as_key, int_seed, stage_printer
+from jaxeval._runner import _concrete_int, as_key, check_int, int_seed, stage_printer
 from jaxeval.anchors._intervals import conformal_quantile, dr_estimate, sample_non_anchors
 from jaxeval.anchors._irt import fit_item_factors, irt_item_predictions
 from jaxeval.anchors._methods import (
@@ -358,8 +358,7 @@ class AnchorPredictor:
             model when intervals about several models are read together.
         """
         n = self.items.size
-        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 1 <= m <= n - self.k:
-            raise ValueError(f"m: expected an integer in 1..{n - self.k} extra items, got {m!r}")
+        m = check_int("m", m, 1, n - self.k, why=f"the {n} items less the {self.k} anchors")
         idx = sample_non_anchors(_key(seed), jnp.asarray(self.anchor_index), n, m)
         return self.items[np.asarray(idx)]
 
@@ -767,10 +766,7 @@ def fit_anchors(
     if method != "auto" and method not in METHODS:
         raise ValueError(f"method: expected 'auto' or one of {METHODS}, got {method!r}")
     n = train.n_items
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k < n:
-        raise ValueError(
-            f"k: expected an integer in 1..{n - 1} (fewer than the {n} items), got {k!r}"
-        )
+    k = check_int("k", k, 1, n - 1, why=f"fewer than the {n} items")
     alpha = check_level(alpha)
     say = stage_printer("fit_anchors", progress)
     train.require_complete("fit_anchors")

@@ -36,7 +36,8 @@ from fractions import Fraction
 
 import jax
 import jax.numpy as jnp
-import numpy as np
+
+from jaxeval._runner import check_int
 
 __all__ = [
     "conformal_quantile",
@@ -185,9 +186,7 @@ def sample_non_anchors(key: jax.Array, anchors: jax.Array, n: int, m: int) -> ja
       [3, 4, 5]
     """
     k = anchors.shape[0]
-    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 0 <= m <= n - k:
-        raise ValueError(f"m: expected an integer in 0..{n - k} (the {n} items less the {k} "
-                         f"anchors), got {m!r}")
+    m = check_int("m", m, 0, n - k, why=f"the {n} items less the {k} anchors")
     is_anchor = jnp.zeros((n,), bool).at[anchors].set(True)
     u = jnp.where(is_anchor, jnp.inf, jax.random.uniform(key, (n,), jnp.float32))
     return _draw_order(u, jax.random.fold_in(key, 1))[:m].astype(jnp.int32)

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxeval._runner import check_int
 from jaxeval.anchors._irt import IRTConfig, fit_item_factors, pirt_estimate
 from jaxeval.anchors._lowrank import fit_lowrank_validated, lowrank_basis
 from jaxeval.anchors._mlp import RES_HIDDEN, init_mlp, mlp_apply, train_mlp
@@ -644,12 +645,9 @@ def check_level(alpha) -> float:
 
 
 def check_count(x, what: str, lo: int, hi: int) -> int:
-    """``x`` as an int in ``[lo, hi]``: a Python, NumPy or 0-d array integer."""
-    a = np.asarray(x) if not isinstance(x, (str, bytes)) else None
-    if (a is None or a.ndim != 0 or a.dtype == bool or not np.issubdtype(a.dtype, np.integer)
-            or not lo <= int(a) <= hi):
-        raise ValueError(f"{what}: expected an integer in {lo}..{hi}, got {x!r}")
-    return int(a)
+    """``x`` as an int in ``[lo, hi]``: a Python, NumPy or 0-d array integer
+    (:func:`jaxeval._runner.check_int`)."""
+    return check_int(what, x, lo, hi)
 
 
 def min_models(method: str) -> int:
@@ -709,7 +707,7 @@ def fit_method(
       >>> apply_map(f, s[30:, f.anchors]).shape
       (10,)
     """
-    check_k(k, d.s_tr.shape[1])
+    k = check_k(k, d.s_tr.shape[1])
     c = {} if cache is None else cache
     dt = d.s_tr.dtype
     if "shared" not in c:

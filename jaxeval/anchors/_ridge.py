@@ -213,7 +213,7 @@ def greedy_ridge_anchors(scores: jax.Array, y: jax.Array, k: int, lam: jax.Array
       [4, 1]
     """
     m, n = scores.shape
-    check_k(k, n)
+    k = check_k(k, n)
     xc = scores - jnp.mean(scores, axis=0)
     yc = y - jnp.mean(y)
     g0 = jnp.sum(xc * xc, axis=0)

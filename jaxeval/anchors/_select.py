@@ -21,6 +21,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxeval._runner import check_int
+
 __all__ = [
     "check_k",
     "random_anchors",
@@ -33,11 +35,10 @@ __all__ = [
 ]
 
 
-def check_k(k: int, n: int) -> None:
-    """Refuse an anchor count that cannot give ``k`` distinct items out of ``n``
-    (trace time: both are static)."""
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
-        raise ValueError(f"k: expected an integer in [1, {n}] (the number of items), got {k!r}")
+def check_k(k: int, n: int) -> int:
+    """``k`` as an int, refusing an anchor count that cannot give ``k`` distinct items
+    out of ``n`` (trace time: both are static)."""
+    return check_int("k", k, 1, n, why="the number of items")
 
 
 def random_anchors(key: jax.Array, n: int, k: int) -> jax.Array:
@@ -51,7 +52,7 @@ def random_anchors(key: jax.Array, n: int, k: int) -> jax.Array:
       >>> a.shape, a.dtype, bool((jnp.diff(a, axis=1) > 0).all())
       ((3, 8), dtype('int32'), True)
     """
-    check_k(k, n)
+    k = check_k(k, n)
     return jnp.sort(jax.random.permutation(key, n)[:k]).astype(jnp.int32)
 
 
@@ -105,7 +106,7 @@ def kmeans_anchors(
     x = (2.0 * scores - 1.0).T  # [n, m]
     x = x / jnp.maximum(jnp.linalg.norm(x, axis=1, keepdims=True), 1e-12)
     n = x.shape[0]
-    check_k(k, n)
+    k = check_k(k, n)
     sq = jnp.sum(x**2, axis=1)
 
     def dists(cent):
