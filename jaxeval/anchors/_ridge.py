@@ -165,7 +165,10 @@ def loo_ridge_residuals(x: jax.Array, y: jax.Array, lam: jax.Array) -> jax.Array
     """Exact leave-one-out residuals ``y_i - yhat_{-i}`` of ridge with intercept.
 
     Uses the hat-matrix identity ``r_i / (1 - h_ii)`` (centring adds ``1/m`` to
-    ``h_ii``; exact for the intercept-free centred fit, a close approximation here).
+    ``h_ii``). Exact, not an approximation: ridge with an unpenalised intercept is
+    penalised least squares on ``[1, x]`` with a fixed penalty, for which the identity
+    holds, so the residuals equal refits without each model (recentred, same absolute
+    ``alpha``; ``tests/test_anchors_reference.py``).
     """
     m = x.shape[0]
     xc, yc, _, _ = _centre(x, y)
