@@ -49,7 +49,7 @@ import numpy as np
 
 from jaxeval import _identification as idn
 from jaxeval import _policies, _sampling
-from jaxeval._data import ScoreMatrix, is_missing, out_of_unit_hint
+from jaxeval._data import ScoreMatrix, as_score_matrix, is_missing, out_of_unit_hint
 from jaxeval._factorization import ItemFactors
 from jaxeval._io import open_npz
 from jaxeval._runner import check_int, default_impl_key, int_seed
@@ -331,7 +331,8 @@ class IdentificationCampaign:
       candidates: the ``K >= 2`` model names to compare (distinct; none of them in
         ``history``).
       history: a :class:`~jaxeval.ScoreMatrix` of other models on the benchmark's
-        items (required by the prediction policies unless ``factors`` is given).
+        items, or a pandas DataFrame (models as rows) or 2-D array of their scores
+        (required by the prediction policies unless ``factors`` is given).
       items: the benchmark's item names when there is no ``history`` (default: the
         history's items; when both are given they must be equal).
       policy: ``"pulse_ucb"`` (the default: PULSE's estimate + ``sqrt(a / N)``),
@@ -382,7 +383,7 @@ class IdentificationCampaign:
     def __init__(
         self,
         candidates: Sequence[str],
-        history: ScoreMatrix | None = None,
+        history: ScoreMatrix | Any | None = None,
         *,
         items: Sequence[str] | None = None,
         policy: str = "pulse_ucb",
@@ -429,12 +430,8 @@ class IdentificationCampaign:
         dup = sorted({c for c in cands.tolist() if (cands == c).sum() > 1})
         if dup:
             raise ValueError(f"candidates: repeated model name(s) {dup[:5]}")
-        if history is not None and not isinstance(history, ScoreMatrix):
-            raise TypeError(
-                f"history: expected a ScoreMatrix (jaxeval.load or jaxeval.ScoreMatrix), "
-                f"got {type(history).__name__}"
-            )
         if history is not None:
+            history = as_score_matrix(history, "history")
             known = sorted(set(cands.tolist()) & {str(m) for m in history.models})
             if known:
                 raise ValueError(

@@ -219,6 +219,36 @@ def _is_frame(x: Any) -> bool:
         hasattr(x, a) for a in ("index", "columns", "dtypes"))
 
 
+def as_score_matrix(data: Any, what: str, *, row_prefix: str | None = None) -> ScoreMatrix:
+    """``data`` as a :class:`ScoreMatrix`: one as is, a pandas DataFrame with its labels
+    (rows name the models, columns the items), or a 2-D array of scores in [0, 1] (NaN =
+    unobserved) with default names (``row_prefix``: rows of an array, or of a frame
+    with pandas' default row labels, named ``f"{row_prefix}{i}"`` instead of
+    ``model_i``, for a second matrix that must not share the first's made-up names).
+    Errors start with ``what``; a string is refused with the way to load a dataset."""
+    if isinstance(data, ScoreMatrix):
+        return data
+    if _is_frame(data):  # its index and columns name the models and items
+        sm = ScoreMatrix(data, source=what)
+        if row_prefix is not None and default_labels(data.index):  # (rows named nothing)
+            sm = dataclasses.replace(
+                sm, models=np.array([f"{row_prefix}{i}" for i in range(sm.n_models)]))
+        return sm
+    if data is None or isinstance(data, (str, bytes, Mapping)):
+        hint = f" (jaxeval.load({data!r}) reads a bundled dataset)" if isinstance(
+            data, str) else ""
+        raise TypeError(f"{what}: expected a ScoreMatrix, a pandas DataFrame or a 2-D array "
+                        f"of scores, got {type(data).__name__}{hint}")
+    try:
+        arr = np.asarray(data)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{what}: not a 2-D array of scores ({e})") from None
+    models = None
+    if row_prefix is not None and arr.ndim == 2:
+        models = [f"{row_prefix}{i}" for i in range(arr.shape[0])]
+    return ScoreMatrix(arr, models=models, source=what)  # its errors start with `what`
+
+
 def default_labels(labels: Any) -> bool:
     """Whether pandas labels are the default ``0, 1, ...`` (made from an array, not
     named): they name nothing, and such a Series or DataFrame is read by position."""

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxeval import _factorization as fz
-from jaxeval._data import FrozenState, ScoreMatrix, _is_frame, default_labels
+from jaxeval._data import FrozenState, ScoreMatrix, _is_frame, as_score_matrix, default_labels
 from jaxeval._runner import _concrete_int, as_key, check_int, stage_printer
 
 __all__ = ["LowRankLogistic", "fit_factorization", "learn_lam0"]
@@ -40,18 +40,6 @@ def _json_value(v: Any) -> Any:
     if isinstance(v, np.generic) and np.ndim(v) == 0:
         v = v.item()
     return v if isinstance(v, (int, float, str, bool, type(None))) else str(v)
-
-
-def _as_matrix(data: Any, what: str) -> ScoreMatrix:
-    if isinstance(data, ScoreMatrix):
-        return data
-    if _is_frame(data):  # its index and columns name the models and items
-        return ScoreMatrix(data, source=what)
-    try:
-        arr = np.asarray(data)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{what}: not a 2-D array of scores ({e})") from None
-    return ScoreMatrix(arr, source=what)  # its errors start with `what`
 
 
 def _named_scores(scores: Any, known: np.ndarray) -> ScoreMatrix | None:
@@ -573,7 +561,7 @@ def fit_factorization(
       >>> lr.V.shape
       (756, 4)
     """
-    sm = _as_matrix(data, "data")
+    sm = as_score_matrix(data, "data")
     m, n = sm.shape
     key = as_key(seed)
     say = stage_printer("fit_factorization", progress)
@@ -804,7 +792,7 @@ def learn_lam0(
       >>> 0.0 <= lam0 <= 1.0
       True
     """
-    sm = _as_matrix(data, "data")
+    sm = as_score_matrix(data, "data")
     folds = check_int("folds", folds, 2)
     if sm.n_models < 2 * folds:
         raise ValueError(

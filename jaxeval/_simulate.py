@@ -30,7 +30,7 @@ from numpy.typing import ArrayLike
 
 from jaxeval import _identification as idn
 from jaxeval import _policies
-from jaxeval._data import ScoreMatrix, atomic_savez, names_as_str
+from jaxeval._data import ScoreMatrix, _is_frame, as_score_matrix, atomic_savez, names_as_str
 from jaxeval._factorization import ItemFactors
 from jaxeval._report import calls_to_target, true_best
 from jaxeval._runner import DEFAULT_LANES, as_key, check_int, run_replicates
@@ -937,7 +937,7 @@ def _canonical_budgets(budgets, fractions, total, warn=True):
 
 
 def simulate_identification(
-    data: ScoreMatrix | SyntheticSpec,
+    data: ScoreMatrix | SyntheticSpec | Any,
     policy: str = "pulse_ucb",
     *,
     K: int = 10,
@@ -991,8 +991,9 @@ def simulate_identification(
     ``mode="confidence"``, ...) is named in a ``UserWarning`` (:func:`unused_settings`).
 
     Args:
-      data: a :class:`~jaxeval.ScoreMatrix` (candidate rows must be fully observed) or a
-        :class:`SyntheticSpec`.
+      data: a :class:`~jaxeval.ScoreMatrix` (candidate rows must be fully observed), a
+        pandas DataFrame (models as rows, items as columns, read with its labels) or a
+        2-D array of scores, or a :class:`SyntheticSpec`.
       policy: ``"pulse_ucb"`` (the default, as in :class:`~jaxeval.IdentificationCampaign`
         and a study's first policy: PULSE's difference estimate + ``sqrt(a / N)``, the
         index measured in BUILD_NOTES.md "PULSE against the peers"), ``"pulse"`` (the
@@ -1087,6 +1088,8 @@ def simulate_identification(
     """
     if policy not in _policies.POLICIES:
         raise ValueError(f"policy must be one of {_policies.POLICIES}, got {policy!r}")
+    if _is_frame(data) or isinstance(data, (np.ndarray, jax.Array, list)):
+        data = as_score_matrix(data, "data")  # (labelled frames keep their names)
     K = check_int("K", K, 2)
     alpha = _check_alpha(alpha)
     n_replicates = check_int("n_replicates", n_replicates, 1)
@@ -1242,7 +1245,8 @@ def simulate_identification(
         )
     else:
         raise TypeError(
-            f"data must be a ScoreMatrix or a SyntheticSpec, got {type(data).__name__}"
+            f"data must be a ScoreMatrix, a pandas DataFrame, a 2-D array of scores or a "
+            f"SyntheticSpec, got {type(data).__name__}"
         )
 
     config = _config(policy, K, n, batch_size, budgets, budget_fractions, mode, cs_kinds,

@@ -1476,8 +1476,33 @@ def test_evaluate_protocol_names_bad_seeds_methods_and_data(small_sm):
         evaluate_protocol(small_sm, 5, ["random_mean"], seeds=[1, 1])
     with pytest.raises(TypeError, match="methods: expected a sequence of method names"):
         evaluate_protocol(small_sm, 5, None, seeds=(1,))
-    with pytest.raises(TypeError, match="sm: expected a ScoreMatrix .* got ndarray"):
-        evaluate_protocol(np.asarray(small_sm.scores), 5, ["random_mean"], seeds=(1,))
+    with pytest.raises(TypeError, match=r"sm: expected a ScoreMatrix, a pandas DataFrame or a "
+                                        r"2-D array of scores, got str \(jaxeval.load"):
+        evaluate_protocol("oll2_musr", 5, ["random_mean"], seeds=(1,))
+    # a plain array is a matrix with default names: the same protocol, the same figures
+    a = evaluate_protocol(np.asarray(small_sm.scores), 5, ["random_mean"], seeds=(1,))
+    b = evaluate_protocol(small_sm, 5, ["random_mean"], seeds=(1,))
+    np.testing.assert_array_equal(a.mae_pp, b.mae_pp)
+    np.testing.assert_array_equal(a.anchors, b.anchors)
+
+
+def test_fit_anchors_reads_frames_and_arrays(small_sm):
+    """``train`` and ``validation`` may be pandas DataFrames (read with their labels) or
+    arrays (an array's validation rows are named ``validation_i``, so two arrays do not
+    look like the same models); the fit is the ScoreMatrix one."""
+    pd = pytest.importorskip("pandas")
+    val, tr = small_sm.split([40], seed=0)
+    want = fit_anchors(tr, 5, method="random_ridge", validation=val, settings=FAST)
+    frame = lambda sm: pd.DataFrame(sm.scores, index=sm.models, columns=sm.items)  # noqa: E731
+    for t, v in ((frame(tr), frame(val)), (tr.scores, val.scores),
+                 (pd.DataFrame(tr.scores), pd.DataFrame(val.scores))):
+        got = fit_anchors(t, 5, method="random_ridge", validation=v, settings=FAST)
+        np.testing.assert_array_equal(got.anchor_index, want.anchor_index)
+        x = val.scores[:, want.anchor_index]
+        np.testing.assert_array_equal(got.predict(x), want.predict(x))
+        assert got.radius == want.radius
+    with pytest.raises(TypeError, match=r"validation: expected a ScoreMatrix or None, got Split"):
+        fit_anchors(tr, 5, method="random_ridge", validation=small_sm.protocol_split(1))
 
 
 @pytest.mark.parametrize("method, seed", [("greedy_ridge", 0), ("sparseeval", 2)])

@@ -273,8 +273,8 @@ def test_bad_settings_are_named(problem):
         IdentificationCampaign(names, hist, alpha=1.5, factors=lr)
     with pytest.raises(ValueError, match="policy"):
         IdentificationCampaign(names, hist, policy="thompson")
-    with pytest.raises(TypeError, match="history: expected a ScoreMatrix"):
-        IdentificationCampaign(names, hist.scores)
+    with pytest.raises(TypeError, match="history: expected a ScoreMatrix, a pandas DataFrame"):
+        IdentificationCampaign(names, {"m": hist.scores})
     with pytest.raises(TypeError, match="synchronized: expected True or False"):
         IdentificationCampaign(names, hist, synchronized="no", factors=lr)
     with pytest.raises(ValueError, match=r"rank: expected an integer in \[1, 1000000\]"):

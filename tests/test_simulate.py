@@ -203,9 +203,17 @@ def test_refuses_missing_cells_in_candidates():
         simulate_identification(sm, "ucbe", K=3, n_replicates=4)
 
 
-def test_refuses_bad_data_type():
-    with pytest.raises(TypeError, match="data must be a ScoreMatrix or a SyntheticSpec"):
-        simulate_identification(np.zeros((3, 3)), "ucbe", K=2)
+def test_refuses_bad_data_type_and_reads_arrays():
+    for bad in ("oll2_ifeval", {"a": np.zeros((3, 3))}, None):
+        with pytest.raises(TypeError, match="data must be a ScoreMatrix, a pandas DataFrame, "
+                                            "a 2-D array of scores or a SyntheticSpec"):
+            simulate_identification(bad, "ucbe", K=2)
+    # an array is a matrix with default names: the same simulation
+    sm = jaxeval.load("oll2_ifeval").take(models=range(60))
+    a = simulate_identification(np.asarray(sm.scores), "ucbe", K=3, n_replicates=4)
+    b = simulate_identification(jaxeval.ScoreMatrix(sm.scores), "ucbe", K=3, n_replicates=4)
+    np.testing.assert_array_equal(a.correct, b.correct)
+    np.testing.assert_array_equal(a.calls_used, b.calls_used)
 
 
 def _report(acc, budgets=(10, 20, 40, 80), K=2, n=40):

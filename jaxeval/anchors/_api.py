@@ -20,6 +20,7 @@ import numpy as np
 
 from jaxeval._data import (
     ScoreMatrix,
+    as_score_matrix,
     atomic_savez,
     default_labels,
     is_missing,
@@ -706,11 +707,11 @@ def _warn_shared_rows(train: ScoreMatrix, validation: ScoreMatrix) -> None:
 
 
 def fit_anchors(
-    train: ScoreMatrix,
+    train: ScoreMatrix | Any,
     k: int,
     method: str = "auto",
     seed: int | jax.Array = 0,
-    validation: ScoreMatrix | None = None,
+    validation: ScoreMatrix | Any | None = None,
     *,
     alpha: float = 0.1,
     settings: Settings | None = None,
@@ -719,9 +720,10 @@ def fit_anchors(
     """Choose ``k`` anchor items on training models and fit a predictor of accuracy.
 
     Args:
-      train: complete score matrix of the training models (rows = models). The
-        target is ``train.true_score()`` (an external full-benchmark score when the
-        matrix has one, else the row mean).
+      train: complete score matrix of the training models (rows = models): a
+        :class:`~jaxeval.ScoreMatrix`, a pandas DataFrame (read with its labels) or a
+        2-D array. The target is ``train.true_score()`` (an external full-benchmark
+        score when the matrix has one, else the row mean).
       k: number of anchor items (``1 <= k < n_items``).
       method: ``"auto"`` (default; chooses among :data:`AUTO_CANDIDATES` plus the
         residual MLP ``greedy_resmlp`` and the mean of ``settings.mlp_members``
@@ -732,7 +734,8 @@ def fit_anchors(
         models; see :func:`auto_candidates`) or one of :data:`METHODS`
         (``"sparseeval"`` is the faithful SparseEval protocol).
       seed: int seed or PRNG key.
-      validation: models for the choices made on validation (ridge strength,
+      validation: models (as ``train``; an array's rows are named ``validation_i``)
+        for the choices made on validation (ridge strength,
         method, MLP checkpoint) and for the conformal interval (calibrated on
         residuals that no choice saw: cross-fitted folds when ``"auto"`` chooses by
         cross-validation, else validation halves for ``"auto"`` and the methods of
@@ -761,8 +764,7 @@ def fit_anchors(
       >>> pred.anchor_items.shape
       (20,)
     """
-    if not isinstance(train, ScoreMatrix):
-        raise TypeError(f"train: expected a ScoreMatrix, got {type(train).__name__}")
+    train = as_score_matrix(train, "train")
     if method != "auto" and method not in METHODS:
         raise ValueError(f"method: expected 'auto' or one of {METHODS}, got {method!r}")
     n = train.n_items
@@ -786,13 +788,11 @@ def fit_anchors(
                 "or pass validation=")
         validation, train = train.split([n_val], seed=split_seed)
     else:
-        if not isinstance(validation, ScoreMatrix):
-            hint = (" (a Split: pass split.validation, and split.train as train)"
-                    if type(validation).__name__ == "Split" else "")
-            raise TypeError(
-                f"validation: expected a ScoreMatrix or None, got {type(validation).__name__}"
-                + hint
-            )
+        if type(validation).__name__ == "Split":
+            raise TypeError("validation: expected a ScoreMatrix or None, got Split (pass "
+                            "split.validation, and split.train as train)")
+        # (an array's rows are named validation_i: they name no training model)
+        validation = as_score_matrix(validation, "validation", row_prefix="validation_")
         validation.require_complete("fit_anchors (validation)")
         if not np.array_equal(validation.items, train.items):
             raise ValueError("validation: item names must equal those of train, in the same order")

@@ -35,12 +35,13 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxeval._data import ScoreMatrix
+from jaxeval._data import ScoreMatrix, as_score_matrix
 from jaxeval._metrics import kendall_tau_b, mae_pp
 from jaxeval._runner import as_key
 from jaxeval.anchors._intervals import conformal_quantile, dr_estimate, sample_non_anchors
@@ -233,7 +234,7 @@ class ProtocolResult:
 
 
 def evaluate_protocol(
-    sm: ScoreMatrix,
+    sm: ScoreMatrix | Any,
     k: int,
     methods: Sequence[str] = ("random_ridge", "kmeans_ridge", "auto"),
     seeds: Sequence[int] = (42, 43, 44, 45, 46),
@@ -246,7 +247,8 @@ def evaluate_protocol(
     """Run the METHODS.md 6.2 protocol for several methods over seeded splits.
 
     Args:
-      sm: the complete score matrix (all models).
+      sm: the complete score matrix (all models): a :class:`~jaxeval.ScoreMatrix`, a
+        pandas DataFrame (models as rows, items as columns) or a 2-D array.
       k: number of anchors.
       methods: names from :data:`METHODS`, plus ``"auto"``.
       seeds: split seeds (the protocol uses ``42 + r``).
@@ -302,9 +304,7 @@ def evaluate_protocol(
         raise ValueError(f"methods: unknown {bad}; expected names from {METHODS} or 'auto'")
     if len(set(methods)) != len(methods):
         raise ValueError(f"methods: each name at most once, got {list(methods)}")
-    if not isinstance(sm, ScoreMatrix):
-        raise TypeError(f"sm: expected a ScoreMatrix (jaxeval.load or jaxeval.ScoreMatrix), "
-                        f"got {type(sm).__name__}")
+    sm = as_score_matrix(sm, "sm")
     sm = sm.drop_duplicates() if dedup else sm
     sm.require_complete("evaluate_protocol")
     k = check_count(k, "k", 1, sm.n_items - 1)
