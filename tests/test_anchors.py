@@ -1486,7 +1486,7 @@ def test_evaluate_protocol_names_bad_seeds_methods_and_data(small_sm):
     np.testing.assert_array_equal(a.anchors, b.anchors)
 
 
-def test_fit_anchors_reads_frames_and_arrays(small_sm):
+def test_fit_anchors_reads_frames_and_arrays(small_sm, tmp_path):
     """``train`` and ``validation`` may be pandas DataFrames (read with their labels) or
     arrays (an array's validation rows are named ``validation_i``, so two arrays do not
     look like the same models); the fit is the ScoreMatrix one."""
@@ -1503,6 +1503,10 @@ def test_fit_anchors_reads_frames_and_arrays(small_sm):
         assert got.radius == want.radius
     with pytest.raises(TypeError, match=r"validation: expected a ScoreMatrix or None, got Split"):
         fit_anchors(tr, 5, method="random_ridge", validation=small_sm.protocol_split(1))
+    want.save(tmp_path / "p.npz")  # a frame's columns name the items it will be used with
+    assert AnchorPredictor.load(tmp_path / "p.npz", items=frame(val)).k == 5
+    with pytest.raises(ValueError, match="items: the predictor"):
+        AnchorPredictor.load(tmp_path / "p.npz", items=pd.DataFrame(val.scores))
 
 
 @pytest.mark.parametrize("method, seed", [("greedy_ridge", 0), ("sparseeval", 2)])

@@ -20,6 +20,7 @@ import numpy as np
 
 from jaxeval._data import (
     ScoreMatrix,
+    _is_frame,
     as_score_matrix,
     atomic_savez,
     default_labels,
@@ -488,9 +489,9 @@ class AnchorPredictor:
 
         Args:
           path: the ``.npz`` file.
-          items: optional item names (or a :class:`ScoreMatrix`) of the benchmark it
-            will be used with; refused when they are not the saved ones (in any order:
-            scores are read by item name).
+          items: optional item names (or a :class:`ScoreMatrix`, or a pandas DataFrame whose
+            columns are the items) of the benchmark it will be used with; refused when
+            they are not the saved ones (in any order: scores are read by item name).
         """
         if isinstance(path, (str, os.PathLike)):
             p = Path(path)
@@ -543,7 +544,9 @@ class AnchorPredictor:
                 f"{p}: not a readable saved AnchorPredictor ({type(e).__name__}: {e})"
             ) from None
         if items is not None:
-            names = items.items if isinstance(items, ScoreMatrix) else np.asarray(items).astype(str)
+            names = (items.items if isinstance(items, ScoreMatrix) else
+                     np.asarray(items.columns).astype(str) if _is_frame(items) else
+                     np.asarray(items).astype(str))  # (a frame: its columns are the items)
             # (the predictor reads scores by item name: the same items in another order
             # are the same benchmark)
             if names.shape != saved_items.shape or not np.array_equal(
