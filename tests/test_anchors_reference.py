@@ -198,6 +198,24 @@ def test_kmeans_pp_draws_the_next_centre_with_squared_distance_weights():
     assert (np.sort(cent, axis=1) == [0.0, 1.0, 3.0]).all()
 
 
+def test_kmeans_anchors_ignore_an_items_contrast():
+    """Item vectors are normalised per item: graded items rescaled towards 0.5 (the same
+    direction at half the contrast) give the same anchors and weights (normalising per
+    model instead would not; for 0/1 scores the two coincide)."""
+    from jaxeval.anchors import kmeans_anchors
+
+    rng = np.random.default_rng(0)
+    ab = rng.normal(size=(60, 1)) + rng.normal(size=(1, 30))
+    s = np.clip(1 / (1 + np.exp(-ab)) + rng.normal(0, 0.1, (60, 30)), 0, 1).astype(np.float32)
+    half = s.copy()
+    half[:, ::3] = 0.5 + 0.5 * (s[:, ::3] - 0.5)
+    run = jax.jit(jax.vmap(lambda key, x: kmeans_anchors(key, x, 5, 20), (0, None)))
+    keys = jax.random.split(jax.random.key(0), 10)
+    (a1, w1), (a2, w2) = run(keys, jnp.asarray(s)), run(keys, jnp.asarray(half))
+    np.testing.assert_array_equal(a1, a2)
+    np.testing.assert_allclose(w1, w2, atol=1e-6)
+
+
 # ------------------------------------------------------------------------- IRT
 def test_irt_predictions_keep_the_anchor_scores():
     """Anchors keep their observed scores, and p-IRT is the mean of observed anchors and
