@@ -1239,7 +1239,8 @@ def test_greedy_mlp_ens_crossfit_reuse_equals_refits():
 @pytest.mark.parametrize("bad", [0, -1, 1001, 2.0, True])
 def test_mlp_members_is_checked(small_sm, bad):
     st = dataclasses.replace(FAST, mlp_members=bad)
-    with pytest.raises(ValueError, match="settings.mlp_members"):
+    error = TypeError if isinstance(bad, (bool, float)) else ValueError  # (not an integer)
+    with pytest.raises(error, match="settings.mlp_members"):
         fit_anchors(small_sm, 5, method="greedy_mlp_ens", settings=st)
 
 
@@ -1334,13 +1335,14 @@ def test_selectors_refuse_k_beyond_the_items(k):
     s = jax.random.bernoulli(jax.random.key(0), 0.5, (20, 6)).astype(jnp.float32)
     y = s.mean(1)
     msg = r"k: expected an integer in \[1, 6\]"
-    with pytest.raises(ValueError, match=msg):
+    error = TypeError if isinstance(k, float) else ValueError  # (not an integer)
+    with pytest.raises(error, match=msg):
         random_anchors(jax.random.key(1), 6, k)
-    with pytest.raises(ValueError, match=msg):
+    with pytest.raises(error, match=msg):
         kmeans_anchors(jax.random.key(1), s, k)
-    with pytest.raises(ValueError, match=msg):
+    with pytest.raises(error, match=msg):
         greedy_ridge_anchors(s, y, k, jnp.asarray(1.0))
-    with pytest.raises(ValueError, match=msg):
+    with pytest.raises(error, match=msg):
         fit_method(jax.random.key(1), SplitData(s[:14], y[:14], s[14:], y[14:]), k,
                    "random_ridge", Settings())
 
@@ -1409,7 +1411,8 @@ def test_greedy_ridge_never_repeats_an_anchor_at_zero_strength():
 def test_settings_out_of_range_are_refused_naming_the_field(field, value):
     from jaxeval.anchors._methods import checked_settings
 
-    with pytest.raises(ValueError, match=f"settings.{field}: expected"):
+    error = TypeError if isinstance(value, float) and field.endswith("steps") else ValueError
+    with pytest.raises(error, match=f"settings.{field}: expected"):
         checked_settings(Settings(**{field: value}), external=False)
     with pytest.raises(ValueError, match="settings.irt.num_steps: expected"):
         checked_settings(Settings(irt=IRTConfig(num_steps=-1)), external=False)

@@ -290,7 +290,7 @@ def test_blocked_temporaries_flat_in_n():
 def test_item_block_validated():
     with pytest.raises(ValueError, match="item_block"):
         idn.Config("ucbe", 2, 10, budgets=(4,), item_block=0)
-    with pytest.raises(ValueError, match="item_block"):
+    with pytest.raises(TypeError, match="item_block: expected an integer >= 1, got float 2.5"):
         idn.Config("ucbe", 2, 10, budgets=(4,), item_block=2.5)
 
 

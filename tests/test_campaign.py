@@ -449,12 +449,19 @@ def test_load_restores_the_saved_state_or_replays(problem, tmp_path, monkeypatch
     n_leaves = len(jax.tree.leaves(part._state))
 
     def resealed(bad):
-        """``bad`` with its content digest recomputed, as a buggy writer would leave it:
-        only the consistency checks against the answers can catch it then."""
+        """``bad`` with its content digest recomputed as ``save`` does, as a buggy writer
+        would leave it: only the consistency checks against the answers can catch it
+        then. (It left out the ``policy_done`` flag, so every resealed file failed the
+        digest and the checks were never reached: a mutation review's finding.)"""
+        done = np.asarray(meta["policy_done"] is True)
         content = _campaign._digest(*(bad[k] for k in ("arms", "lens", "index", "scores")),
-                                    *(bad[f"state_{i}"] for i in range(n_leaves)))
+                                    done, *(bad[f"state_{i}"] for i in range(n_leaves)))
         m = dict(meta, state=dict(meta["state"], content=content))
         return dict(bad, meta=np.asarray(json.dumps(m)))
+
+    np.savez(tmp_path / "same.npz", **resealed(dict(arrays)))
+    same, asked = load(tmp_path / "same.npz")  # the reseal itself is right: restored
+    assert asked == 0 and same.calls == saved_calls
 
     tampered = []
     for field, change in (("sum_s", lambda x: x + 0.5), ("calls", lambda x: x + 1),
@@ -820,3 +827,64 @@ def test_a_fixed_budget_campaign_spends_its_budget():
         out[skip] = camp.status()
     assert (out[None].calls, out[None].reason) == (600, "budget")
     assert out[True].calls < 600 and out[True].reason == "policy"
+
+
+def test_a_state_saved_on_another_platform_is_replayed(tmp_path, monkeypatch):
+    """A kernel state saved under another JAX backend is not restored (its floats may
+    round otherwise): the answers are replayed to the same campaign."""
+    truth = _small_truth()
+    camp = IdentificationCampaign(truth.models, items=truth.items, policy="ucbe",
+                                  batch_size=2, budget=120, seed=5, stop_when_confident=False)
+    _answer(camp, truth, 6)
+    path = camp.save(tmp_path / "c.npz")
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(str(arrays["meta"]))
+    np.savez(tmp_path / "other.npz", **dict(arrays, meta=np.asarray(json.dumps(
+        dict(meta, platform="not-" + meta["platform"])))))
+    back, asked = _load_counting(tmp_path / "other.npz", monkeypatch)
+    assert asked == 6 and back.calls == camp.calls
+    np.testing.assert_array_equal(back.status().pulls, camp.status().pulls)
+
+
+def test_status_reports_the_stop_kinds_interval():
+    """With ``stop_kind`` other than the first of ``cs_kinds``, ``status()`` shows the
+    bounds the stop rule uses, and ``confident`` agrees with them."""
+    truth = _small_truth()
+    camp = IdentificationCampaign(truth.models, items=truth.items, policy="ucbe",
+                                  batch_size=3, budget=150, seed=0,
+                                  cs_kinds=("eb", "hoeffding"), stop_kind="hoeffding")
+    _answer(camp, truth, 15)
+    st = camp.status()
+    np.testing.assert_array_equal(st.lower, st.bounds["hoeffding"][0])
+    np.testing.assert_array_equal(st.upper, st.bounds["hoeffding"][1])
+    assert not np.array_equal(st.lower, st.bounds["eb"][0])
+    lead = list(st.models).index(st.recommended)
+    assert st.confident == bool(
+        st.lower[lead] > np.delete(st.upper, lead).max() - camp.settings["eps"])
+
+
+def _small_truth(K=4, n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    acc = np.linspace(0.8, 0.4, K)
+    s = (rng.random((K, n)) < acc[:, None]).astype(np.float32)
+    return jaxeval.ScoreMatrix(s, models=[f"m{i}" for i in range(K)],
+                               items=[f"q{j}" for j in range(n)])
+
+
+def _answer(camp, truth, steps):
+    for _ in range(steps):
+        req = camp.ask()
+        if req is None:
+            break
+        camp.tell(req, truth.take(models=[req.model], items=req.items).scores[0])
+
+
+def _load_counting(path, monkeypatch):
+    """``IdentificationCampaign.load(path)`` and how many requests its replay asked."""
+    asks = []
+    real = IdentificationCampaign.ask
+    with monkeypatch.context() as mp:
+        mp.setattr(IdentificationCampaign, "ask", lambda self: (asks.append(1), real(self))[1])
+        camp = IdentificationCampaign.load(path)
+    return camp, len(asks)

@@ -1394,3 +1394,78 @@ def test_policy_settings_the_policy_does_not_read_are_named_before_the_run(tmp_p
     with pytest.warns(UserWarning, match=r"policies\[0\]\.settings: lam0=0\.3 has no effect "
                                          r"for policy 'ucbe'"):
         run_study(study_from_dict(cfg), tmp_path / "s", progress=False)
+
+
+def test_merge_refuses_range_jobs_on_different_data(tmp_path):
+    """Range jobs of the same configuration run on different data (two npz files) do
+    not merge: the data checksum is the only guard, since the paths are not compared."""
+    cfg = {"kind": "identification", "num_arms": 3, "n_replicates": 8, "budgets": [0.5],
+           "cs_kinds": ["hoeffding"], "policies": ["ucbe"], "chunk_size": 4}
+    rng = np.random.default_rng(0)
+    for sub in ("x", "y"):
+        (tmp_path / sub).mkdir()
+        np.savez(tmp_path / sub / "s.npz",
+                 scores=(rng.random((12, 20)) < 0.5).astype(np.float32))  # not the same
+    sx = study_from_dict({**cfg, "data": {"npz": str(tmp_path / "x" / "s.npz")}})
+    sy = study_from_dict({**cfg, "data": {"npz": str(tmp_path / "y" / "s.npz")}})
+    run_study(sx, tmp_path / "rx", replicate_range=(0, 4), progress=False)
+    run_study(sy, tmp_path / "ry", replicate_range=(4, 8), progress=False)
+    with pytest.raises(StudyFolderError, match="different data"):
+        merge_studies([tmp_path / "rx", tmp_path / "ry"], tmp_path / "m")
+    assert not (tmp_path / "m").exists()
+
+
+def test_every_task_of_a_multi_policy_study_is_computed_and_counted(tmp_path):
+    """A two-policy study computes and counts both tasks (each task's chunks cover only
+    that task), and a merge missing one task's range is not complete."""
+    s = study_from_dict({"kind": "identification", "num_arms": 2, "n_replicates": 16,
+                         "chunk_size": 8, "lanes": 8, "policies": ["uniform", "ucbe"],
+                         "data": {"synthetic": {"n_items": 20}}, "budgets": [0.5],
+                         "cs_kinds": ["hoeffding"]})
+    full = run_study(s, tmp_path / "full", progress=False)
+    st = study_status(full)
+    assert st["complete"] and st["done"] == {"uniform": 16, "ucbe": 16}
+    _, res = load_results(full)
+    assert set(res) == {"uniform", "ucbe"}
+    a = run_study(s, tmp_path / "a", replicate_range=(0, 8), progress=False)
+    b = run_study(s, tmp_path / "b", replicate_range=(8, 16), progress=False)
+    # b as a job killed after its first task: the second task's chunk never recorded
+    _edit_manifest(b, lambda m: m.update(chunks={k: c for k, c in m["chunks"].items()
+                                                 if c["task"] == "uniform"}))
+    merged = merge_studies([a, b], tmp_path / "m")
+    assert json.loads((merged / "manifest.json").read_text())["complete"] is False
+    assert study_status(merged)["complete"] is False
+
+
+def test_load_results_refuses_overlapping_chunks(tmp_path):
+    """A chunk listed twice (units counted twice) is refused by load_results, the last
+    line of defence after merge's own check."""
+    import shutil
+
+    s = study_from_dict(toy_config(n_replicates=32, chunk_size=8, lanes=8))
+    out = run_study(s, tmp_path / "a", progress=False)
+    man = json.loads((out / "manifest.json").read_text())
+    (name, c), = [(k, v) for k, v in man["chunks"].items() if v["lo"] == 0]
+    dup = "chunks/replicates/dup.npz"
+    shutil.copyfile(out / name, out / dup)
+    _edit_manifest(out, lambda m: m["chunks"].update({dup: dict(c)}))  # units 0.. twice
+    with pytest.raises(StudyFolderError, match="gap or overlap"):
+        load_results(out)
+
+
+def test_a_one_unit_gap_is_not_complete(tmp_path):
+    s = study_from_dict(toy_config(n_replicates=16, chunk_size=8, lanes=1))
+    a = run_study(s, tmp_path / "a", replicate_range=(0, 7), progress=False)
+    b = run_study(s, tmp_path / "b", replicate_range=(8, 16), progress=False)
+    merged = merge_studies([a, b], tmp_path / "m")
+    assert json.loads((merged / "manifest.json").read_text())["complete"] is False
+    st = study_status(merged)
+    assert not st["complete"] and st["done"] == {"replicates": 15}
+
+
+def test_a_folder_refuses_a_range_with_another_start(tmp_path):
+    s = study_from_dict(toy_config(n_replicates=16, chunk_size=8, lanes=1))
+    out = run_study(s, tmp_path / "a", replicate_range=(8, 16), progress=False)
+    with pytest.raises(StudyFolderError, match="replicates 8:16"):
+        run_study(s, out, replicate_range=(0, 16), progress=False)
+    assert study_status(out)["done"] == {"replicates": 8}
