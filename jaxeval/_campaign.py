@@ -332,7 +332,8 @@ class IdentificationCampaign:
         ``history``).
       history: a :class:`~jaxeval.ScoreMatrix` of other models on the benchmark's
         items, or a pandas DataFrame (models as rows) or 2-D array of their scores
-        (required by the prediction policies unless ``factors`` is given).
+        (rows named ``history_i``, columns by ``items`` when given) (required by the
+        prediction policies unless ``factors`` is given).
       items: the benchmark's item names when there is no ``history`` (default: the
         history's items; when both are given they must be equal).
       policy: ``"pulse_ucb"`` (the default: PULSE's estimate + ``sqrt(a / N)``),
@@ -431,7 +432,11 @@ class IdentificationCampaign:
         if dup:
             raise ValueError(f"candidates: repeated model name(s) {dup[:5]}")
         if history is not None:
-            history = as_score_matrix(history, "history")
+            # an array's (or a default-labelled frame's) rows name no model: history_i,
+            # never a candidate's name; its columns take the names in `items`
+            bad_items = items is not None and isinstance(items, (str, bytes))
+            history = as_score_matrix(history, "history", row_prefix="history_",
+                                      items=None if bad_items else items)
             known = sorted(set(cands.tolist()) & {str(m) for m in history.models})
             if known:
                 raise ValueError(

@@ -219,34 +219,50 @@ def _is_frame(x: Any) -> bool:
         hasattr(x, a) for a in ("index", "columns", "dtypes"))
 
 
-def as_score_matrix(data: Any, what: str, *, row_prefix: str | None = None) -> ScoreMatrix:
+def as_score_matrix(data: Any, what: str, *, row_prefix: str | None = None,
+                    items: Any = None) -> ScoreMatrix:
     """``data`` as a :class:`ScoreMatrix`: one as is, a pandas DataFrame with its labels
-    (rows name the models, columns the items), or a 2-D array of scores in [0, 1] (NaN =
-    unobserved) with default names (``row_prefix``: rows of an array, or of a frame
-    with pandas' default row labels, named ``f"{row_prefix}{i}"`` instead of
-    ``model_i``, for a second matrix that must not share the first's made-up names).
-    Errors start with ``what``; a string is refused with the way to load a dataset."""
+    (rows name the models, columns the items; pandas' default ``0, 1, ...`` names
+    nothing, see :func:`frame_names`), or a 2-D array of scores in [0, 1] (NaN =
+    unobserved) with default names. Rows that name nothing (an array's, or a frame's
+    default labels) are named ``f"{row_prefix}{i}"`` when ``row_prefix`` is given
+    (for a second matrix that must not share the first's made-up names) and columns
+    that name nothing by ``items`` when it is given. Errors start with ``what``; a
+    string is refused with the way to load a dataset."""
     if isinstance(data, ScoreMatrix):
         return data
-    if _is_frame(data):  # its index and columns name the models and items
-        sm = ScoreMatrix(data, source=what)
-        if row_prefix is not None and default_labels(data.index):  # (rows named nothing)
-            sm = dataclasses.replace(
-                sm, models=np.array([f"{row_prefix}{i}" for i in range(sm.n_models)]))
-        return sm
-    if data is None or isinstance(data, (str, bytes, Mapping)):
+    frame = _is_frame(data)
+    if not frame and (data is None or isinstance(data, (str, bytes, Mapping))):
         hint = f" (jaxeval.load({data!r}) reads a bundled dataset)" if isinstance(
             data, str) else ""
         raise TypeError(f"{what}: expected a ScoreMatrix, a pandas DataFrame or a 2-D array "
                         f"of scores, got {type(data).__name__}{hint}")
-    try:
-        arr = np.asarray(data)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{what}: not a 2-D array of scores ({e})") from None
+    if frame:
+        table, rows_named, cols_named = data, not default_labels(data.index), \
+            not default_labels(data.columns)
+        shape = data.shape
+    else:
+        try:
+            table = np.asarray(data)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{what}: not a 2-D array of scores ({e})") from None
+        rows_named = cols_named = False
+        shape = table.shape
     models = None
-    if row_prefix is not None and arr.ndim == 2:
-        models = [f"{row_prefix}{i}" for i in range(arr.shape[0])]
-    return ScoreMatrix(arr, models=models, source=what)  # its errors start with `what`
+    if row_prefix is not None and not rows_named and len(shape) == 2:
+        models = [f"{row_prefix}{i}" for i in range(shape[0])]
+    cols = None if items is None or cols_named else items
+    return ScoreMatrix(table, models=models, items=cols, source=what)  # errors: `what`
+
+
+def frame_names(labels: Any, prefix: str) -> np.ndarray:
+    """The names a :class:`ScoreMatrix` gives a DataFrame's rows (``prefix="model_"``)
+    or columns (``"item_"``): ``str`` of each label, or ``f"{prefix}{j}"`` for pandas'
+    default ``0, 1, ...`` (a ``RangeIndex`` from 0; other integer labels, such as those
+    of ``df.iloc[30:]`` or ``df[[0, 1]]``, are names: ``"30"``, ``"0"``)."""
+    if default_labels(labels):
+        return np.array([f"{prefix}{j}" for j in range(len(labels))])
+    return np.array([str(x) for x in labels])
 
 
 def default_labels(labels: Any) -> bool:
@@ -316,7 +332,7 @@ class ScoreMatrix(FrozenState):
 
             for field, axis in (("models", table.index), ("items", table.columns)):
                 if getattr(self, field) is None and not default_labels(axis):
-                    object.__setattr__(self, field, [str(x) for x in axis])
+                    object.__setattr__(self, field, frame_names(axis, "").tolist())
             bad = {str(c): str(t) for c, t in table.dtypes.items()
                    if not (is_numeric_dtype(t) or is_bool_dtype(t))}
             if bad:  # (text such as "1" would be read as a number)

@@ -551,6 +551,7 @@ def fit_factorization(
       A frozen :class:`LowRankLogistic`.
 
     Raises:
+      TypeError: a count, rank or seed that is not an integer (``2.0``, ``True``).
       ValueError: bad rank / rho, all-missing rows or columns, too few observations.
       FloatingPointError: the fit produced non-finite factors.
 
@@ -782,6 +783,7 @@ def learn_lam0(
       :func:`~jaxeval.simulate_identification` or :class:`~jaxeval.IdentificationCampaign`.
 
     Raises:
+      TypeError: a count, rank or seed that is not an integer (``2.0``, ``True``).
       ValueError: bad arguments, too few rows, or no held-out row with enough observed
         items to score.
 

@@ -1088,7 +1088,7 @@ def simulate_identification(
     """
     if policy not in _policies.POLICIES:
         raise ValueError(f"policy must be one of {_policies.POLICIES}, got {policy!r}")
-    if _is_frame(data) or isinstance(data, (np.ndarray, jax.Array, list)):
+    if _is_frame(data) or isinstance(data, (np.ndarray, jax.Array, list, tuple)):
         data = as_score_matrix(data, "data")  # (labelled frames keep their names)
     K = check_int("K", K, 2)
     alpha = _check_alpha(alpha)

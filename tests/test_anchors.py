@@ -1475,8 +1475,9 @@ def test_evaluate_protocol_names_bad_seeds_methods_and_data(small_sm):
     for seeds in (5, None, "42"):
         with pytest.raises(TypeError, match="seeds: expected a sequence of split seeds"):
             evaluate_protocol(small_sm, 5, ["random_mean"], seeds=seeds)
-    with pytest.raises(ValueError, match=r"seeds: each split seed at most once .* \[1, 1\]"):
-        evaluate_protocol(small_sm, 5, ["random_mean"], seeds=[1, 1])
+    for twice in ([1, 1], jnp.array([1, 1]), [np.int64(1), jnp.array(1)]):
+        with pytest.raises(ValueError, match=r"seeds: each split seed at most once .* \[1, 1\]"):
+            evaluate_protocol(small_sm, 5, ["random_mean"], seeds=twice)
     with pytest.raises(TypeError, match="methods: expected a sequence of method names"):
         evaluate_protocol(small_sm, 5, None, seeds=(1,))
     with pytest.raises(TypeError, match=r"sm: expected a ScoreMatrix, a pandas DataFrame or a "
@@ -1510,6 +1511,13 @@ def test_fit_anchors_reads_frames_and_arrays(small_sm, tmp_path):
     assert AnchorPredictor.load(tmp_path / "p.npz", items=frame(val)).k == 5
     with pytest.raises(ValueError, match="items: the predictor"):
         AnchorPredictor.load(tmp_path / "p.npz", items=pd.DataFrame(val.scores))
+    # a default-labelled frame's columns are item_j, as the ScoreMatrix fitted on it says
+    got.save(tmp_path / "q.npz")
+    assert AnchorPredictor.load(tmp_path / "q.npz", items=pd.DataFrame(val.scores)).k == 5
+    # counts in the settings may be 0-d arrays too (kept as ints: the settings are hashed)
+    st = dataclasses.replace(FAST, ridge_swaps=np.array(5), final_steps=jnp.array(200))
+    same = fit_anchors(tr, 5, method="random_ridge", validation=val, settings=st)
+    np.testing.assert_array_equal(same.predict(x), want.predict(x))
 
 
 @pytest.mark.parametrize("method, seed", [("greedy_ridge", 0), ("sparseeval", 2)])

@@ -275,6 +275,11 @@ def test_bad_settings_are_named(problem):
         IdentificationCampaign(names, hist, policy="thompson")
     with pytest.raises(TypeError, match="history: expected a ScoreMatrix, a pandas DataFrame"):
         IdentificationCampaign(names, {"m": hist.scores})
+    # an array history names no model (history_i, never a candidate's name); its columns
+    # take the names in items
+    arr = IdentificationCampaign(["model_0", "model_1"], hist.scores, items=hist.items,
+                                 factors=lr)
+    assert arr.items.tolist() == hist.items.tolist()
     with pytest.raises(TypeError, match="synchronized: expected True or False"):
         IdentificationCampaign(names, hist, synchronized="no", factors=lr)
     with pytest.raises(ValueError, match=r"rank: expected an integer in \[1, 1000000\]"):

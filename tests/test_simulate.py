@@ -208,12 +208,17 @@ def test_refuses_bad_data_type_and_reads_arrays():
         with pytest.raises(TypeError, match="data must be a ScoreMatrix, a pandas DataFrame, "
                                             "a 2-D array of scores or a SyntheticSpec"):
             simulate_identification(bad, "ucbe", K=2)
-    # an array is a matrix with default names: the same simulation
-    sm = jaxeval.load("oll2_ifeval").take(models=range(60))
-    a = simulate_identification(np.asarray(sm.scores), "ucbe", K=3, n_replicates=4)
-    b = simulate_identification(jaxeval.ScoreMatrix(sm.scores), "ucbe", K=3, n_replicates=4)
-    np.testing.assert_array_equal(a.correct, b.correct)
-    np.testing.assert_array_equal(a.calls_used, b.calls_used)
+    # a labelled frame is the ScoreMatrix of its labels, and an array (or a tuple of
+    # rows) one with default names: the same simulation
+    pd = pytest.importorskip("pandas")
+    sm = jaxeval.synthetic_score_matrix(0, 40, 50)
+    a = simulate_identification(sm, "ucbe", K=3, n_replicates=4)
+    for other in (pd.DataFrame(sm.scores, index=sm.models, columns=sm.items),
+                  np.asarray(sm.scores), tuple(map(tuple, sm.scores.tolist()))):
+        b = simulate_identification(other, "ucbe", K=3, n_replicates=4)
+        np.testing.assert_array_equal(a.correct, b.correct)
+        np.testing.assert_array_equal(a.calls_used, b.calls_used)
+    assert b.pool_models[0].startswith("model_")
 
 
 def _report(acc, budgets=(10, 20, 40, 80), K=2, n=40):

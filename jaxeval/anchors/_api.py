@@ -24,6 +24,7 @@ from jaxeval._data import (
     as_score_matrix,
     atomic_savez,
     default_labels,
+    frame_names,
     is_missing,
     out_of_unit_hint,
 )
@@ -545,8 +546,8 @@ class AnchorPredictor:
             ) from None
         if items is not None:
             names = (items.items if isinstance(items, ScoreMatrix) else
-                     np.asarray(items.columns).astype(str) if _is_frame(items) else
-                     np.asarray(items).astype(str))  # (a frame: its columns are the items)
+                     frame_names(items.columns, "item_") if _is_frame(items) else
+                     np.asarray(items).astype(str))  # (a frame: its columns name the items)
             # (the predictor reads scores by item name: the same items in another order
             # are the same benchmark)
             if names.shape != saved_items.shape or not np.array_equal(

@@ -604,14 +604,16 @@ def checked_settings(settings, external: bool, auto: bool = True) -> Settings:
                 and not isinstance(x, (bool, np.bool_)) and bool(np.isfinite(x)))
 
     st, irt = settings, settings.irt
-    for name, v, lo in (("proxy_steps", st.proxy_steps, 1), ("final_steps", st.final_steps, 1),
-                        ("init_steps", st.init_steps, 1), ("eval_every", st.eval_every, 1),
-                        ("resmlp_steps", st.resmlp_steps, 1), ("num_swaps", st.num_swaps, 0),
-                        ("ridge_swaps", st.ridge_swaps, 0), ("kmeans_iters", st.kmeans_iters, 0),
-                        ("irt.rank", irt.rank, 1), ("irt.num_steps", irt.num_steps, 1)):
-        check_count(v, f"settings.{name}", lo, 2**31 - 1)
+    # the checked counts are kept as Python ints: the settings are a static (hashed)
+    # argument of the compiled fits, which a 0-d array could not be
+    ints = {name: check_count(getattr(st, name), f"settings.{name}", lo, 2**31 - 1)
+            for name, lo in (("proxy_steps", 1), ("final_steps", 1), ("init_steps", 1),
+                             ("eval_every", 1), ("resmlp_steps", 1), ("num_swaps", 0),
+                             ("ridge_swaps", 0), ("kmeans_iters", 0))}
+    irt_ints = {name: check_count(getattr(irt, name), f"settings.irt.{name}", 1, 2**31 - 1)
+                for name in ("rank", "num_steps")}
     # one key per member is built while tracing: a count no ensemble needs is refused
-    check_count(st.mlp_members, "settings.mlp_members", 1, 1000)
+    ints["mlp_members"] = check_count(st.mlp_members, "settings.mlp_members", 1, 1000)
     for name, v, lo in (("resmlp_lr", st.resmlp_lr, 0.0), ("irt.learning_rate",
                                                           irt.learning_rate, 0.0)):
         if not real(v) or not v > lo:
@@ -631,7 +633,8 @@ def checked_settings(settings, external: bool, auto: bool = True) -> Settings:
         if not isinstance(getattr(st, name), (bool, np.bool_)):
             raise ValueError(f"settings.{name}: expected True or False, got "
                              f"{getattr(st, name)!r}")
-    return dataclasses.replace(settings, external=bool(external))
+    return dataclasses.replace(settings, external=bool(external), **ints,
+                               irt=irt._replace(**irt_ints))
 
 
 def check_level(alpha) -> float:

@@ -43,7 +43,7 @@ import numpy as np
 
 from jaxeval._data import ScoreMatrix, as_score_matrix
 from jaxeval._metrics import kendall_tau_b, mae_pp
-from jaxeval._runner import as_key
+from jaxeval._runner import _concrete_int, as_key
 from jaxeval.anchors._intervals import conformal_quantile, dr_estimate, sample_non_anchors
 from jaxeval.anchors._irt import fit_item_factors, irt_item_predictions
 from jaxeval.anchors._methods import (
@@ -321,10 +321,10 @@ def evaluate_protocol(
                         f"{seeds!r}") from None
     if not seeds:
         raise ValueError("seeds: expected at least one split seed, got none")
-    ints = [int(s) for s in seeds if isinstance(s, (int, np.integer))]
-    if len(ints) == len(seeds) and len(set(ints)) < len(ints):  # (others: protocol_split)
+    ints = [_concrete_int(s) for s in seeds]  # (what protocol_split reads as an int)
+    if None not in ints and len(set(ints)) < len(ints):  # (others: protocol_split)
         raise ValueError(f"seeds: each split seed at most once (a repeat would be averaged "
-                         f"twice), got {list(seeds)}")
+                         f"twice), got {ints}")
     splits = [sm.protocol_split(s) for s in seeds]  # checks each seed (non-negative int)
     # the fewest models fit_anchors fits a method with (it refuses below; the test
     # models are as many as the validation ones)
