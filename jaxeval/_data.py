@@ -231,6 +231,9 @@ def as_score_matrix(data: Any, what: str, *, row_prefix: str | None = None,
     string is refused with the way to load a dataset."""
     if isinstance(data, ScoreMatrix):
         return data
+    if isinstance(data, Split):
+        raise TypeError(f"{what}: expected a ScoreMatrix, got a Split (pass split.train, "
+                        "split.validation or split.test)")
     frame = _is_frame(data)
     if not frame and (data is None or isinstance(data, (str, bytes, Mapping))):
         hint = f" (jaxeval.load({data!r}) reads a bundled dataset)" if isinstance(
@@ -836,12 +839,19 @@ class Split:
       >>> sp = jaxeval.load("oll2_musr").drop_duplicates().protocol_split(seed=42)
       >>> sp.test.n_models, sp.validation.n_models, sp.train.n_models  # h = 0.2 * 427
       (85, 85, 257)
+      >>> train, validation, test = sp  # it unpacks (the seed stays an attribute)
+      >>> train is sp.train
+      True
     """
 
     train: ScoreMatrix
     validation: ScoreMatrix
     test: ScoreMatrix
     seed: int
+
+    def __iter__(self) -> Iterator[ScoreMatrix]:
+        """``train, validation, test = split``, the three matrices in that order."""
+        return iter((self.train, self.validation, self.test))
 
 
 @contextlib.contextmanager

@@ -119,6 +119,13 @@ def test_splits_are_seeded_and_disjoint():
     perm = np.random.default_rng(42).permutation(50)
     assert p.test.models.tolist() == sm.models[perm[:10]].tolist()
     assert p.validation.n_models == 10 and p.train.n_models == 30
+    train, validation, test = p  # a Split unpacks in its fields' order
+    assert (train, validation, test) == (p.train, p.validation, p.test)
+    from jaxeval._data import as_score_matrix
+
+    with pytest.raises(TypeError, match=r"data: expected a ScoreMatrix, got a Split \(pass "
+                                        r"split.train"):
+        as_score_matrix(p, "data")  # (it would read as an array of three matrices)
 
 
 def test_split_pool_is_seeded_disjoint_and_checked():
