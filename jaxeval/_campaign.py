@@ -431,12 +431,12 @@ class IdentificationCampaign:
         dup = sorted({c for c in cands.tolist() if (cands == c).sum() > 1})
         if dup:
             raise ValueError(f"candidates: repeated model name(s) {dup[:5]}")
+        if isinstance(items, (str, bytes)):
+            raise TypeError("items: expected a sequence of item names, got one string")
         if history is not None:
             # an array's (or a default-labelled frame's) rows name no model: history_i,
             # never a candidate's name; its columns take the names in `items`
-            bad_items = items is not None and isinstance(items, (str, bytes))
-            history = as_score_matrix(history, "history", row_prefix="history_",
-                                      items=None if bad_items else items)
+            history = as_score_matrix(history, "history", row_prefix="history_", items=items)
             known = sorted(set(cands.tolist()) & {str(m) for m in history.models})
             if known:
                 raise ValueError(
@@ -448,8 +448,6 @@ class IdentificationCampaign:
                 raise ValueError("items: give the benchmark's item names or a history")
             item_names = np.asarray(history.items).astype(str)
         else:
-            if isinstance(items, (str, bytes)):
-                raise TypeError("items: expected a sequence of item names, got one string")
             item_names = np.asarray([str(x) for x in items])
             if history is not None and not np.array_equal(
                 item_names, np.asarray(history.items).astype(str)

@@ -333,9 +333,10 @@ class ScoreMatrix(FrozenState):
             # nullable column) are unobserved cells
             from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
-            for field, axis in (("models", table.index), ("items", table.columns)):
-                if getattr(self, field) is None and not default_labels(axis):
-                    object.__setattr__(self, field, frame_names(axis, "").tolist())
+            for field, axis, prefix in (("models", table.index, "model_"),
+                                        ("items", table.columns, "item_")):
+                if getattr(self, field) is None:
+                    object.__setattr__(self, field, frame_names(axis, prefix).tolist())
             bad = {str(c): str(t) for c, t in table.dtypes.items()
                    if not (is_numeric_dtype(t) or is_bool_dtype(t))}
             if bad:  # (text such as "1" would be read as a number)

@@ -606,14 +606,14 @@ def checked_settings(settings, external: bool, auto: bool = True) -> Settings:
     st, irt = settings, settings.irt
     # the checked counts are kept as Python ints: the settings are a static (hashed)
     # argument of the compiled fits, which a 0-d array could not be
-    ints = {name: check_count(getattr(st, name), f"settings.{name}", lo, 2**31 - 1)
+    ints = {name: check_int(f"settings.{name}", getattr(st, name), lo, 2**31 - 1)
             for name, lo in (("proxy_steps", 1), ("final_steps", 1), ("init_steps", 1),
                              ("eval_every", 1), ("resmlp_steps", 1), ("num_swaps", 0),
                              ("ridge_swaps", 0), ("kmeans_iters", 0))}
-    irt_ints = {name: check_count(getattr(irt, name), f"settings.irt.{name}", 1, 2**31 - 1)
+    irt_ints = {name: check_int(f"settings.irt.{name}", getattr(irt, name), 1, 2**31 - 1)
                 for name in ("rank", "num_steps")}
     # one key per member is built while tracing: a count no ensemble needs is refused
-    ints["mlp_members"] = check_count(st.mlp_members, "settings.mlp_members", 1, 1000)
+    ints["mlp_members"] = check_int("settings.mlp_members", st.mlp_members, 1, 1000)
     for name, v, lo in (("resmlp_lr", st.resmlp_lr, 0.0), ("irt.learning_rate",
                                                           irt.learning_rate, 0.0)):
         if not real(v) or not v > lo:
@@ -645,12 +645,6 @@ def check_level(alpha) -> float:
             or not 0 < float(a) < 1):
         raise ValueError(f"alpha: expected a level in (0, 1), got {alpha!r}")
     return float(a)
-
-
-def check_count(x, what: str, lo: int, hi: int) -> int:
-    """``x`` as an int in ``[lo, hi]``: a Python, NumPy or 0-d array integer
-    (:func:`jaxeval._runner.check_int`)."""
-    return check_int(what, x, lo, hi)
 
 
 def min_models(method: str) -> int:

@@ -43,7 +43,7 @@ import numpy as np
 
 from jaxeval._data import ScoreMatrix, as_score_matrix
 from jaxeval._metrics import kendall_tau_b, mae_pp
-from jaxeval._runner import _concrete_int, as_key
+from jaxeval._runner import _concrete_int, as_key, check_int
 from jaxeval.anchors._intervals import conformal_quantile, dr_estimate, sample_non_anchors
 from jaxeval.anchors._irt import fit_item_factors, irt_item_predictions
 from jaxeval.anchors._methods import (
@@ -54,7 +54,6 @@ from jaxeval.anchors._methods import (
     apply_map,
     auto_candidates,
     candidate_cv_residuals,
-    check_count,
     check_level,
     checked_settings,
     crossfit_residuals,
@@ -307,9 +306,9 @@ def evaluate_protocol(
     sm = as_score_matrix(sm, "sm")
     sm = sm.drop_duplicates() if dedup else sm
     sm.require_complete("evaluate_protocol")
-    k = check_count(k, "k", 1, sm.n_items - 1)
+    k = check_int("k", k, 1, sm.n_items - 1)
     alpha = check_level(alpha)
-    dr_items = check_count(dr_items, "dr_items", 0, sm.n_items - k)  # the non-anchors
+    dr_items = check_int("dr_items", dr_items, 0, sm.n_items - k)  # the non-anchors
     external = sm.target is not None
     st = checked_settings(settings, external, auto="auto" in methods)
     if isinstance(seeds, (str, bytes)):
