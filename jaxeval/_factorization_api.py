@@ -61,6 +61,17 @@ def _named_scores(scores: Any, known: np.ndarray) -> ScoreMatrix | None:
     return ScoreMatrix(values, items=[str(x) for x in labels], source="scores")
 
 
+def _one_row(scores: Any) -> bool:
+    """Whether ``scores`` is one model's row (a 1-D array or list, or a pandas Series):
+    its results then drop the model axis, as numpy reductions of a 1-D input do."""
+    if isinstance(scores, ScoreMatrix) or _is_frame(scores):
+        return False
+    try:
+        return np.ndim(scores) == 1
+    except (TypeError, ValueError):  # ragged: _canon names the problem
+        return False
+
+
 #: Newton steps per convergence check of :meth:`LowRankLogistic.update` (``num_newton``
 #: None), and the most it takes.
 NEWTON_ROUND = 10
@@ -262,7 +273,8 @@ class LowRankLogistic(FrozenState):
             at rank 16.
 
         Returns:
-          ``(u [K, r], hessian [K, r, r])`` as numpy arrays.
+          ``(u [K, r], hessian [K, r, r])`` as numpy arrays; ``(u [r], hessian [r, r])``
+          for one model's row (a 1-D array or a Series).
 
         Example:
           >>> import jaxeval
@@ -277,6 +289,7 @@ class LowRankLogistic(FrozenState):
             # (an unbounded count ran for minutes inside XLA, beyond Ctrl-C's reach)
             num_newton = check_int("num_newton", num_newton, 1, 10_000,
                                    why="or None: until converged")
+        one = _one_row(scores)
         s, m = self._canon(scores, mask)
         K = s.shape[0]
         if u_init is None:
@@ -287,6 +300,8 @@ class LowRankLogistic(FrozenState):
             except (TypeError, ValueError) as e:
                 raise TypeError(f"u_init: expected a [{K}, {self.rank}] array of numbers "
                                 f"({e})") from None
+            if one and u0.shape == (self.rank,):
+                u0 = u0[None, :]
             if u0.shape != (K, self.rank):
                 raise ValueError(f"u_init: expected shape {(K, self.rank)}, got {u0.shape}")
             if not np.isfinite(u0).all():
@@ -314,7 +329,7 @@ class LowRankLogistic(FrozenState):
         u, H = np.asarray(u), np.asarray(H)
         if not (np.isfinite(u).all() and np.isfinite(H).all()):
             raise FloatingPointError("update: the Newton update produced non-finite factors")
-        return u, H
+        return (u[0], H[0]) if one else (u, H)
 
     def predict(
         self,
@@ -331,7 +346,7 @@ class LowRankLogistic(FrozenState):
             ``items`` (NaN = unobserved when ``mask`` is None), or a
             :class:`ScoreMatrix` or labelled pandas DataFrame / Series matched by item
             name as in :meth:`update`; ``None`` predicts one model with nothing
-            observed.
+            observed (the prior).
           mask: optional bool ``[K, n]``.
           return_std: also return the delta-method standard deviation of each
             predicted probability (Laplace approximation on ``u``).
@@ -341,7 +356,8 @@ class LowRankLogistic(FrozenState):
         Returns:
           ``[K, n]`` probabilities, and their standard deviations if asked, columns in the
           order of ``items`` (the fit's order, also for a ScoreMatrix whose columns are in
-          another order: take ``lr.items`` to line them up).
+          another order: take ``lr.items`` to line them up); ``[n]`` for one model's row
+          (a 1-D array or a Series) and for ``None``.
 
         Example:
           >>> import jaxeval
@@ -350,18 +366,24 @@ class LowRankLogistic(FrozenState):
           ...                                num_steps=200)
           >>> lr.predict(sm.scores[100:102], sm.mask[100:102]).shape
           (2, 756)
+          >>> lr.predict(sm.scores[100], sm.mask[100]).shape  # one model's row
+          (756,)
         """
         if scores is None:
             if mask is not None:
                 raise ValueError("mask: given without scores (pass the observed scores too)")
-            scores = np.full((1, self.n_items), np.nan)
+            scores = np.full(self.n_items, np.nan)
+        one = _one_row(scores)
         u, H = self.update(scores, mask, num_newton=num_newton)
+        if one:
+            u, H = u[None], H[None]
         f = self.item_factors()
         p = np.asarray(_predict(jnp.asarray(u), f))
         if not return_std:
-            return p
+            return p[0] if one else p
         var = np.asarray(_logit_variance(jnp.asarray(H), f))
-        return p, p * (1.0 - p) * np.sqrt(np.maximum(var, 0.0))
+        sd = p * (1.0 - p) * np.sqrt(np.maximum(var, 0.0))
+        return (p[0], sd[0]) if one else (p, sd)
 
     def predict_accuracy(self, scores: Any, mask: Any = None, *,
                          num_newton: int | None = None) -> np.ndarray:
@@ -372,11 +394,13 @@ class LowRankLogistic(FrozenState):
         averages over every fitted item (for a ScoreMatrix: also those it lacks).
 
         Returns:
-          float ``[K]``.
+          float ``[K]``; a numpy scalar for one model's row (a 1-D array or a Series).
         """
+        one = _one_row(scores)
         s, m = self._canon(scores, mask)
         p = self.predict(s, m, num_newton=num_newton)
-        return np.where(m, s, p).mean(axis=1)
+        acc = np.where(m, s, p).mean(axis=1)
+        return acc[0] if one else acc
 
     def summary(self) -> str:
         """A short human-readable description (with the selection curve if any)."""

@@ -492,7 +492,8 @@ def test_wrapper_fits_and_predicts_new_models(wrapped):
     p_all, sd_all = model.predict(S_new, np.ones_like(few), return_std=True)
     # nothing observed: the prior mean factor
     ref = 1 / (1 + np.exp(-(model.V @ model.u_mean + model.c)))
-    np.testing.assert_allclose(p_none[0], ref, rtol=1e-5)
+    assert p_none.shape == (n,)  # one model: no model axis, like a 1-D row
+    np.testing.assert_allclose(p_none, ref, rtol=1e-5)
     # observing items moves each model towards its truth and shrinks the uncertainty
     err = [np.abs(p - P_new).mean() for p in (np.broadcast_to(p_none, P_new.shape), p_few, p_all)]
     assert err[0] > err[1] > err[2]
@@ -503,6 +504,21 @@ def test_wrapper_fits_and_predicts_new_models(wrapped):
     np.testing.assert_allclose(
         model.predict_accuracy(S_new, np.ones_like(few)), S_new.mean(1), rtol=1e-6
     )
+    # one model's row (1-D) gives its results without the model axis, as numpy does
+    p1, sd1 = model.predict(S_new[3], few[3], return_std=True)
+    assert p1.shape == sd1.shape == (n,)
+    np.testing.assert_allclose(p1, p_few[3], rtol=1e-6)
+    np.testing.assert_allclose(sd1, sd_few[3], rtol=1e-6)
+    u1, H1 = model.update(S_new[3], few[3])
+    u2, H2 = model.update(S_new[3:4], few[3:4])
+    assert u1.shape == (2,) and H1.shape == (2, 2)
+    np.testing.assert_allclose(u1, u2[0], rtol=1e-6)
+    np.testing.assert_allclose(H1, H2[0], rtol=1e-6)
+    np.testing.assert_allclose(model.update(S_new[3], few[3], u_init=u1)[0], u1, atol=1e-5)
+    acc1 = model.predict_accuracy(S_new[3], few[3])
+    assert np.ndim(acc1) == 0
+    np.testing.assert_allclose(acc1, model.predict_accuracy(S_new, few)[3], rtol=1e-6)
+    assert model.predict(list(S_new[3]), list(few[3])).shape == (n,)
 
 
 def test_wrapper_refuses_bad_input(wrapped, planted):
@@ -766,6 +782,7 @@ def test_dataframes_are_read_by_their_labels_not_by_position():
     np.testing.assert_array_equal(lr.update(df.iloc[:, ::2])[0], lr.update(arr)[0])
     one = df.iloc[1]  # a Series indexed by item: one model
     np.testing.assert_array_equal(lr.predict(one[::-1]), lr.predict(np.asarray(df, float)[1]))
+    assert lr.predict(one).shape == (60,) and np.ndim(lr.predict_accuracy(one)) == 0
     # pandas' default labels 0, 1, ... name nothing: read by position, as an array
     np.testing.assert_array_equal(lr.predict(pd.DataFrame(df.to_numpy())), want)
     with pytest.raises(ValueError, match="60 of the DataFrame's items were not in the fit"):
