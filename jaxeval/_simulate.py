@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import math
 import os
@@ -936,6 +937,17 @@ def _canonical_budgets(budgets, fractions, total, warn=True):
     return out
 
 
+def _content_digest(sm: ScoreMatrix) -> str:
+    """The first 12 hex digits of a SHA-256 over a matrix's scores, mask and names: two
+    simulations on frames or arrays ran on the same data when their settings agree."""
+    h = hashlib.sha256()
+    for a in (sm.scores, sm.mask):
+        h.update(f"{a.dtype.str}{a.shape};".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    h.update("\0".join(sm.models.tolist() + sm.items.tolist()).encode())
+    return h.hexdigest()[:12]
+
+
 def simulate_identification(
     data: ScoreMatrix | SyntheticSpec | Any,
     policy: str = "pulse_ucb",
@@ -993,7 +1005,9 @@ def simulate_identification(
     Args:
       data: a :class:`~jaxeval.ScoreMatrix` (candidate rows must be fully observed), a
         pandas DataFrame (models as rows, items as columns, read with its labels) or a
-        2-D array of scores, or a :class:`SyntheticSpec`.
+        2-D array of scores, or a :class:`SyntheticSpec`. A frame or array names no
+        data set, so ``settings["data"]`` records its type, shape and a content digest
+        (``"DataFrame [300, 541] sha256:..."``) to tell runs on other data apart.
       policy: ``"pulse_ucb"`` (the default, as in :class:`~jaxeval.IdentificationCampaign`
         and a study's first policy: PULSE's difference estimate + ``sqrt(a / N)``, the
         index measured in BUILD_NOTES.md "PULSE against the peers"), ``"pulse"`` (the
@@ -1088,8 +1102,12 @@ def simulate_identification(
     """
     if policy not in _policies.POLICIES:
         raise ValueError(f"policy must be one of {_policies.POLICIES}, got {policy!r}")
+    unnamed = None  # a frame or an array names no data set: its settings say what it was
     if _is_frame(data) or isinstance(data, (np.ndarray, jax.Array, list, tuple)):
+        unnamed = type(data).__name__
         data = as_score_matrix(data, "data")  # (labelled frames keep their names)
+        unnamed = (f"{unnamed} [{data.n_models}, {data.n_items}] sha256:"
+                   f"{_content_digest(data)}")
     K = check_int("K", K, 2)
     alpha = _check_alpha(alpha)
     n_replicates = check_int("n_replicates", n_replicates, 1)
@@ -1207,7 +1225,7 @@ def simulate_identification(
                     "(instances=); leave n_instances at its default or pass their number"
                 )
         pool_models = np.asarray(pool.models)
-        data_name = str(sm.source)
+        data_name = str(sm.source) if unnamed is None else unnamed
         # every setting the kernel checks, checked before the (slow) factorization fit
         _config(policy, K, n, batch_size, budgets, budget_fractions, mode, cs_kinds,
                 stop_kind, use_predictions, refit, num_newton, synchronized, horizon, truth,

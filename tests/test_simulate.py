@@ -218,7 +218,18 @@ def test_refuses_bad_data_type_and_reads_arrays():
         b = simulate_identification(other, "ucbe", K=3, n_replicates=4)
         np.testing.assert_array_equal(a.correct, b.correct)
         np.testing.assert_array_equal(a.calls_used, b.calls_used)
+        # a frame or array names no data set: its settings say what it was
+        kind = type(other).__name__
+        assert b.settings["data"].startswith(f"{kind} [40, 50] sha256:"), b.settings["data"]
     assert b.pool_models[0].startswith("model_")
+    # the digest tells other data apart (one changed cell), and repeats for the same data
+    arr = np.array(sm.scores)
+    again = simulate_identification(arr, "ucbe", K=3, n_replicates=1).settings["data"]
+    arr[0, 0] = 1.0 - arr[0, 0]
+    other = simulate_identification(arr, "ucbe", K=3, n_replicates=1).settings["data"]
+    digest = b.settings["data"].split("sha256:")[1]
+    assert again == f"ndarray [40, 50] sha256:{digest}" and other != again
+    assert a.settings["data"] == sm.source
 
 
 def _report(acc, budgets=(10, 20, 40, 80), K=2, n=40):
