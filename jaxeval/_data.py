@@ -774,11 +774,13 @@ class ScoreMatrix(FrozenState):
         Writes ``scores`` (float32), ``mask``, ``models``, ``items``, ``target``
         (when present), ``source`` and the metadata as JSON (``metadata_json``;
         numpy arrays and tuples become lists, other objects their ``str``). Scores,
-        mask, names, target and source come back unchanged; the metadata's ``file``
-        becomes the path it was read from.
+        mask, names and target come back unchanged, and the source too unless it is
+        ``"<array>"`` (a matrix built in memory names no source: it comes back as the
+        file's path); the metadata's ``file`` becomes the path it was read from.
 
         Args:
-          path: destination; ``.npz`` is appended when missing.
+          path: destination; ``.npz`` is appended when missing (in any case: ``m.NPZ``
+            is written as is, as :func:`jaxeval.load` reads it).
 
         Returns:
           The path written.
@@ -792,7 +794,7 @@ class ScoreMatrix(FrozenState):
           ([[1.0, 0.5]], ['m'])
         """
         path = Path(path)
-        if path.suffix != ".npz":
+        if path.suffix.lower() != ".npz":  # (load() reads the suffix in any case)
             path = path.with_name(path.name + ".npz")
         arrays = dict(
             scores=self.scores,

@@ -78,12 +78,23 @@ def calls_to_target(
 
     Returns ``None`` when the curve never reaches it.
 
+    Raises:
+      ValueError: when ``calls`` and ``accuracy`` differ in length or hold NaN (a
+        NaN accuracy would otherwise read as never reached, or interpolate to NaN).
+
     Example:
       >>> round(calls_to_target([10, 20, 40], [0.5, 0.9, 1.0]), 6)
       30.0
     """
     c = np.asarray(calls, np.float64)
     a = np.asarray(accuracy, np.float64)
+    if c.shape != a.shape or c.ndim != 1:
+        raise ValueError(f"calls_to_target: calls {c.shape} and accuracy {a.shape} must be "
+                         "1-D curves of one length")
+    for name, x in (("calls", c), ("accuracy", a)):
+        if np.isnan(x).any():
+            raise ValueError(f"calls_to_target: {name} holds NaN at index "
+                             f"{int(np.flatnonzero(np.isnan(x))[0])}")
     hit = np.flatnonzero(a >= target)
     if hit.size == 0:
         return None
