@@ -570,7 +570,7 @@ def test_compiled_plans_die_with_their_function():
 
     g = functools.partial(_scaled, 2.0)
     run_replicates(g, 0, 4, devices=jax.devices()[:1], lanes=4, progress=False)
-    (plan,) = _runner._PLANS[g].values()
+    ((plan, _),) = _runner._PLANS[g].values()
     run_replicates(g, 5, 4, devices=jax.devices()[:1], lanes=4, progress=False)
     assert plan._cache_size() == 1 and pickle.loads(pickle.dumps(g)).args == (2.0,)
     keep = [functools.partial(_scaled, float(i)) for i in range(40)]
@@ -581,3 +581,28 @@ def test_compiled_plans_die_with_their_function():
 
 def _scaled(c, key):
     return c * jax.random.uniform(key)
+
+
+def test_a_cached_plan_keeps_its_output_shapes_per_dtype_mode():
+    """A second plan for the same function and operands traces nothing: its output shapes
+    come with the cached program (tracing for them again cost most of a small study's
+    run); under x64 they are traced anew, with the dtypes x64 gives."""
+    traced = []
+
+    def fn(key, x):
+        traced.append(1)
+        return {"u": jax.random.uniform(key, x.shape) + x, "n": jnp.sum(x > 0)}
+
+    x = np.ones(3, np.float32)
+    first = ReplicatePlan(fn, 8, devices=jax.devices()[:1], lanes=4, operands=(x,))
+    n0 = len(traced)
+    assert n0 >= 1 and first.out_shapes["u"].shape == (3,)
+    again = ReplicatePlan(fn, 8, devices=jax.devices()[:1], lanes=4, operands=(x,))
+    assert len(traced) == n0 and again.out_shapes == first.out_shapes
+    out = again.run(0, 0, 6, progress=False)
+    assert out["u"].shape == (6, 3) and out["u"].dtype == np.float32
+    with jax.enable_x64(True):
+        wide = ReplicatePlan(fn, 8, devices=jax.devices()[:1], lanes=4, operands=(x,))
+        assert wide.out_shapes["n"].dtype == np.int64  # (int32 with x64 off)
+        assert wide.run(0, 0, 6, progress=False)["n"].dtype == np.int64
+    assert first.out_shapes["n"].dtype == np.int32
