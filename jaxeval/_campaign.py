@@ -935,7 +935,7 @@ class IdentificationCampaign:
         if not isinstance(overwrite, (bool, np.bool_)):
             raise TypeError(f"overwrite: expected a bool, got {overwrite!r}")
         path = Path(path)
-        if path.suffix != ".npz" and not path.exists():
+        if path.suffix.lower() != ".npz" and not path.exists():
             path = path.with_suffix(path.suffix + ".npz")
         if not path.parent.is_dir():
             raise FileNotFoundError(f"path: the folder {path.parent} of {path} does not exist")

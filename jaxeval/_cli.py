@@ -542,7 +542,7 @@ def _lines(path: str, what: str, comments: bool = False) -> list[str]:
 def _npz_path(value: str) -> Path:
     """``value`` with ``.npz`` appended unless it has it (as numpy's savez does)."""
     path = Path(value)
-    return path if path.suffix == ".npz" else path.with_suffix(path.suffix + ".npz")
+    return path if path.suffix.lower() == ".npz" else path.with_suffix(path.suffix + ".npz")
 
 
 def _new_npz(what: str, value: str, why: str = "") -> Path:

@@ -21,7 +21,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxeval import _factorization as fz
-from jaxeval._data import FrozenState, ScoreMatrix, _is_frame, as_score_matrix, default_labels
+from jaxeval._data import (
+    FrozenState,
+    ScoreMatrix,
+    _is_frame,
+    as_score_matrix,
+    atomic_savez,
+    default_labels,
+)
 from jaxeval._runner import _concrete_int, as_key, check_int, stage_printer
 
 __all__ = ["LowRankLogistic", "fit_factorization", "learn_lam0"]
@@ -261,7 +268,8 @@ class LowRankLogistic(FrozenState):
             ``0, 1, ...``, and integer labels that are not all fitted item names, are
             positions: read as an array).
           mask: optional bool ``[K, n]``, True where observed (not with a ScoreMatrix).
-          u_init: optional ``[K, r]`` warm start (default ``u_mean``).
+          u_init: optional ``[K, r]`` warm start (``[r]`` or ``[1, r]`` for one model's
+            row; default ``u_mean``).
           rho: prior strength (default ``online_rho``; larger pulls harder towards
             ``u_mean``).
           num_newton: Newton steps (1 to 10 000); ``None`` (default): until every row has
@@ -303,7 +311,8 @@ class LowRankLogistic(FrozenState):
             if one and u0.shape == (self.rank,):
                 u0 = u0[None, :]
             if u0.shape != (K, self.rank):
-                raise ValueError(f"u_init: expected shape {(K, self.rank)}, got {u0.shape}")
+                want = f"{(self.rank,)} or {(K, self.rank)}" if one else f"{(K, self.rank)}"
+                raise ValueError(f"u_init: expected shape {want}, got {u0.shape}")
             if not np.isfinite(u0).all():
                 raise ValueError("u_init: the warm start has non-finite values")
         try:
@@ -433,15 +442,14 @@ class LowRankLogistic(FrozenState):
             extra = {f"selection_{k}": np.asarray(v) for k, v in self.selection.items()}
         if not hasattr(path, "write"):
             path = os.fspath(path)
-            if not str(path).endswith(".npz"):
+            if not str(path).lower().endswith(".npz"):
                 path = f"{path}.npz"
             from pathlib import Path
 
             path = Path(path)
         meta = {"format": "jaxeval-lowrank/1", "final_loss": self.final_loss,
                 "info": {k: _json_value(v) for k, v in self.info.items()}}
-        np.savez(
-            path,
+        arrays = dict(
             meta=np.asarray(json.dumps(meta)),
             V=self.V,
             c=self.c,
@@ -455,6 +463,10 @@ class LowRankLogistic(FrozenState):
             loss_history=self.loss_history,
             **extra,
         )
+        if hasattr(path, "write"):
+            np.savez(path, **arrays)
+        else:  # (np.savez(path) would append .npz to "f.NPZ"; an interrupted write
+            atomic_savez(path, arrays)  # leaves any earlier file as it was)
         return path
 
     @classmethod

@@ -486,7 +486,12 @@ class ReplicatePlan:
         # one replicate's output shapes, kept with the program: tracing the function
         # again for them cost more than a small study's whole run (0.19 of 0.21 s for
         # 160 replicates of K = 3); they depend on the dtype settings too
-        mode = (bool(jax.config.jax_enable_x64), str(jax.random.key(0).dtype))
+        # (run() checks them against the first chunk's results all the same: a function
+        # reading a Python global, or a flag outside this key, can change them)
+        mode = (bool(jax.config.jax_enable_x64), str(jax.random.key(0).dtype),
+                str(getattr(jax.config, "jax_explicit_x64_dtypes", "")))
+        self._shapes = shapes
+        self._mode = mode
         if mode not in shapes:
             key_aval = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)
             if self.with_index:
@@ -652,11 +657,28 @@ class ReplicatePlan:
                 "replicates to a simulate_identification) or a study (jaxeval.run_study), "
                 "which saves each chunk to disk") from None
         prog = Progress(n_replicates, enabled=progress and jax.process_index() == 0)
+        checked = False
         for lo, hi, res in self.iter_ranges(seed, ranges, progress=prog):
+            if not checked:
+                out = self._fit_buffers(out, res, n_replicates)
+                checked = True
             sl = slice(lo - start, hi - start)
             for dst, src in zip(jax.tree.leaves(out), jax.tree.leaves(res)):
                 dst[sl] = src
         return out
+
+    def _fit_buffers(self, out: Any, res: Any, n_replicates: int) -> Any:
+        """``out``, or new buffers shaped as the first chunk's results ``res`` where
+        the expected output shapes were stale (the program was traced again since, e.g.
+        after ``jax.clear_caches()`` with a global the function reads changed): writing
+        into stale buffers would cast or broadcast the results without a word."""
+        got = [(tuple(a.shape[1:]), np.dtype(a.dtype)) for a in jax.tree.leaves(res)]
+        want = [(tuple(a.shape[1:]), a.dtype) for a in jax.tree.leaves(out)]
+        if jax.tree.structure(res) == jax.tree.structure(out) and got == want:
+            return out
+        shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), res)
+        self.out_shapes = self._shapes[self._mode] = shapes
+        return jax.tree.map(lambda a: np.empty((n_replicates,) + a.shape[1:], a.dtype), res)
 
 
 def capped_chunk(chunk_size: int, n: int, lanes: int, n_devices: int) -> int:

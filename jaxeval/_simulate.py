@@ -506,7 +506,7 @@ class IdentificationReport:
             np.savez_compressed(path, **arrays)
             return None
         path = Path(path)
-        if path.suffix != ".npz":
+        if path.suffix.lower() != ".npz":
             path = path.with_name(path.name + ".npz")
         atomic_savez(path, arrays, compressed=True)
         return path
@@ -526,7 +526,7 @@ class IdentificationReport:
           True
         """
         path = Path(path)
-        if not path.exists() and path.suffix != ".npz" and path.with_name(
+        if not path.exists() and path.suffix.lower() != ".npz" and path.with_name(
                 path.name + ".npz").exists():
             path = path.with_name(path.name + ".npz")
         if not path.exists():
@@ -1005,8 +1005,9 @@ def simulate_identification(
     Args:
       data: a :class:`~jaxeval.ScoreMatrix` (candidate rows must be fully observed), a
         pandas DataFrame (models as rows, items as columns, read with its labels) or a
-        2-D array of scores, or a :class:`SyntheticSpec`. A frame or array names no
-        data set, so ``settings["data"]`` records its type, shape and a content digest
+        2-D array of scores, or a :class:`SyntheticSpec`. A frame or array (or a
+        ScoreMatrix built in memory, source ``"<array>"``) names no data set, so
+        ``settings["data"]`` records its type, shape and a content digest
         (``"DataFrame [300, 541] sha256:..."``) to tell runs on other data apart.
       policy: ``"pulse_ucb"`` (the default, as in :class:`~jaxeval.IdentificationCampaign`
         and a study's first policy: PULSE's difference estimate + ``sqrt(a / N)``, the
@@ -1104,8 +1105,11 @@ def simulate_identification(
         raise ValueError(f"policy must be one of {_policies.POLICIES}, got {policy!r}")
     unnamed = None  # a frame or an array names no data set: its settings say what it was
     if _is_frame(data) or isinstance(data, (np.ndarray, jax.Array, list, tuple)):
-        unnamed = type(data).__name__
+        unnamed = "jax.Array" if isinstance(data, jax.Array) else type(data).__name__
         data = as_score_matrix(data, "data")  # (labelled frames keep their names)
+    elif isinstance(data, ScoreMatrix) and data.source == "<array>":
+        unnamed = "ScoreMatrix"  # (built in memory: no file or data set name)
+    if unnamed is not None:
         unnamed = (f"{unnamed} [{data.n_models}, {data.n_items}] sha256:"
                    f"{_content_digest(data)}")
     K = check_int("K", K, 2)

@@ -176,7 +176,7 @@ class DataSource:
     @classmethod
     def from_dict(cls, d: Any, where: str = "data") -> DataSource:
         if isinstance(d, str):
-            d = {"npz": d} if d.endswith(".npz") else {"dataset": d}
+            d = {"npz": d} if d.lower().endswith(".npz") else {"dataset": d}
         d = _check_keys(d, ("dataset", "npz", "synthetic"), where)
         if len(d) != 1:
             raise StudyConfigError(

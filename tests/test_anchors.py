@@ -1669,7 +1669,10 @@ def _batched_lapack_calls(text: str) -> list[str]:
     operand of more than two dimensions). JAX writes the LAPACK calls when it lowers a
     program, and XLA batches none of its own, so the lowered text answers without the
     compilation (most of these tests' time: 58 of 66 s for the protocol's kernel);
-    ``test_seqlinalg_makes_no_batched_lapack_call`` checks that both texts agree."""
+    ``test_seqlinalg_makes_no_batched_lapack_call`` checks that both texts agree on the
+    helpers and on a batched solve, eigh and Cholesky. The compiled branch reads the
+    first result's rank only, so it misses a batched call whose first result is a
+    batch of vectors (``geev``, ``gtsv``); the lowered branch flags those too."""
     import re
 
     out = []

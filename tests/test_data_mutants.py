@@ -253,3 +253,26 @@ def test_to_npz_keeps_an_upper_case_suffix_and_calls_to_target_refuses_nan(tmp_p
     with pytest.raises(ValueError, match=r"calls \(2,\) and accuracy \(3,\)"):
         calls_to_target([10, 20], [0.5, 0.9, 1.0])
     assert calls_to_target([10, 20, 30], [0.5, 0.9, 1.0]) == pytest.approx(25.0)
+
+
+def test_every_saver_keeps_an_upper_case_npz_suffix(tmp_path):
+    """``load`` reads ``.NPZ`` as ``.npz``; every ``.npz`` writer keeps such a name (they
+    wrote ``x.NPZ.npz``) and its reader finds the file."""
+    from jaxeval import IdentificationCampaign, SyntheticSpec, simulate_identification
+    from jaxeval._simulate import IdentificationReport
+
+    sm = jaxeval.synthetic_score_matrix(0, 30, 20)
+    rep = simulate_identification(SyntheticSpec(n_items=20), "ucbe", K=2, n_replicates=2)
+    rep.to_npz(tmp_path / "r.NPZ")
+    assert IdentificationReport.from_npz(tmp_path / "r.NPZ").settings == rep.settings
+    lr = jaxeval.fit_factorization(sm, 1, 1.0, num_steps=5)
+    lr.to_npz(tmp_path / "f.NPZ")
+    assert jaxeval.LowRankLogistic.from_npz(tmp_path / "f.NPZ").rank == 1
+    pred = jaxeval.fit_anchors(sm, 3, method="random_mean", seed=0)
+    pred.save(tmp_path / "a.NPZ")
+    assert jaxeval.AnchorPredictor.load(tmp_path / "a.NPZ").k == 3
+    camp = IdentificationCampaign(["a", "b"], items=sm.items, policy="ucbe")
+    camp.save(tmp_path / "c.NPZ")
+    assert IdentificationCampaign.load(tmp_path / "c.NPZ").candidates.tolist() == ["a", "b"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.NPZ", "c.NPZ", "f.NPZ",
+                                                           "r.NPZ"]

@@ -606,3 +606,34 @@ def test_a_cached_plan_keeps_its_output_shapes_per_dtype_mode():
         assert wide.out_shapes["n"].dtype == np.int64  # (int32 with x64 off)
         assert wide.run(0, 0, 6, progress=False)["n"].dtype == np.int64
     assert first.out_shapes["n"].dtype == np.int32
+
+
+_WIDTH = 2
+
+
+def test_results_take_the_shapes_the_program_returns_not_stale_cached_ones():
+    """The cached output shapes can be stale: a plan built (shapes traced) while a global
+    the function reads held 2, run after it changed to 1 (the program is traced when
+    first called). The results follow the program: [4, 1], not four values broadcast
+    into a [4, 2] buffer (a review's probe found that with the cache alone)."""
+    global _WIDTH
+
+    def fn(key):
+        return {"v": jax.random.uniform(key, (_WIDTH,))}
+
+    _WIDTH = 2
+    try:
+        first = ReplicatePlan(fn, 4, devices=jax.devices()[:1], lanes=4)
+        assert first.out_shapes["v"].shape == (2,)
+        _WIDTH = 1
+        plan = ReplicatePlan(fn, 4, devices=jax.devices()[:1], lanes=4)
+        out = plan.run(0, 0, 4, progress=False)
+        assert out["v"].shape == (4, 1)
+        want = [jax.random.uniform(jax.random.fold_in(jax.random.key(0), i), (1,))
+                for i in range(4)]
+        np.testing.assert_array_equal(out["v"], np.stack(want))
+        assert plan.out_shapes["v"].shape == (1,)  # and the cache now says so
+        assert ReplicatePlan(fn, 4, devices=jax.devices()[:1], lanes=4).out_shapes[
+            "v"].shape == (1,)
+    finally:
+        _WIDTH = 2

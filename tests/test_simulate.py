@@ -229,7 +229,13 @@ def test_refuses_bad_data_type_and_reads_arrays():
     other = simulate_identification(arr, "ucbe", K=3, n_replicates=1).settings["data"]
     digest = b.settings["data"].split("sha256:")[1]
     assert again == f"ndarray [40, 50] sha256:{digest}" and other != again
-    assert a.settings["data"] == sm.source
+    assert a.settings["data"] == sm.source  # a named source is kept
+    inmem = simulate_identification(jaxeval.ScoreMatrix(arr), "ucbe", K=3, n_replicates=1)
+    assert inmem.settings["data"] == other.replace("ndarray", "ScoreMatrix")
+    import jax.numpy as jnp
+
+    jx = simulate_identification(jnp.asarray(arr), "ucbe", K=3, n_replicates=1)
+    assert jx.settings["data"] == other.replace("ndarray", "jax.Array")
 
 
 def _report(acc, budgets=(10, 20, 40, 80), K=2, n=40):

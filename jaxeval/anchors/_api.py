@@ -480,7 +480,7 @@ class AnchorPredictor:
             np.savez(path, **arrays)
             return None  # a file object: written as given
         p = Path(path)
-        p = p if p.suffix == ".npz" else p.with_name(p.name + ".npz")
+        p = p if p.suffix.lower() == ".npz" else p.with_name(p.name + ".npz")
         atomic_savez(p, arrays)
         return p
 
@@ -496,7 +496,8 @@ class AnchorPredictor:
         """
         if isinstance(path, (str, os.PathLike)):
             p = Path(path)
-            if not p.exists() and p.suffix != ".npz" and p.with_name(p.name + ".npz").is_file():
+            if (not p.exists() and p.suffix.lower() != ".npz"
+                    and p.with_name(p.name + ".npz").is_file()):
                 p = p.with_name(p.name + ".npz")  # save() appends .npz, as numpy does
             if not p.is_file():
                 raise FileNotFoundError(f"{path}: no such file")
