@@ -261,7 +261,7 @@ def test_every_saver_keeps_an_upper_case_npz_suffix(tmp_path):
     from jaxeval import IdentificationCampaign, SyntheticSpec, simulate_identification
     from jaxeval._simulate import IdentificationReport
 
-    sm = jaxeval.synthetic_score_matrix(0, 30, 20)
+    sm = jaxeval.synthetic_score_matrix(0, 80, 20)  # (enough validation models for 90%)
     rep = simulate_identification(SyntheticSpec(n_items=20), "ucbe", K=2, n_replicates=2)
     rep.to_npz(tmp_path / "r.NPZ")
     assert IdentificationReport.from_npz(tmp_path / "r.NPZ").settings == rep.settings
