@@ -71,6 +71,17 @@ def true_best(theta: np.ndarray) -> np.ndarray:
     return theta >= theta.max(axis=1, keepdims=True) - TIE_ATOL
 
 
+def recommended_correct(best: np.ndarray, rec: np.ndarray) -> np.ndarray:
+    """bool ``[R, C]``: whether each recommendation ``rec [R, C]`` is one of the true best
+    arms ``best [R, K]``. An index outside ``[0, K)`` (such as -1, "none") is wrong, as
+    in :func:`jaxeval.metrics.identification_correct`; ``np.take_along_axis`` alone would
+    wrap -1 onto the last arm."""
+    rec = np.asarray(rec).astype(np.int64)
+    K = best.shape[1]
+    ok = (rec >= 0) & (rec < K)
+    return np.take_along_axis(best, np.clip(rec, 0, K - 1), axis=1) & ok
+
+
 def calls_to_target(
     calls: Sequence[float], accuracy: Sequence[float], target: float = TARGET_ACCURACY
 ) -> float | None:
@@ -133,7 +144,7 @@ def _identification_summary(study: Any, results: Mapping[str, Mapping[str, np.nd
         calls = r["checkpoints.calls"]  # [R, C]
         R, C = rec.shape
         best = true_best(theta)
-        correct = np.take_along_axis(best, rec.astype(np.int64), axis=1)  # [R, C]
+        correct = recommended_correct(best, rec)  # [R, C]
         k_ok = correct.sum(axis=0)
         acc = k_ok / R
         lo, hi = wilson_interval(k_ok, R)

@@ -33,7 +33,7 @@ from jaxeval import _identification as idn
 from jaxeval import _policies
 from jaxeval._data import ScoreMatrix, _is_frame, as_score_matrix, atomic_savez, names_as_str
 from jaxeval._factorization import ItemFactors
-from jaxeval._report import calls_to_target, true_best
+from jaxeval._report import calls_to_target, recommended_correct, true_best
 from jaxeval._runner import DEFAULT_LANES, as_key, check_int, run_replicates
 
 __all__ = [
@@ -1389,7 +1389,7 @@ def _summarise(out, config, settings, instances, pool_models, has_pred) -> Ident
     R = theta.shape[0]
     best = true_best(theta)
     rec = np.asarray(cp.recommended)  # [R, C]
-    correct = np.take_along_axis(best, rec, axis=1)  # [R, C]
+    correct = recommended_correct(best, rec)  # [R, C]
     acc = correct.mean(axis=0)
     th = theta[:, None, None, :]
     lower, upper = np.asarray(cp.lower), np.asarray(cp.upper)  # [R, C, Q, K]

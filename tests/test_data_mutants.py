@@ -276,3 +276,18 @@ def test_every_saver_keeps_an_upper_case_npz_suffix(tmp_path):
     assert IdentificationCampaign.load(tmp_path / "c.NPZ").candidates.tolist() == ["a", "b"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.NPZ", "c.NPZ", "f.NPZ",
                                                            "r.NPZ"]
+
+
+def test_a_recommendation_outside_the_arms_is_wrong_in_the_reports():
+    """The reports' correctness agrees with ``identification_correct``: -1 and K are
+    wrong (``take_along_axis`` alone read -1 as the last arm, the true best here)."""
+    from jaxeval._report import recommended_correct, true_best
+    from jaxeval.metrics import identification_correct
+
+    theta = np.array([[0.1, 0.2, 0.9], [0.5, 0.5, 0.1]])
+    rec = np.array([[-1, 2, 3], [0, 1, -1]])
+    got = recommended_correct(true_best(theta), rec)
+    assert got.tolist() == [[False, True, False], [True, True, False]]
+    for r in range(2):
+        want = identification_correct(jnp.asarray(rec[r]), jnp.asarray(theta[r]))
+        assert got[r].tolist() == np.asarray(want).tolist()
