@@ -5,22 +5,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_confseq import _run, ref_betting  # (a sequence's scan; float64 betting)
 
 from jaxeval import _confseq as cs_mod
 from jaxeval import _sampling as smp
 from jaxeval._estimators import lambda_stats_init, lambda_stats_update, plugin_lambda
 
 TOL = cs_mod.NUM_TOL
-
-
-def _run(cs, ys, los, his, ms, alpha):
-    def step(st, x):
-        st = cs.update(st, *x, jnp.float32(alpha))
-        return st, jnp.stack(cs.bounds(st))
-
-    xs = tuple(jnp.asarray(a, jnp.float32) for a in (ys, los, his, ms))
-    _, b = jax.lax.scan(step, cs.init(()), xs)
-    return np.asarray(b)
 
 
 def _ref_eb(ys, los, his, ms, alpha):
@@ -104,35 +95,6 @@ def test_plugin_lambda_variance_floor_is_per_pair():
     np.testing.assert_allclose(lam, [0.3, 1.0], rtol=1e-6)
 
 
-def _ref_betting(ys, los, his, ms, alpha, grid, trunc=0.5):
-    """float64 grid betting from the module docstring: a cell once rejected stays rejected."""
-    edges = np.linspace(0, 1, grid + 1)
-    left, right = edges[:-1], edges[1:]
-    thr = np.log(2 / alpha)
-    swy = sw = sz2 = 0.0
-    klo, khi, rej = np.zeros(grid), np.zeros(grid), np.zeros(grid, bool)
-    lower, upper = 0.0, 1.0
-    out = []
-    for k, (y, lo, hi, m) in enumerate(zip(ys, los, his, ms), start=1):
-        w = max(hi - lo, 1e-6)
-        mu = np.clip((swy + m / w**2) / (sw + 1 / w**2), lo, hi)
-        v = w**2 * (0.25 + sz2) / k
-        d = mu - right
-        klo += np.log1p(np.clip(d / (v + d**2), 0, trunc / np.maximum(right - lo, 1e-6))
-                        * (y - right))
-        d = left - mu
-        khi += np.log1p(np.clip(d / (v + d**2), 0, trunc / np.maximum(hi - left, 1e-6))
-                        * (left - y))
-        rej |= (klo >= thr) | (khi >= thr)
-        new_lo = left[~rej].min() if (~rej).any() else 1.0
-        new_hi = right[~rej].max() if (~rej).any() else 0.0
-        lower = np.clip(max(lower, max(new_lo, lo) - TOL), 0, 1)
-        upper = np.clip(min(upper, min(new_hi, hi) + TOL), 0, 1)
-        swy, sw, sz2 = swy + y / w**2, sw + 1 / w**2, sz2 + (y - mu) ** 2 / w**2
-        out.append((lower, upper))
-    return np.array(out)
-
-
 def test_betting_rejection_is_forever():
     """40 terms at 0 then 60 at 1 (a miscoverage path): the upper tests reject the high
     cells first, their capital then falls back below the threshold, and the lower tests
@@ -143,7 +105,7 @@ def test_betting_rejection_is_forever():
     ys = np.concatenate([np.zeros(t0), np.ones(t1)])
     los, his, ms = np.zeros(t0 + t1), np.ones(t0 + t1), np.full(t0 + t1, 0.5)
     got = _run(cs_mod.get("betting", grid_size=32), ys, los, his, ms, 0.1)
-    want = _ref_betting(ys, los, his, ms, 0.1, 32)
+    want = ref_betting(ys, los, his, ms, 0.1, 32)
     assert want[-1, 0] > want[-1, 1]  # the path does empty the set
     np.testing.assert_allclose(got, want, atol=2e-4)
 
@@ -158,7 +120,7 @@ def test_betting_mean_estimate_clipped_to_current_range():
     his = np.concatenate([np.ones(t0), np.full(t1, 0.4)])
     ms = (los + his) / 2
     got = _run(cs_mod.get("betting", grid_size=32), ys, los, his, ms, 0.1)
-    want = _ref_betting(ys, los, his, ms, 0.1, 32)
+    want = ref_betting(ys, los, his, ms, 0.1, 32)
     np.testing.assert_allclose(got, want, atol=2e-4)
 
 
