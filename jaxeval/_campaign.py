@@ -49,7 +49,8 @@ import numpy as np
 
 from jaxeval import _identification as idn
 from jaxeval import _policies, _sampling
-from jaxeval._data import ScoreMatrix, as_score_matrix, is_missing, out_of_unit_hint
+from jaxeval._data import ScoreMatrix, as_score_matrix, is_missing, npz_name, out_of_unit_hint
+from jaxeval._data import array_digest as _digest
 from jaxeval._factorization import ItemFactors
 from jaxeval._io import open_npz
 from jaxeval._runner import check_int, default_impl_key, int_seed
@@ -121,16 +122,6 @@ def _chmod_like_a_new_file(tmp: Path, path: Path) -> None:
         os.chmod(tmp, mode)
     except OSError:  # pragma: no cover - a file system without permissions
         pass
-
-
-def _digest(*arrays: np.ndarray) -> str:
-    """SHA-256 of the arrays' dtypes, shapes and bytes, in order."""
-    h = hashlib.sha256()
-    for x in arrays:
-        x = np.ascontiguousarray(x)
-        h.update(f"{x.dtype.str}{x.shape}".encode())
-        h.update(x.tobytes())
-    return h.hexdigest()
 
 
 def _same_value(a: Any, b: Any) -> bool:
@@ -935,8 +926,8 @@ class IdentificationCampaign:
         if not isinstance(overwrite, (bool, np.bool_)):
             raise TypeError(f"overwrite: expected a bool, got {overwrite!r}")
         path = Path(path)
-        if path.suffix.lower() != ".npz" and not path.exists():
-            path = path.with_suffix(path.suffix + ".npz")
+        if not path.exists():
+            path = npz_name(path)
         if not path.parent.is_dir():
             raise FileNotFoundError(f"path: the folder {path.parent} of {path} does not exist")
         if self._dropped and self._dropped[0] == path.resolve():

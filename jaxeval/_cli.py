@@ -541,8 +541,9 @@ def _lines(path: str, what: str, comments: bool = False) -> list[str]:
 
 def _npz_path(value: str) -> Path:
     """``value`` with ``.npz`` appended unless it has it (as numpy's savez does)."""
-    path = Path(value)
-    return path if path.suffix.lower() == ".npz" else path.with_suffix(path.suffix + ".npz")
+    from jaxeval._data import npz_name
+
+    return npz_name(value)
 
 
 def _new_npz(what: str, value: str, why: str = "") -> Path:

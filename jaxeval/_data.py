@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import hashlib
 import json
 import os
 import time
@@ -793,9 +794,7 @@ class ScoreMatrix(FrozenState):
           >>> back.scores.tolist(), back.models.tolist()
           ([[1.0, 0.5]], ['m'])
         """
-        path = Path(path)
-        if path.suffix.lower() != ".npz":  # (load() reads the suffix in any case)
-            path = path.with_name(path.name + ".npz")
+        path = npz_name(path)
         arrays = dict(
             scores=self.scores,
             mask=self.mask,
@@ -923,6 +922,33 @@ def _pid_alive(pid: int) -> bool:
     except (OverflowError, OSError):  # (PermissionError: another user's process)
         return True
     return True
+
+
+def array_digest(*arrays: Any) -> str:
+    """SHA-256 of the arrays' dtypes, shapes and bytes, in order."""
+    h = hashlib.sha256()
+    for x in arrays:
+        x = np.ascontiguousarray(x)
+        h.update(f"{x.dtype.str}{x.shape}".encode())
+        h.update(x.tobytes())
+    return h.hexdigest()
+
+
+def npz_name(path: str | os.PathLike) -> Path:
+    """``path`` with ``.npz`` appended unless it ends so, in any case (``m.NPZ`` stays:
+    :func:`jaxeval.load` reads the suffix in any case), as the ``.npz`` writers name
+    their files."""
+    path = Path(path)
+    return path if path.suffix.lower() == ".npz" else path.with_name(path.name + ".npz")
+
+
+def saved_npz(path: str | os.PathLike) -> Path:
+    """The file an ``.npz`` writer saved as ``path``: ``path`` itself, or
+    :func:`npz_name` of it when only that exists (the readers accept either)."""
+    path = Path(path)
+    if not path.exists() and npz_name(path) != path and npz_name(path).exists():
+        return npz_name(path)
+    return path
 
 
 def atomic_savez(path: Path, arrays: Mapping[str, Any], *, compressed: bool = False) -> None:

@@ -28,6 +28,7 @@ from jaxeval._data import (
     as_score_matrix,
     atomic_savez,
     default_labels,
+    npz_name,
 )
 from jaxeval._runner import _concrete_int, as_key, check_int, stage_printer
 
@@ -435,18 +436,12 @@ class LowRankLogistic(FrozenState):
           (True, 50, '.npz')
         """
         import json
-        import os
 
         extra = {}
         if self.selection is not None:
             extra = {f"selection_{k}": np.asarray(v) for k, v in self.selection.items()}
         if not hasattr(path, "write"):
-            path = os.fspath(path)
-            if not str(path).lower().endswith(".npz"):
-                path = f"{path}.npz"
-            from pathlib import Path
-
-            path = Path(path)
+            path = npz_name(path)
         meta = {"format": "jaxeval-lowrank/1", "final_loss": self.final_loss,
                 "info": {k: _json_value(v) for k, v in self.info.items()}}
         arrays = dict(

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import json
 import math
 import os
@@ -31,7 +30,16 @@ from numpy.typing import ArrayLike
 
 from jaxeval import _identification as idn
 from jaxeval import _policies
-from jaxeval._data import ScoreMatrix, _is_frame, as_score_matrix, atomic_savez, names_as_str
+from jaxeval._data import (
+    ScoreMatrix,
+    _is_frame,
+    array_digest,
+    as_score_matrix,
+    atomic_savez,
+    names_as_str,
+    npz_name,
+    saved_npz,
+)
 from jaxeval._factorization import ItemFactors
 from jaxeval._report import calls_to_target, recommended_correct, true_best
 from jaxeval._runner import DEFAULT_LANES, as_key, check_int, run_replicates
@@ -505,9 +513,7 @@ class IdentificationReport:
         if hasattr(path, "write"):
             np.savez_compressed(path, **arrays)
             return None
-        path = Path(path)
-        if path.suffix.lower() != ".npz":
-            path = path.with_name(path.name + ".npz")
+        path = npz_name(path)
         atomic_savez(path, arrays, compressed=True)
         return path
 
@@ -525,10 +531,7 @@ class IdentificationReport:
           >>> back.calls_to(0.9) == rep.calls_to(0.9)
           True
         """
-        path = Path(path)
-        if not path.exists() and path.suffix.lower() != ".npz" and path.with_name(
-                path.name + ".npz").exists():
-            path = path.with_name(path.name + ".npz")
+        path = saved_npz(path)
         if not path.exists():
             raise FileNotFoundError(f"{path}: no such report file")
         fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -940,12 +943,7 @@ def _canonical_budgets(budgets, fractions, total, warn=True):
 def _content_digest(sm: ScoreMatrix) -> str:
     """The first 12 hex digits of a SHA-256 over a matrix's scores, mask and names: two
     simulations on frames or arrays ran on the same data when their settings agree."""
-    h = hashlib.sha256()
-    for a in (sm.scores, sm.mask):
-        h.update(f"{a.dtype.str}{a.shape};".encode())
-        h.update(np.ascontiguousarray(a).tobytes())
-    h.update("\0".join(sm.models.tolist() + sm.items.tolist()).encode())
-    return h.hexdigest()[:12]
+    return array_digest(sm.scores, sm.mask, sm.models, sm.items)[:12]
 
 
 def simulate_identification(

@@ -26,7 +26,9 @@ from jaxeval._data import (
     default_labels,
     frame_names,
     is_missing,
+    npz_name,
     out_of_unit_hint,
+    saved_npz,
 )
 from jaxeval._runner import _concrete_int, as_key, check_int, int_seed, stage_printer
 from jaxeval.anchors._intervals import conformal_quantile, dr_estimate, sample_non_anchors
@@ -479,8 +481,7 @@ class AnchorPredictor:
                                 f"{path!r}")
             np.savez(path, **arrays)
             return None  # a file object: written as given
-        p = Path(path)
-        p = p if p.suffix.lower() == ".npz" else p.with_name(p.name + ".npz")
+        p = npz_name(path)
         atomic_savez(p, arrays)
         return p
 
@@ -495,10 +496,7 @@ class AnchorPredictor:
             they are not the saved ones (in any order: scores are read by item name).
         """
         if isinstance(path, (str, os.PathLike)):
-            p = Path(path)
-            if (not p.exists() and p.suffix.lower() != ".npz"
-                    and p.with_name(p.name + ".npz").is_file()):
-                p = p.with_name(p.name + ".npz")  # save() appends .npz, as numpy does
+            p = saved_npz(path)  # save() appends .npz, as numpy does
             if not p.is_file():
                 raise FileNotFoundError(f"{path}: no such file")
             with open(p, "rb") as fh:
