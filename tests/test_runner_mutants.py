@@ -1,0 +1,300 @@
+"""Gaps a mutation review of the replicate runner and the anchor evaluation protocol
+found: each test fails on a plausible bug the rest of the suite let through."""
+
+import io
+
+import jax
+import numpy as np
+import pytest
+
+from jaxeval import _runner
+from jaxeval._runner import ReplicatePlan, as_key, run_replicates
+
+
+def _uniform(key):
+    return jax.random.uniform(key)
+
+
+def _key_data(seed):
+    return np.asarray(jax.random.key_data(as_key(seed))).tolist()
+
+
+# ------------------------------------------------------------------ seeds and keys
+def test_seed_2_pow_32_is_not_seed_0():
+    """2**32 is the first seed past 32 bits: ``jax.random.key`` (x64 off) keeps its low
+    32 bits, i.e. seed 0, so it must take the 64-bit path like every larger seed."""
+    assert _key_data(2**32) == [1, 0] != _key_data(0)
+    assert _key_data(2**32 - 1) == [0, 2**32 - 1]
+
+
+# ------------------------------------------------------------------ index bounds
+def test_the_last_replicate_index_below_2_pow_32_runs():
+    """Indices are uint32: ``start + n_replicates == 2**32`` (the last index 2**32 - 1)
+    is allowed, in ``run_replicates`` and in ``iter_ranges``; one more is refused."""
+    f = lambda key, i: i  # noqa: E731
+    idx = run_replicates(f, 0, 4, start=2**32 - 4, lanes=4, devices=jax.devices()[:1],
+                         progress=False, with_index=True)
+    assert idx.tolist() == [2**32 - 4, 2**32 - 3, 2**32 - 2, 2**32 - 1]
+    plan = ReplicatePlan(f, 4, lanes=4, devices=jax.devices()[:1], with_index=True)
+    ((lo, hi, res),) = plan.iter_ranges(0, [(2**32 - 4, 2**32)])
+    assert (lo, hi) == (2**32 - 4, 2**32) and res.tolist() == idx.tolist()
+    with pytest.raises(ValueError, match=r"replicate indices must stay below 2\*\*32, got "
+                                         r"4294967297"):
+        list(plan.iter_ranges(0, [(2**32 - 3, 2**32 + 1)]))
+    with pytest.raises(ValueError, match="start=4294967292 and n_replicates=5"):
+        run_replicates(f, 0, 5, start=2**32 - 4, progress=False, with_index=True)
+
+
+# ------------------------------------------------------------------ chunking
+def test_an_offset_run_dispatches_each_aligned_window_once(monkeypatch):
+    """``run(start=...)`` cuts its ranges at the lane block of ``start`` plus whole
+    chunks, so each range is one aligned dispatch; ranges cut at ``start + chunk``
+    instead straddle two windows each and compute (almost) every chunk twice."""
+    starts = []
+    dispatch = ReplicatePlan._dispatch
+
+    def spy(self, key_data, lo):
+        starts.append(lo)
+        return dispatch(self, key_data, lo)
+
+    monkeypatch.setattr(ReplicatePlan, "_dispatch", spy)
+    kw = dict(chunk_size=64, lanes=32, devices=jax.devices()[:1], progress=False)
+    out = run_replicates(_uniform, 7, 177, start=123, **kw)
+    assert starts == [96, 160, 224, 288]
+    whole = run_replicates(_uniform, 7, 300, **kw)
+    np.testing.assert_array_equal(out, whole[123:])
+
+
+# ------------------------------------------------------------------ progress lines
+def test_progress_formats_at_their_boundaries():
+    """60 s reads as a minute and 0.1/s as a rate (the thresholds are inclusive)."""
+    assert _runner._fmt_s(60.0) == "1m00s" and _runner._fmt_s(59.9) == "59.9s"
+    assert _runner._fmt_s(3600.0) == "1h00m" and _runner._fmt_s(3599.0) == "59m59s"
+    assert _runner._fmt_rate(0.1) == "0.1/s" and _runner._fmt_rate(10.0) == "10/s"
+    assert _runner._fmt_rate(0.05) == "20.0s each"
+    # a task done in its one chunk has nothing left to estimate: no first-chunk note
+    out = io.StringIO()
+    _runner.Progress(8, stream=out).update(8)
+    assert "8/8 replicates" in out.getvalue() and "compilation included" not in out.getvalue()
+
+
+# ------------------------------------------------------------------ the protocol
+def _protocol_matrix():
+    from jaxeval import synthetic_score_matrix
+
+    return synthetic_score_matrix(seed=0, n_models=60, n_items=40)
+
+
+def _captured_protocol(monkeypatch, sm, k, methods, seeds, **kw):
+    """``evaluate_protocol`` and the raw kernel output it was computed from."""
+    from jaxeval.anchors import _protocol
+
+    real, seen = _protocol._kernel_jit, []
+
+    def spy(*args):
+        out = real(*args)
+        seen.append(jax.tree.map(np.asarray, out))
+        return out
+
+    monkeypatch.setattr(_protocol, "_kernel_jit", spy)
+    return _protocol.evaluate_protocol(sm, k, methods, seeds=seeds, **kw), seen[0]
+
+
+def test_protocol_results_are_methods_by_seeds_and_recomputable(monkeypatch):
+    """Every per-method array is ``[methods, seeds, ...]`` in the order asked for (two
+    methods, three seeds: a transposed array has another shape), and each figure is
+    the one its definition gives from the reported test predictions and radius."""
+    sm = _protocol_matrix()
+    methods, seeds = ("random_mean", "random_ridge"), (5, 3, 8)
+    r, _ = _captured_protocol(monkeypatch, sm, 4, methods, seeds)
+    M, S = len(methods), len(seeds)
+    sm = sm.drop_duplicates()  # (what the protocol splits)
+    h = sm.protocol_split(5).test.n_models
+    assert r.methods == methods and r.seeds == seeds
+    for a in (r.mae_pp, r.tau_b, r.coverage, r.width):
+        assert a.shape == (M, S)
+    assert r.anchors.shape == (M, S, 4) and r.predictions.shape == (M, S, h)
+    assert np.shape(r.info["val_mse"]) == (S, M) and np.shape(r.info["radius"]) == (M, S)
+    rad = np.asarray(r.info["radius"])
+    for j, s in enumerate(seeds):
+        sp = sm.protocol_split(s)
+        y = sp.test.true_score().astype(np.float64)
+        yv = sp.validation.true_score().astype(np.float64)
+        for i, m in enumerate(methods):
+            p = r.predictions[i, j].astype(np.float64)
+            assert r.mae_pp[i, j] == pytest.approx(100 * np.abs(p - y).mean(), rel=1e-5)
+            lo, hi = np.clip(p - rad[i, j], 0, 1), np.clip(p + rad[i, j], 0, 1)
+            assert r.width[i, j] == pytest.approx((hi - lo).mean(), rel=1e-6)
+            assert r.coverage[i, j] == ((lo <= y) & (y <= hi)).mean()
+            assert np.isfinite(rad[i, j]) and rad[i, j] > 0
+            if j != 1:
+                continue
+            # the anchors are this split's and this method's: refitting on the split
+            # with the split seed's key gives them (and the validation MSE) again
+            from jaxeval.anchors import fit_anchors
+
+            f = fit_anchors(sp.train, 4, method=m, seed=s, validation=sp.validation)
+            np.testing.assert_array_equal(r.anchors[i, j], f.anchor_index)
+            assert rad[i, j] == pytest.approx(f.radius, rel=1e-5)
+            pv = np.clip(f.predict(sp.validation.take(items=f.anchor_items).scores)[0], 0, 1)
+            assert r.info["val_mse"][j][i] == pytest.approx(((pv - yv) ** 2).mean(), rel=1e-4)
+
+
+def test_protocol_unbiased_estimate_figures(monkeypatch):
+    """The DR estimate's MAE is in percentage points (like every MAE reported), its
+    coverage counts an interval's ends as inside, and ``anchors_of`` names the method
+    whose anchors it used."""
+    sm = _protocol_matrix()
+    methods = ("random_mean", "random_ridge")
+    r, raw = _captured_protocol(monkeypatch, sm, 4, methods, (5, 3), dr_items=6)
+    y = np.stack([sm.drop_duplicates().protocol_split(s).test.true_score() for s in (5, 3)])
+    y = y.astype(np.float64)
+    est, lo, hi = raw["dr"][:, 0], raw["dr"][:, 1], raw["dr"][:, 2]
+    np.testing.assert_allclose(r.dr["mae_pp"], 100 * np.abs(est - y).mean(-1), rtol=1e-6)
+    assert float(np.min(r.dr["mae_pp"])) > 0.5  # (pp: a fraction would be ~100x smaller)
+    np.testing.assert_array_equal(r.dr["coverage"], ((lo <= y) & (y <= hi)).mean(-1))
+    np.testing.assert_allclose(r.dr["width"], (hi - lo).mean(-1), rtol=1e-6)
+    assert r.dr["m"] == 6
+    assert r.dr["anchors_of"] == [methods[int(i)] for i in raw["dr_pick"]]
+    # every test model gets its own draw of extra items: with an exact estimate of each
+    # (all non-anchors drawn) the interval is a point, its ends count as covered
+    full, raw_full = _captured_protocol(monkeypatch, sm, 4, ("random_mean",), (5,),
+                                        dr_items=36)
+    assert float(np.max(full.dr["width"])) < 1e-4
+    ends = raw_full["dr"][0]
+    assert full.dr["coverage"].tolist() == [((ends[1] <= y[0]) & (y[0] <= ends[2])).mean()]
+
+
+def test_protocol_summary_lines():
+    """``summary()``: MAE mean +- sd in pp, tau-b, coverage and width in pp per method,
+    and the DR line when there is one."""
+    from jaxeval.anchors import evaluate_protocol
+
+    r = evaluate_protocol(_protocol_matrix(), 4, ("random_mean",), seeds=(5, 3), dr_items=6)
+    lines = r.summary().splitlines()
+    assert lines[0] == f"{r.info['dataset']} k=4 seeds=2"
+    m, t = r.mae_pp[0], r.tau_b[0]
+    assert lines[1] == (
+        f"  {'random_mean':18s} MAE {m.mean():6.2f} +- {m.std():5.2f}  "
+        f"tau {t.mean():5.3f} +- {t.std():5.3f}  cov {r.coverage[0].mean():5.3f}  "
+        f"width {100 * r.width[0].mean():5.2f} pp")
+    assert lines[2] == (
+        f"  {'unbiased (DR)':18s} MAE {r.dr['mae_pp'].mean():6.2f}  "
+        f"cov {r.dr['coverage'].mean():5.3f}  width {100 * r.dr['width'].mean():5.2f} pp")
+    assert m.std() > 0.005 and r.width[0].mean() > 0.01  # (the checks can tell)
+
+
+def test_protocol_arguments_and_data_handling():
+    """``k`` must leave a non-anchor item; duplicate models are dropped first (and only
+    with ``dedup``); an external target scores no DR estimate (it estimates the items'
+    mean, not the external score)."""
+    from jaxeval import ScoreMatrix
+    from jaxeval.anchors import evaluate_protocol
+
+    sm = _protocol_matrix()
+    with pytest.raises(ValueError, match=r"k: expected an integer in \[1, 39\]"):
+        evaluate_protocol(sm, 40, ("random_mean",), seeds=(1,))
+    twice = ScoreMatrix(np.concatenate([sm.scores, sm.scores[:10]]))
+    r = evaluate_protocol(twice, 4, ("random_mean",), seeds=(1,))
+    assert r.info["n_models"] == 60
+    r_all = evaluate_protocol(twice, 4, ("random_mean",), seeds=(1,), dedup=False)
+    assert r_all.info["n_models"] == 70
+    ext = ScoreMatrix(sm.scores, target=np.linspace(0.2, 0.8, 60))
+    r_ext = evaluate_protocol(ext, 4, ("random_mean",), seeds=(1,), dr_items=6)
+    assert r_ext.dr is None and r_ext.info["external_target"] is True
+
+
+def test_auto_chooses_by_cross_validation_below_auto_cv_below_only(monkeypatch):
+    """``auto`` cross-validates when there are fewer than ``Settings.auto_cv_below``
+    validation models, and chooses on the validation models from that many on (the
+    kernels are stubbed: which one runs first tells the choice)."""
+    import dataclasses
+
+    from jaxeval.anchors import Settings, _protocol
+
+    class Ran(Exception):
+        pass
+
+    def stub(name):
+        def fn(*args):
+            raise Ran(name)
+        return fn
+
+    monkeypatch.setattr(_protocol, "_cv_jit", stub("cv"))
+    monkeypatch.setattr(_protocol, "_kernel_jit", stub("kernel"))
+    sm = _protocol_matrix()  # 12 validation models
+    assert sm.drop_duplicates().protocol_split(1).validation.n_models == 12
+    for below, first in ((12, "kernel"), (13, "cv")):
+        st = dataclasses.replace(Settings(), auto_cv_below=below)
+        with pytest.raises(Ran, match=first):
+            _protocol.evaluate_protocol(sm, 4, ("auto",), seeds=(1,), settings=st)
+
+
+def test_a_plan_rounds_its_chunk_up_to_whole_lane_blocks():
+    """``ReplicatePlan``'s chunk is ``chunk_size`` rounded *up* to whole blocks of
+    ``lanes`` per device, so a range of ``chunk_size`` replicates fits in one."""
+    plan = ReplicatePlan(_uniform, 5, lanes=4, devices=jax.devices()[:1])
+    assert plan.chunk_size == 8 and plan.per_device == 8
+    ((lo, hi, res),) = plan.iter_ranges(3, [(0, 5)])
+    np.testing.assert_array_equal(res, run_replicates(_uniform, 3, 5, lanes=4,
+                                                      devices=jax.devices()[:1],
+                                                      progress=False))
+
+
+# ------------------------------------------------------------------ compiled-plan cache
+def test_plan_cache_tells_index_calls_and_lane_widths_apart():
+    """A function run with and without ``with_index`` (it takes either), or with two
+    lane widths of the same per-device chunk, gets a program of its own each time: a
+    cache key without them reused the other call's program."""
+    def fn(key, *i):  # a fresh function: its own plans
+        return jax.random.uniform(key) + (i[0].astype(np.float32) if i else 0.0)
+
+    kw = dict(devices=jax.devices()[:1], progress=False, chunk_size=8)
+    plain = run_replicates(fn, 1, 8, lanes=4, **kw)
+    indexed = run_replicates(fn, 1, 8, lanes=4, with_index=True, **kw)
+    np.testing.assert_allclose(indexed - plain, np.arange(8), rtol=1e-6)
+    run_replicates(fn, 1, 8, lanes=8, **kw)  # per-device chunk 8 again, other lanes
+    assert sorted((k[1], k[-1]) for k in _runner._PLANS[fn]) == [(4, False), (4, True),
+                                                                  (8, False)]
+
+
+def test_plan_cache_drops_the_least_recently_used(monkeypatch):
+    """At most ``_PLAN_CACHE_SIZE`` programs are held, the least recently used dropped."""
+    monkeypatch.setattr(_runner, "_PLAN_CACHE_SIZE", 2)
+
+    def make(c):
+        return lambda key: jax.random.uniform(key) + c
+
+    fns = [make(c) for c in range(3)]
+    kw = dict(devices=jax.devices()[:1], lanes=4, progress=False)
+    for f in fns:
+        run_replicates(f, 0, 4, **kw)
+    assert len(_runner._PLAN_ORDER) <= 2
+    assert not _runner._PLANS.get(fns[0]) and _runner._PLANS[fns[2]]
+
+
+# ------------------------------------------------------------------ argument checks
+def test_runner_helpers_name_bad_arguments():
+    from jaxeval._runner import default_impl_key, int_seed, stage_printer
+
+    with pytest.raises(TypeError, match="progress: expected True or False, got 'yes'"):
+        stage_printer("fit", "yes")
+    with pytest.raises(ValueError, match="devices: expected at least one device, got none"):
+        ReplicatePlan(_uniform, 4, devices=[])
+    rbg = jax.random.key(0, impl="rbg")
+    with pytest.raises(ValueError, match="keys of the default PRNG implementation"):
+        default_impl_key(rbg)
+    with pytest.raises(ValueError, match="keys of the default PRNG implementation"):
+        run_replicates(_uniform, rbg, 2, progress=False)
+    # a keyed call's int seeds for different purposes are different draws
+    key = jax.random.key(0)
+    assert len({int_seed(key, key, p) for p in (1, 2, 3)}) == 3
+
+
+def test_stage_printer_lines(capsys):
+    from jaxeval._runner import stage_printer
+
+    stage_printer("fit", True)("step one")
+    stage_printer("fit", False)("quiet")
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("fit: step one [") and err[0].endswith(" s]")
