@@ -230,6 +230,42 @@ def test_auto_chooses_by_cross_validation_below_auto_cv_below_only(monkeypatch):
             _protocol.evaluate_protocol(sm, 4, ("auto",), seeds=(1,), settings=st)
 
 
+def test_the_unbiased_estimate_uses_the_candidate_cross_validation_picked_even_the_first():
+    """``protocol_kernel``'s ``auto_pick`` (cross-validation's choice among the candidates
+    present) sets the anchors of the unbiased estimate, position 0 included; only a
+    negative one means "the best on validation". The candidates are ordered so that
+    position 0 is the one validation would not choose."""
+    import jax.numpy as jnp
+
+    from jaxeval.anchors import Settings
+    from jaxeval.anchors._methods import SplitData
+    from jaxeval.anchors._protocol import protocol_kernel
+
+    rng = np.random.default_rng(3)
+    ability = rng.normal(size=(90, 1))
+    s = (rng.random((90, 30)) < 1 / (1 + np.exp(-ability - rng.normal(size=(1, 30)))))
+    s = s.astype(np.float32)
+    y = s.mean(1)
+    d = SplitData(*(jnp.asarray(a) for a in (s[:50], y[:50], s[50:70], y[50:70])))
+    methods = ("kmeans_ridge", "greedy_ridge")
+    st = Settings(kmeans_iters=5, ridge_swaps=2)
+
+    kernel = jax.jit(protocol_kernel, static_argnums=(3, 4, 5, 6, 9))
+
+    def run(pick, cands=methods):
+        return kernel(jax.random.key(0), d, jnp.asarray(s[70:]), 4, methods, st, 5, 0.1,
+                      jnp.int32(pick), cands)
+
+    out = run(-1)
+    best = int(out["dr_pick"])
+    val_mse = np.mean((np.clip(np.asarray(out["val"]), 0, 1) - y[50:70]) ** 2, axis=1)
+    assert int(np.argmin(val_mse)) == best
+    order = (methods[1 - best], methods[best])  # position 0: validation's loser
+    first, second = run(0, order), run(1, order)
+    assert int(first["dr_pick"]) == 1 - best and int(second["dr_pick"]) == best
+    assert not np.array_equal(np.asarray(first["dr"]), np.asarray(second["dr"]))
+
+
 def test_a_plan_rounds_its_chunk_up_to_whole_lane_blocks():
     """``ReplicatePlan``'s chunk is ``chunk_size`` rounded *up* to whole blocks of
     ``lanes`` per device, so a range of ``chunk_size`` replicates fits in one."""
