@@ -203,9 +203,17 @@ def test_bad_range_text(tmp_path, capsys):
     (["--coordinator", "host:99999", "--num-processes", "1", "--process-id", "0"],
      "--coordinator: expected HOST:PORT"),
 ])
-def test_distributed_flags_refused_unless_complete(tmp_path, capsys, args, match):
+def test_distributed_flags_refused_unless_complete(tmp_path, capsys, monkeypatch, args, match):
     """Without --coordinator the process flags would be ignored: every process of an
-    array job would then run and write the whole study into one folder."""
+    array job would then run and write the whole study into one folder. (A flag let
+    through fails at once here, not after a whole default study or a restart.)"""
+    import jaxeval._study
+
+    def ran(*a, **k):
+        raise AssertionError("the bad flags were accepted")
+
+    monkeypatch.setattr(jaxeval._study, "run_study", ran)
+    monkeypatch.setattr(cli_module.os, "execve", ran)
     p = tmp_path / "s.json"
     p.write_text(json.dumps({"kind": "identification"}))
     with pytest.raises(SystemExit) as e:
