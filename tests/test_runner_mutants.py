@@ -234,7 +234,8 @@ def test_the_unbiased_estimate_uses_the_candidate_cross_validation_picked_even_t
     """``protocol_kernel``'s ``auto_pick`` (cross-validation's choice among the candidates
     present) sets the anchors of the unbiased estimate, position 0 included; only a
     negative one means "the best on validation". The candidates are ordered so that
-    position 0 is the one validation would not choose."""
+    position 0 is the one validation would not choose. Each model's extra items are its
+    own draw."""
     import jax.numpy as jnp
 
     from jaxeval.anchors import Settings
@@ -249,11 +250,12 @@ def test_the_unbiased_estimate_uses_the_candidate_cross_validation_picked_even_t
     d = SplitData(*(jnp.asarray(a) for a in (s[:50], y[:50], s[50:70], y[50:70])))
     methods = ("kmeans_ridge", "greedy_ridge")
     st = Settings(kmeans_iters=5, ridge_swaps=2)
+    te = np.concatenate([s[70:], s[70:71]])  # the last test model repeats the first
 
     kernel = jax.jit(protocol_kernel, static_argnums=(3, 4, 5, 6, 9))
 
     def run(pick, cands=methods):
-        return kernel(jax.random.key(0), d, jnp.asarray(s[70:]), 4, methods, st, 5, 0.1,
+        return kernel(jax.random.key(0), d, jnp.asarray(te), 4, methods, st, 5, 0.1,
                       jnp.int32(pick), cands)
 
     out = run(-1)
@@ -264,6 +266,9 @@ def test_the_unbiased_estimate_uses_the_candidate_cross_validation_picked_even_t
     first, second = run(0, order), run(1, order)
     assert int(first["dr_pick"]) == 1 - best and int(second["dr_pick"]) == best
     assert not np.array_equal(np.asarray(first["dr"]), np.asarray(second["dr"]))
+    # each model draws its own extra items: two equal rows, two different estimates
+    np.testing.assert_array_equal(out["test"][:, 0], out["test"][:, -1])
+    assert out["dr"][0, 0] != out["dr"][0, -1]
 
 
 def test_a_plan_rounds_its_chunk_up_to_whole_lane_blocks():
