@@ -38,7 +38,6 @@ import sys
 import tempfile
 import time
 import warnings
-import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,14 @@ import numpy as np
 
 from jaxeval import _identification as idn
 from jaxeval import _policies, _sampling
-from jaxeval._data import ScoreMatrix, as_score_matrix, is_missing, npz_name, out_of_unit_hint
+from jaxeval._data import (
+    NPZ_READ_ERRORS,
+    ScoreMatrix,
+    as_score_matrix,
+    is_missing,
+    npz_name,
+    out_of_unit_hint,
+)
 from jaxeval._data import array_digest as _digest
 from jaxeval._factorization import ItemFactors
 from jaxeval._io import open_npz
@@ -1034,7 +1040,7 @@ class IdentificationCampaign:
                     try:  # only a shortcut: if it cannot be read, the answers replay
                         while (name := f"state_{len(arrays['state'])}") in z.files:
                             arrays["state"].append(np.asarray(z[name]))
-                    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+                    except (*NPZ_READ_ERRORS, KeyError):
                         arrays["state"] = []
             if not isinstance(meta, dict):
                 raise ValueError(f"its meta entry is a {type(meta).__name__}, not a mapping")
@@ -1047,7 +1053,7 @@ class IdentificationCampaign:
             if lens.shape != arrays["arms"].shape or int(lens.sum()) != arrays["index"].size \
                     or arrays["index"].size != arrays["scores"].size:
                 raise ValueError("the answers' arrays disagree in length")
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        except (*NPZ_READ_ERRORS, KeyError) as e:
             raise ValueError(f"{path}: not a saved jaxeval campaign ({e})") from None
         return path, meta, arrays
 

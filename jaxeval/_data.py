@@ -14,7 +14,10 @@ import hashlib
 import json
 import os
 import time
+import tokenize
 import types
+import zipfile
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -949,6 +952,14 @@ def saved_npz(path: str | os.PathLike) -> Path:
     if not path.exists() and npz_name(path) != path and npz_name(path).exists():
         return npz_name(path)
     return path
+
+
+# What reading a damaged .npz raises besides OSError and ValueError: a cut or garbled zip
+# member (EOFError, BadZipFile, zlib.error), or a garbled .npy header, which numpy reads
+# as a Python literal (tokenize.TokenError, SyntaxError). The readers catch these and say
+# which file is not what they read.
+NPZ_READ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error,
+                   tokenize.TokenError, SyntaxError)
 
 
 def atomic_savez(path: Path, arrays: Mapping[str, Any], *, compressed: bool = False) -> None:

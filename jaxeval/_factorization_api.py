@@ -22,6 +22,7 @@ import numpy as np
 
 from jaxeval import _factorization as fz
 from jaxeval._data import (
+    NPZ_READ_ERRORS,
     FrozenState,
     ScoreMatrix,
     _is_frame,
@@ -470,7 +471,6 @@ class LowRankLogistic(FrozenState):
         was added, load with ``final_loss`` NaN and an empty ``info``)."""
         import json
         import os
-        import zipfile
 
         if isinstance(path, (str, os.PathLike)) and not os.path.exists(path):
             raise FileNotFoundError(f"{path}: no such file")
@@ -523,8 +523,7 @@ class LowRankLogistic(FrozenState):
                 raise ValueError(f"inconsistent shapes: V {out.V.shape}, c {out.c.shape}, "
                                  f"u_mean {out.u_mean.shape}, items {out.items.shape}, "
                                  f"U {out.U.shape}, models {out.models.shape}")
-        except (OSError, ValueError, KeyError, EOFError, TypeError, AttributeError,
-                zipfile.BadZipFile) as e:
+        except (*NPZ_READ_ERRORS, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"{path}: not a factorization saved by to_npz ({e})") from None
         return out
 

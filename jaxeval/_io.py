@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import zipfile
-import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from jaxeval._data import ScoreMatrix, names_as_str, rename_duplicates
+from jaxeval._data import NPZ_READ_ERRORS, ScoreMatrix, names_as_str, rename_duplicates
 
 __all__ = ["load", "load_npz"]
 
@@ -63,7 +61,7 @@ def load_npz(
     try:
         with open_npz(path) as z:
             data = {k: z[k] for k in z.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError, zlib.error) as e:
+    except NPZ_READ_ERRORS as e:
         raise ValueError(f"{src}: not a readable .npz file ({type(e).__name__}: {e})") from e
     if "scores" not in data:
         raise ValueError(f"{src}: missing field 'scores' (fields present: {sorted(data)})")

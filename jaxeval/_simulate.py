@@ -31,6 +31,7 @@ from numpy.typing import ArrayLike
 from jaxeval import _identification as idn
 from jaxeval import _policies
 from jaxeval._data import (
+    NPZ_READ_ERRORS,
     ScoreMatrix,
     _is_frame,
     array_digest,
@@ -538,7 +539,7 @@ class IdentificationReport:
         try:
             with np.load(path, allow_pickle=False) as z:
                 got = {k: z[k] for k in z.files}
-        except (OSError, ValueError) as e:
+        except NPZ_READ_ERRORS as e:
             raise ValueError(f"{path}: not an identification report saved by to_npz ({e})") \
                 from None
         missing = sorted(set(fields) - set(got) - {"calls"})

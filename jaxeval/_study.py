@@ -2204,13 +2204,13 @@ def _write_fit(path: Path, study: IdentificationStudy, arrays: Mapping[str, np.n
 def _read_fit(path: Path, study: IdentificationStudy | None = None) -> dict[str, np.ndarray]:
     """A factorization written by :func:`_write_fit` (``study``: refuse one of another
     split or fit settings). Raises :class:`StudyFolderError` naming the file."""
-    import zipfile
+    from jaxeval._data import NPZ_READ_ERRORS
 
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: np.asarray(z[k]) for k in _FIT_FIELDS}
             fid = json.loads(str(z["id"]))
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+    except (*NPZ_READ_ERRORS, KeyError) as e:
         raise StudyFolderError(f"{path}: not a study's saved factorization ({e})") from None
     if not all(np.isfinite(a).all() for a in arrays.values()):
         raise StudyFolderError(f"{path}: the saved factorization has non-finite values")

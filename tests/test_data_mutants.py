@@ -291,3 +291,33 @@ def test_a_recommendation_outside_the_arms_is_wrong_in_the_reports():
     for r in range(2):
         want = identification_correct(jnp.asarray(rec[r]), jnp.asarray(theta[r]))
         assert got[r].tolist() == np.asarray(want).tolist()
+
+
+def test_a_garbled_npy_header_is_a_clean_error_in_every_npz_reader(tmp_path):
+    """numpy reads an .npy header as a Python literal, so a garbled one (a flipped byte
+    of a compressed file gets past the zip CRC) raised tokenize.TokenError out of the
+    readers that caught only OSError / ValueError / zip errors."""
+    import zipfile
+
+    from jaxeval import IdentificationCampaign, IdentificationReport
+    from jaxeval._study import StudyFolderError, _read_fit
+
+    header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (2, \n"
+    npy = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + b"\0" * 8
+    bad = tmp_path / "bad.npz"
+    with zipfile.ZipFile(bad, "w") as z:
+        for k in ("scores", "meta", "id", "key", "V", "c", "u_mean", "arms", "lens", "index",
+                  "items", "calls", "U", "b"):
+            z.writestr(f"{k}.npy", npy)
+    readers = {
+        "not a readable .npz file": lambda: jaxeval.load(bad),
+        "not an identification report": lambda: IdentificationReport.from_npz(bad),
+        "not a factorization saved by to_npz": lambda: jaxeval.LowRankLogistic.from_npz(bad),
+        "not a readable saved AnchorPredictor": lambda: jaxeval.AnchorPredictor.load(bad),
+        "not a saved jaxeval campaign": lambda: IdentificationCampaign.load(bad),
+    }
+    for said, read in readers.items():
+        with pytest.raises(ValueError, match=rf"bad\.npz: {said}"):
+            read()
+    with pytest.raises(StudyFolderError, match=r"bad\.npz: not a study's saved factorization"):
+        _read_fit(bad)
