@@ -202,6 +202,11 @@ def test_bad_range_text(tmp_path, capsys):
      "--coordinator: expected HOST:PORT (e.g. host0:1234), got 'nonsense'"),
     (["--coordinator", "host:99999", "--num-processes", "1", "--process-id", "0"],
      "--coordinator: expected HOST:PORT"),
+    # one past the end each (mutation review)
+    (["--coordinator", "host:65536", "--num-processes", "1", "--process-id", "0"],
+     "--coordinator: expected HOST:PORT (e.g. host0:1234), got 'host:65536'"),
+    (["--coordinator", "localhost:1", "--num-processes", "2", "--process-id", "2"],
+     "--process-id: expected an integer in [0, 1] (--num-processes 2), got 2"),
 ])
 def test_distributed_flags_refused_unless_complete(tmp_path, capsys, monkeypatch, args, match):
     """Without --coordinator the process flags would be ignored: every process of an

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import jaxeval
-from jaxeval import _cli as cli_module
 from jaxeval._cli import main
 from jaxeval._lmeval import load_lm_eval
 from jaxeval._tables import load_table
@@ -68,6 +67,17 @@ def test_an_explicit_wide_layout_gets_no_guessed_layout_hint(tmp_path):
     assert "read as a wide table" not in str(e.value)
 
 
+def test_three_zero_one_values_under_a_names_header_are_an_item(tmp_path):
+    """Three or more 0 / 1 values cannot be distinct model names, even under an empty
+    (index-like) header: the first column is refused as an item, not taken as names."""
+    p = _write(tmp_path / "w.csv", ",q1\n1,0.5\n0,0.25\n1,1\n")
+    with pytest.raises(ValueError, match=r"w\.csv: no 'model' column, and the first column "
+                       r"'', which would name the models, holds only scores in \[0, 1\]"):
+        load_table(p)
+    two = load_table(_write(tmp_path / "two.csv", ",q1\n0,0.5\n1,0.25\n"))  # ids of 2 models
+    assert two.models.tolist() == ["0", "1"] and two.items.tolist() == ["q1"]
+
+
 # ------------------------------------------------------- lm-evaluation-harness
 def _lines(path, records):
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -119,41 +129,6 @@ def test_lm_eval_bad_runs_missing_and_task_arguments_are_refused(tmp_path):
 
 
 # ---------------------------------------------------------------- command line
-@pytest.mark.parametrize("args, match", [
-    (["--coordinator", "host:65536", "--num-processes", "1", "--process-id", "0"],
-     "--coordinator: expected HOST:PORT (e.g. host0:1234), got 'host:65536'"),
-    (["--coordinator", "localhost:1", "--num-processes", "2", "--process-id", "2"],
-     "--process-id: expected an integer in [0, 1] (--num-processes 2), got 2"),
-])
-def test_distributed_flags_at_their_bounds_are_refused(tmp_path, capsys, monkeypatch, args,
-                                                       match):
-    """Port 65536 and --process-id == --num-processes are one past the end; accepted,
-    the command would restart itself into jax.distributed (stopped here)."""
-    def no_restart(*a, **k):
-        raise AssertionError("the command would restart into jax.distributed")
-
-    monkeypatch.setattr(cli_module.os, "execve", no_restart)
-    p = tmp_path / "s.json"
-    p.write_text(json.dumps({"kind": "identification"}))
-    with pytest.raises(SystemExit) as e:
-        main(["run", str(p), "--out", str(tmp_path / "o"), *args])
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert f"jaxeval run: error: {match}" in err, err
-    assert not (tmp_path / "o").exists()
-
-
-def test_three_zero_one_values_under_a_names_header_are_an_item(tmp_path):
-    """Three or more 0 / 1 values cannot be distinct model names, even under an empty
-    (index-like) header: the first column is refused as an item, not taken as names."""
-    p = _write(tmp_path / "w.csv", ",q1\n1,0.5\n0,0.25\n1,1\n")
-    with pytest.raises(ValueError, match=r"w\.csv: no 'model' column, and the first column "
-                       r"'', which would name the models, holds only scores in \[0, 1\]"):
-        load_table(p)
-    two = load_table(_write(tmp_path / "two.csv", ",q1\n0,0.5\n1,0.25\n"))  # ids of 2 models
-    assert two.models.tolist() == ["0", "1"] and two.items.tolist() == ["q1"]
-
-
 @pytest.mark.parametrize("filters, match", [
     (["strict-match", "arc=flexible-extract"],
      "--filter: either one FILTER for every task or TASK=FILTER pairs, not both"),
