@@ -95,7 +95,7 @@ def test_conformal_margin_is_at_least_absolute():
     q = float(conformal_quantile(jnp.full((9,), 1e-3, jnp.float32), 0.1))
     assert q - 1e-3 == pytest.approx(1e-6, rel=1e-3)
     q = float(conformal_quantile(jnp.full((9,), 50.0, jnp.float32), 0.1))
-    assert q == pytest.approx(50.0 * (1 + 1e-6), rel=1e-8)
+    assert q == pytest.approx(50.0 * (1 + 1e-6), rel=1e-7)  # a float32 step: 7.6e-8
 
 
 def test_conformal_quantile_with_a_traced_level_takes_the_same_rank():

@@ -309,8 +309,10 @@ def test_a_garbled_npy_header_is_a_clean_error_in_every_npz_reader(tmp_path):
         for k in ("scores", "meta", "id", "key", "V", "c", "u_mean", "arms", "lens", "index",
                   "items", "calls", "U", "b"):
             z.writestr(f"{k}.npy", npy)
+    with pytest.raises(ValueError, match=r"bad\.npz: not a readable \.npz file \("
+                       r"(TokenError|SyntaxError|IndentationError|ValueError: .*[Hh]eader)"):
+        jaxeval.load(bad)  # the header parser's error, named
     readers = {
-        "not a readable .npz file": lambda: jaxeval.load(bad),
         "not an identification report": lambda: IdentificationReport.from_npz(bad),
         "not a factorization saved by to_npz": lambda: jaxeval.LowRankLogistic.from_npz(bad),
         "not a readable saved AnchorPredictor": lambda: jaxeval.AnchorPredictor.load(bad),

@@ -102,7 +102,8 @@ def _captured_protocol(monkeypatch, sm, k, methods, seeds, **kw):
 
 def test_protocol_results_are_methods_by_seeds_and_recomputable(monkeypatch):
     """Every per-method array is ``[methods, seeds, ...]`` in the order asked for (two
-    methods, three seeds: a transposed array has another shape), and each figure is
+    methods, three seeds: a transposed array has another shape; ``info["val_mse"]`` is
+    ``[seeds, methods]``, as documented), and each figure is
     the one its definition gives from the reported test predictions and radius."""
     sm = _protocol_matrix()
     methods, seeds = ("random_mean", "random_ridge"), (5, 3, 8)
@@ -300,8 +301,15 @@ def test_plan_cache_tells_index_calls_and_lane_widths_apart():
 
 
 def test_plan_cache_drops_the_least_recently_used(monkeypatch):
-    """At most ``_PLAN_CACHE_SIZE`` programs are held, the least recently used dropped."""
+    """At most ``_PLAN_CACHE_SIZE`` programs are held, the least recently used dropped.
+    (Run on empty caches of its own: the suite's compiled programs stay cached.)"""
+    import collections
+    import weakref
+
     monkeypatch.setattr(_runner, "_PLAN_CACHE_SIZE", 2)
+    monkeypatch.setattr(_runner, "_PLANS", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(_runner, "_PLAN_CACHE", collections.OrderedDict())
+    monkeypatch.setattr(_runner, "_PLAN_ORDER", collections.OrderedDict())
 
     def make(c):
         return lambda key: jax.random.uniform(key) + c

@@ -306,7 +306,6 @@ def test_load_npz_notes_its_conversions_under_saved_metadata_without_any(tmp_pat
     assert sm.scores.dtype == np.float32
 
 
-
 def test_load_npz_notes_boolean_scores_converted(tmp_path):
     p = tmp_path / "b.npz"
     np.savez(p, scores=np.array([[True, False], [False, True]]))
