@@ -539,16 +539,12 @@ def _lines(path: str, what: str, comments: bool = False) -> list[str]:
     return names
 
 
-def _npz_path(value: str) -> Path:
-    """``value`` with ``.npz`` appended unless it has it (as numpy's savez does)."""
+def _new_npz(what: str, value: str, why: str = "") -> Path:
+    """The ``.npz`` path a command creates (``value`` with ``.npz`` appended unless it
+    ends so); an existing file is refused, never replaced."""
     from jaxeval._data import npz_name
 
-    return npz_name(value)
-
-
-def _new_npz(what: str, value: str, why: str = "") -> Path:
-    """The ``.npz`` path a command creates; an existing file is refused, never replaced."""
-    path = _npz_path(value)
+    path = npz_name(value)
     if path.exists():
         raise ValueError(f"{what}: {path} exists{why}; choose another name or delete it yourself")
     if not path.parent.is_dir():
@@ -628,9 +624,8 @@ def _cmd_campaign(args: argparse.Namespace) -> int:
     if args.action == "new":
         # every argument is checked and the campaign built before the lock is taken, so a
         # refused `new` leaves nothing behind (no campaign file, no lock file)
-        _new_npz("file", args.file, _NEW_CAMPAIGN_WHY)
+        path = _new_npz("file", args.file, _NEW_CAMPAIGN_WHY)
         camp = _new_campaign(args)
-        path = _npz_path(args.file)
         with _file_lock(path):  # two `new`s racing for one name: the second is refused
             path = _new_npz("file", args.file, _NEW_CAMPAIGN_WHY)
             camp.save(path)
