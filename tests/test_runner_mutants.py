@@ -347,3 +347,129 @@ def test_stage_printer_lines(capsys):
     stage_printer("fit", False)("quiet")
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("fit: step one [") and err[0].endswith(" s]")
+
+
+# ------------------------------------------------ evaluate_protocol around a fake kernel
+def _fake_protocol(monkeypatch, methods, seeds, settings, *, cv_best=None, dr_pick=None):
+    """``evaluate_protocol`` run on kernels replaced by fakes with known outputs.
+
+    The fake kernel's validation predictions are the targets moved towards 0.5 by a
+    per-seed, per-method amount (so validation MSE is that amount squared, and no
+    prediction is clipped); ``random_ridge`` (not a candidate) is the closest of all,
+    and candidate ``best[s]`` the closest of the candidates. Test predictions are a
+    constant per seed and method, anchors a shift of ``arange(k)``. The arguments the
+    kernels were called with are returned as well.
+    """
+    from jaxeval.anchors import _protocol
+
+    seen = {}
+
+    def fake_cv(keys, fd, s_ho, y_ho, k, cands, st, vmap):
+        seen["cv"] = (jax.tree.map(np.asarray, fd), np.asarray(s_ho), np.asarray(y_ho))
+        S, F, h = np.shape(y_ho)
+        res = np.full((S, len(cands), F, h), 0.3)
+        for s in range(S):  # candidate cv_best[s] has the smallest residuals
+            res[s, cv_best[s]] = np.linspace(-0.01, 0.02, F * h).reshape(F, h) * (s + 1)
+        return res
+
+    def fake_kernel(keys, d, s_te, k, fit_names, st, dr_m, alpha, picks, cands, halves,
+                    vmap, halved, auto_halved):
+        seen.update(fit_names=fit_names, picks=np.asarray(picks), cands=cands,
+                    halves=None if halves is None else [np.asarray(h) for h in halves])
+        y_val = np.asarray(d.y_val)
+        S, hv = y_val.shape
+        h, M = s_te.shape[1], len(fit_names)
+        best = [(3 * s + 1) % len(cands) for s in range(S)]
+        seen["val_best"] = [fit_names.index(cands[b]) for b in best]
+        val, test = np.zeros((S, M, hv)), np.zeros((S, M, h))
+        for s in range(S):
+            for j, name in enumerate(fit_names):
+                e = 0.05 + 0.01 * j
+                e = 0.02 if j == seen["val_best"][s] else e
+                e = 0.001 if name == "random_ridge" else e
+                val[s, j] = y_val[s] + e * np.sign(0.5 - y_val[s])
+                test[s, j] = 0.2 + 0.01 * j + 0.001 * s
+        anchors = (np.arange(k)[None, None] + np.arange(M)[None, :, None]
+                   + np.arange(S)[:, None, None]) % s_te.shape[2]
+        out = {"val": val, "test": test, "anchors": anchors}
+        if halves is not None:
+            n_half = len(halves[0][0])
+            out["half_res"] = np.stack([np.linspace(-0.1, 0.2, 2 * n_half).reshape(2, n_half)
+                                        * (s + 1) for s in range(S)])
+            out["half_pick"] = np.zeros((S, 2), np.int32)
+        if dr_m:
+            out["dr"] = np.stack([np.stack([np.full(h, 0.5), np.full(h, 0.4),
+                                            np.full(h, 0.6)])] * S)
+            out["dr_pick"] = np.full(S, dr_pick, np.int32)
+        return out
+
+    monkeypatch.setattr(_protocol, "_cv_jit", fake_cv)
+    monkeypatch.setattr(_protocol, "_kernel_jit", fake_kernel)
+    r = _protocol.evaluate_protocol(_protocol_matrix(), 4, methods, seeds=seeds,
+                                    settings=settings, dr_items=6 if dr_pick is not None else 0)
+    return r, seen
+
+
+def test_auto_chosen_on_validation_reports_its_pick_with_the_halves_radius(monkeypatch):
+    """Choosing on validation models, ``auto`` reports the candidate with the lowest
+    validation MSE per seed (a better method that is not a candidate does not count);
+    its radius comes from the residuals of the validation halves, and the halves are
+    each split seed's own; the unbiased estimate's ``anchors_of`` names the method it
+    used among all the methods fitted, candidates the user did not list included."""
+    from jaxeval.anchors import Settings, conformal_quantile
+    from jaxeval.anchors._methods import validation_halves
+
+    st = Settings(auto_cv_below=12, named_halves=False)  # 12 validation models
+    seeds = (5, 3)
+    r, seen = _fake_protocol(monkeypatch, ("random_ridge", "auto"), seeds, st, dr_pick=2)
+    fit_names = seen["fit_names"]
+    assert r.info["auto_choice"] == "validation"
+    for s, seed in enumerate(seeds):
+        j = seen["val_best"][s]
+        assert r.info["auto_picks"][s] == fit_names[j]
+        assert r.predictions[1, s] == pytest.approx(np.full(r.predictions.shape[2],
+                                                            0.2 + 0.01 * j + 0.001 * s))
+        np.testing.assert_array_equal(r.anchors[1, s], (np.arange(4) + j + s) % 40)
+        half = np.linspace(-0.1, 0.2, 12) * (s + 1)
+        want = float(conformal_quantile(np.asarray(half, np.float32), 0.1))
+        assert r.info["radius"][1][s] == pytest.approx(want, rel=1e-6)
+        a, b = validation_halves(12, seed)
+        np.testing.assert_array_equal(seen["halves"][0][s], a)
+        np.testing.assert_array_equal(seen["halves"][1][s], b)
+    assert not np.array_equal(seen["halves"][0][0], seen["halves"][0][1])
+    assert r.dr["anchors_of"] == [fit_names[2]] * 2 and fit_names[2] not in r.methods
+
+
+def test_auto_chosen_by_cross_validation_reports_that_pick_and_its_residuals(monkeypatch):
+    """Choosing by cross-validation, ``auto`` reports the candidate with the lowest
+    cross-validated MSE (not the validation favourite), passes its position among the
+    candidates to the kernel, takes its radius from that candidate's cross-fitted
+    residuals, and the folds are cut with each split seed."""
+    from jaxeval.anchors import Settings, conformal_quantile
+    from jaxeval.anchors._methods import SplitData, cv_folds
+
+    st = Settings(named_halves=False)  # 12 validation models < 100: cross-validation
+    seeds = (5, 3)
+    cv_best = (4, 0)
+    r, seen = _fake_protocol(monkeypatch, ("random_ridge", "auto"), seeds, st,
+                             cv_best=cv_best)
+    fit_names, cands = seen["fit_names"], seen["cands"]
+    assert r.info["auto_choice"] == "cv"
+    present = [m for m in cands if m in fit_names]
+    for s, seed in enumerate(seeds):
+        j = fit_names.index(cands[cv_best[s]])
+        assert j != seen["val_best"][s]
+        assert r.info["auto_picks"][s] == cands[cv_best[s]]
+        assert seen["picks"][s] == present.index(cands[cv_best[s]])
+        assert r.predictions[1, s] == pytest.approx(np.full(r.predictions.shape[2],
+                                                            0.2 + 0.01 * j + 0.001 * s))
+        res = np.linspace(-0.01, 0.02, seen["cv"][2].shape[1] * seen["cv"][2].shape[2])
+        want = float(conformal_quantile(np.asarray(res * (s + 1)), 0.1))
+        assert r.info["radius"][1][s] == pytest.approx(want, rel=1e-6)
+        sp = _protocol_matrix().drop_duplicates().protocol_split(seed)
+        d = SplitData(sp.train.scores, sp.train.true_score(), sp.validation.scores,
+                      sp.validation.true_score())
+        folds, s_ho, y_ho = cv_folds(d, st.auto_folds, seed)
+        np.testing.assert_array_equal(seen["cv"][1][s], s_ho)
+        np.testing.assert_array_equal(seen["cv"][0].s_tr[s], folds.s_tr)
+        np.testing.assert_array_equal(seen["cv"][2][s], y_ho)
