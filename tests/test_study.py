@@ -1195,7 +1195,7 @@ def test_a_folder_pins_its_factorization_for_resume_and_merge(tmp_path):
 
     study = study_from_dict({
         "kind": "identification", "data": "oll2_ifeval", "policies": ["pulse_ucb"],
-        "num_arms": 3, "budgets": [0.05, 0.2], "n_replicates": 16, "seed": 2,
+        "num_arms": 3, "budgets": [0.02, 0.05], "n_replicates": 16, "seed": 2,
         "chunk_size": 8, "rank": 2, "fit_steps": 50,
     })
     run_study(study, tmp_path / "all", progress=False)
