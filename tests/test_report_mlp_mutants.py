@@ -490,3 +490,24 @@ def test_train_mlp_keeps_the_earliest_best_checkpoint_of_its_path():
     still, _ = train_mlp(jax.random.key(1), x_tr, y_tr, x_val, y_val, num_steps=200,
                          eval_every=50, learning_rate=0.0, hidden=(8,))
     assert int(still.best_step) == 0
+
+
+def test_dropout_keep_at_rate_zero_keeps_even_the_largest_hash(monkeypatch):
+    """At rate 0 every entry is kept, the one whose hash is ``2**32 - 1`` too (a
+    threshold clamped to ``2**32 - 1`` dropped it). The seed is chosen by inverting the
+    hash so that entry 0 hashes to ``2**32 - 1``."""
+    from jaxeval.anchors._mlp import dropout_keep
+
+    M = 2**32
+    x = M - 1
+    for shift, mul in ((16, 0x846CA68B), (15, 0x7FEB352D), (16, None)):
+        y = x
+        for _ in range(3):  # x ^= x >> s, inverted (s >= 11: three rounds suffice)
+            y = x ^ (y >> shift)
+        x = y
+        if mul is not None:
+            x = x * pow(mul, -1, M) % M
+    seed = np.uint32(x)  # entry 0 of the iota: x0 = 0 * c + seed
+    monkeypatch.setattr(jax.random, "bits", lambda key, shape, dtype: jnp.asarray(seed))
+    assert not bool(dropout_keep(jax.random.key(0), (4,), 1e-9)[0])  # the hash is the max
+    assert bool(dropout_keep(jax.random.key(0), (4,), 0.0).all())
