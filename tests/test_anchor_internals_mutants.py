@@ -373,15 +373,17 @@ def test_bernstein_serfling_radius_where_it_is_the_smaller_bound():
     """Where the empirical-Bernstein bound is the smaller one, the radius is
     ``sd sqrt(2 rho log(5 / delta) / m) + kappa w log(5 / delta) / m`` (Bardenet and
     Maillard, Thm 3; ``rho = 1 - (m - 1) / N`` up to half the population,
-    ``delta = alpha / 4``, ``sd`` the biased standard deviation), exactly."""
+    ``delta = alpha / 4``, ``sd`` the biased standard deviation, ``w`` the width of the
+    known range): both terms count here (the first is 40% of the radius)."""
     m, pop, alpha = 4000, 10_000, 0.1
-    res = (0.5 + 0.001 * np.sin(np.arange(m))).astype(np.float32)
-    t = float(serfling_radius(jnp.asarray(res), 0.0, 1.0, pop, alpha))
-    rho = 1 - (m - 1) / pop
+    res = (0.5 + 0.28 * np.sin(np.arange(m))).astype(np.float32)
+    t = float(serfling_radius(jnp.asarray(res), -0.5, 1.5, pop, alpha))
+    rho, w = 1 - (m - 1) / pop, 2.0
     lg = np.log(5 / (alpha / 4))
     kappa = 7 / 3 + 3 / np.sqrt(2)
     sd = np.std(res.astype(np.float64))
-    want = sd * np.sqrt(2 * rho * lg / m) + kappa * lg / m
-    t_h = np.sqrt(rho * np.log(2 / (alpha / 2)) / (2 * m))
-    assert want < t_h  # (the Bernstein bound is the one that counts)
-    np.testing.assert_allclose(t, want, rtol=1e-4)
+    first, second = sd * np.sqrt(2 * rho * lg / m), kappa * w * lg / m
+    assert 0.3 < first / (first + second) < 0.5
+    t_h = w * np.sqrt(rho * np.log(2 / (alpha / 2)) / (2 * m))
+    assert first + second < t_h  # (the Bernstein bound is the one that counts)
+    np.testing.assert_allclose(t, first + second, rtol=1e-5)

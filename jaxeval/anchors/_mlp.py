@@ -49,8 +49,7 @@ def dropout_keep(key: jax.Array, shape: tuple, rate: float) -> jax.Array:
       >>> bool(abs(float(m.mean()) - 0.9) < 0.01)
       True
     """
-    t = int(round((1.0 - rate) * 2.0**32))
-    if t >= 2**32:  # rate 0 keeps every entry (a uint32 threshold would drop hash 2**32 - 1)
+    if rate <= 0:  # every entry (the largest uint32 threshold would drop hash 2**32 - 1)
         return jnp.ones(shape, bool)
     seed = jax.random.bits(key, (), jnp.uint32)
     x = jax.lax.iota(jnp.uint32, math.prod(shape)) * jnp.uint32(0x9E3779B9) + seed
@@ -59,7 +58,8 @@ def dropout_keep(key: jax.Array, shape: tuple, rate: float) -> jax.Array:
     x = x ^ (x >> 15)
     x = x * jnp.uint32(0x846CA68B)
     x = x ^ (x >> 16)
-    return (x < jnp.uint32(t)).reshape(shape)
+    threshold = jnp.uint32(min(int(round((1.0 - rate) * 2.0**32)), 2**32 - 1))
+    return (x < threshold).reshape(shape)
 
 
 class AnchorMLP(eqx.Module):
