@@ -13,8 +13,12 @@ Usage (from the repository root)::
     python benchmarks/compile_profile.py /tmp/prof            # by file
     python benchmarks/compile_profile.py /tmp/prof --programs  # by compiled program
 
-Worker time that is none of the three events is execution and Python. A test's
-figure includes compiling whatever it is the first in its worker to need.
+``PROFILE_DIR`` is required; the run's first process clears the ``profile_*.jsonl``
+files already there. Worker time that is none of the three events is execution and
+Python. A test's figure includes compiling whatever it is the first in its worker to
+need; what happens outside tests (collection, imports, start-up) is not counted, so the
+worker-seconds are the sum of the tests' wall times. Programs are told apart by function
+name only (two functions named ``<lambda>`` are one row).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import json
 import os
 import time
 from pathlib import Path
+
+import pytest
 
 _EVENTS = {
     "jaxpr_trace_duration": "trace",
@@ -46,12 +52,24 @@ def _listener(event: str, duration: float, **kw) -> None:
         prog[1] += duration
 
 
+def _folder() -> Path:
+    if not os.environ.get("PROFILE_DIR"):
+        raise pytest.UsageError("compile_profile: set PROFILE_DIR to the folder for its files")
+    return Path(os.environ["PROFILE_DIR"])
+
+
 def pytest_configure(config) -> None:
     import jax.monitoring
 
+    folder = _folder()
+    if not hasattr(config, "workerinput"):  # the first process: no files of an older run
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("profile_*.jsonl"):
+            old.unlink()
     jax.monitoring.register_event_duration_secs_listener(_listener)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item, nextitem) -> None:
     _state["test"] = item.nodeid
     _state["start"] = time.perf_counter()
@@ -63,7 +81,7 @@ def pytest_runtest_logfinish(nodeid, location) -> None:
     if acc is None or nodeid != _state["test"]:
         return  # (the xdist controller sees every test's report, but runs none)
     if _state["out"] is None:  # opened at the first test run here: none for the controller
-        out_dir = Path(os.environ.get("PROFILE_DIR", "compile-profile"))
+        out_dir = _folder()
         out_dir.mkdir(parents=True, exist_ok=True)
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         _state["out"] = open(out_dir / f"profile_{worker}.jsonl", "w")  # noqa: SIM115
