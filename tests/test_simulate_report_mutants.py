@@ -4,11 +4,13 @@ the bootstrap intervals and ratios of ``calls_to``, and the arrays ``_summarise`
 Every report here is built by hand (no simulation, no JAX compilation), so each expected
 value is worked out from the inputs."""
 
+import dataclasses
 import json
 import math
 
 import numpy as np
 import pytest
+from test_simulate import _report
 
 from jaxeval import _identification as idn
 from jaxeval import _simulate
@@ -18,9 +20,9 @@ BUDGETS = (10, 20, 40, 80)
 
 
 def _rep(correct=None, theta=None, calls=None, instance=None, instances=None, **over):
-    """A report of K = 2 arms, n = 40 items, four checkpoints; the curves follow from
-    ``correct`` / ``calls`` unless given in ``over``."""
-    K, n, C = 2, 40, len(BUDGETS)
+    """A report of K = 2 arms, n = 40 items, four checkpoints (``test_simulate``'s hand
+    report); the curves follow from ``correct`` / ``calls`` unless given in ``over``."""
+    K, C = 2, len(BUDGETS)
     correct = np.zeros((1, C), bool) if correct is None else np.asarray(correct, bool)
     R = correct.shape[0]
     theta = np.zeros((R, K), np.float32) if theta is None else np.asarray(theta, np.float32)
@@ -29,21 +31,16 @@ def _rep(correct=None, theta=None, calls=None, instance=None, instances=None, **
     acc = correct.mean(axis=0)
     kw = dict(
         budgets=np.asarray(BUDGETS, np.int64),
-        budget_fractions=np.asarray(BUDGETS) / (K * n),
-        accuracy=acc, accuracy_se=np.sqrt(acc * (1 - acc) / R),
-        calls_used=calls.mean(axis=0), cs_kinds=("eb",), coverage_family=np.ones(1),
-        coverage_family_at=np.ones((1, C)), coverage_arm=np.ones(1),
-        width=np.zeros((1, C)), naive_coverage_family=np.full(C, np.nan),
-        status_counts=np.zeros((C, 5), np.int64), correct=correct,
-        recommended=np.zeros((R, C), np.int32), theta=theta,
+        accuracy_se=np.sqrt(acc * (1 - acc) / R), calls_used=calls.mean(axis=0),
+        correct=correct, recommended=np.zeros((R, C), np.int32), theta=theta,
         instance=(np.full(R, -1, np.int32) if instance is None
                   else np.asarray(instance, np.int32)),
         instances=(np.zeros((0, K), np.int64) if instances is None
                    else np.asarray(instances, np.int64)),
-        pool_models=np.array([]), settings=dict(K=K, n_items=n), calls=calls,
+        status_counts=np.zeros((C, 5), np.int64), calls=calls,
     )
     kw.update(over)
-    return IdentificationReport(**kw)
+    return dataclasses.replace(_report(acc, BUDGETS, K=K, n=40), **kw)
 
 
 def _curve_rep():

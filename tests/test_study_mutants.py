@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_study import _edit_manifest
 
 from jaxeval._io import load_npz
 from jaxeval._study import (
@@ -67,13 +68,6 @@ def _copy(src, tmp_path, name="f"):
     dst = tmp_path / name
     shutil.copytree(src, dst)
     return dst
-
-
-def _edit_manifest(folder, fn):
-    p = Path(folder) / "manifest.json"
-    m = json.loads(p.read_text())
-    fn(m)
-    p.write_text(json.dumps(m))
 
 
 # ------------------------------------------------------------------ study_status
