@@ -646,12 +646,9 @@ class IdentificationCampaign:
         return _step(self._state, self._order_key, self._truth, data, self._config,
                      self._params, self._cap, self._table)
 
-    def _finished(self) -> str:
-        """Why nothing more can be asked now (``""``: something can)."""
-        return self._finished_at(self._state) or ("policy" if self._policy_done else "")
-
     def _finished_at(self, state) -> str:
-        """:meth:`_finished` for a kernel state, without the policy's own end."""
+        """Why nothing more can be asked at kernel state ``state`` (``""``: something
+        can), the policy's own end left out (:meth:`_walk` adds it)."""
         if bool(np.all(np.asarray(state.sampler.count) >= self._config.num_items)):
             return "exhausted"
         if int(state.calls) >= self.settings["budget"]:
