@@ -592,7 +592,7 @@ class AnchorPredictor:
     def __repr__(self) -> str:
         return (
             f"AnchorPredictor(k={self.k}, method={self.method!r}, kind={self.kind!r}, "
-            f"interval=+-{self.radius:.4f} at {1 - self.alpha:.0%}, "
+            f"interval=+-{self.radius:.4f} at {100 * (1 - self.alpha):.4g}%, "
             f"validation MAE {self.validation_mae_pp:.2f} pp)"
         )
 
@@ -884,7 +884,7 @@ def fit_anchors(
             need_val = 2 * -(-need_val // 2)
         warnings.warn(
             f"fit_anchors: {validation.n_models} validation models are too few for a "
-            f"{1 - alpha:.0%} conformal interval (at least {need_val} are needed"
+            f"{100 * (1 - alpha):.4g}% conformal interval (at least {need_val} are needed"
             + (" when the interval is calibrated on two equal halves of them"
                if half_res is not None else "")
             + "), so every interval is [0, 1]; pass a larger validation set or a "

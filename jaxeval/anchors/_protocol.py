@@ -430,8 +430,8 @@ def evaluate_protocol(
             f"evaluate_protocol: too few models ({y_val.shape[-1]} validation models, "
             + (f"{2 * (y_val.shape[-1] // 2)} of them in the validation halves, "
                if halves is not None else "")
-            + f"or cross-fitted residuals) for a {1 - alpha:.0%} conformal interval in some "
-            "splits: those intervals are [0, 1] (coverage 1, width 1); use a larger alpha",
+            + f"or cross-fitted residuals) for a {100 * (1 - alpha):.4g}% conformal interval "
+            "in some splits: those intervals are [0, 1] (coverage 1, width 1); use a larger alpha",
             stacklevel=2,
         )
     lo = np.clip(test - rad.T[:, :, None], 0, 1)
