@@ -600,10 +600,17 @@ def test_settings_a_policy_does_not_read_are_named_in_a_warning():
     assert unused_settings("pulse", True, "budget", "none", False, rank=3, fit_steps=9,
                            factors=object(), lam0="learned") == ["rank=3"]
     spec = jaxeval.SyntheticSpec(n_items=20)
-    with pytest.warns(UserWarning, match=r"lam0=0\.2, rank=2 have no effect for policy 'ucbe'"):
+    with pytest.warns(UserWarning, match=r"lam0=0\.2, rank=2 have no effect for policy 'ucbe'"
+                      r".* \(lam0 still recorded in settings as given\)$"):
         rep = jaxeval.simulate_identification(spec, "ucbe", K=2, n_replicates=4, lam0=0.2,
                                               rank=2, budget_fractions=(0.5,))
     assert rep.settings["lam0"] == 0.2  # recorded as given, as the message says
+    assert rep.settings["rank"] == spec.rank != 2  # the rank the run used: not said to be given
+    with pytest.warns(UserWarning, match=r"rank=2, fit_steps=7 have no effect .*"
+                                         r"with their defaults$"):
+        rep = jaxeval.simulate_identification(spec, "ucbe", K=2, n_replicates=4, rank=2,
+                                              fit_steps=7, budget_fractions=(0.5,))
+    assert "fit_steps" not in rep.settings
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         jaxeval.simulate_identification(spec, "ucbe", K=2, n_replicates=4, a=3.0,
