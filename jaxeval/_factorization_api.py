@@ -318,6 +318,8 @@ class LowRankLogistic(FrozenState):
             if not np.isfinite(u0).all():
                 raise ValueError("u_init: the warm start has non-finite values")
         try:
+            if isinstance(rho, (bool, np.bool_)):  # (True would pass as 1.0)
+                raise TypeError
             rho = self.online_rho if rho is None else float(rho)
         except (TypeError, ValueError):
             raise ValueError(f"rho: expected a finite value >= 0, got {rho!r}") from None
@@ -418,7 +420,8 @@ class LowRankLogistic(FrozenState):
         lines = [repr(self)]
         if self.selection is not None:
             sel = self.selection
-            lines.append(f"held-out log-loss (rows: rank, columns: rho {list(sel['rhos'])}):")
+            rhos = [float(x) for x in sel["rhos"]]  # (plain floats: numpy 2 prints np.float64(..))
+            lines.append(f"held-out log-loss (rows: rank, columns: rho {rhos}):")
             for r, row in zip(sel["ranks"], sel["heldout_loss"]):
                 lines.append(f"  r={int(r):>3}: " + " ".join(f"{v:.4f}" for v in row))
         return "\n".join(lines)
