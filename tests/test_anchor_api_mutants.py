@@ -1,14 +1,13 @@
 """Mutation-review tests of jaxeval.anchors' numpy surface (``fit_anchors`` and
 ``AnchorPredictor``): behaviours the other tests left open."""
 
-import json
 import re
 import warnings
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_anchors import FAST, _planted
+from test_anchors import FAST, _planted, edited_npz
 
 import jaxeval
 from jaxeval.anchors import AnchorPredictor, apply_map, conformal_quantile, fit_anchors
@@ -115,20 +114,6 @@ def test_save_load_restores_every_field(sm, tmp_path):
     _same_predictor(hand, AnchorPredictor.load(hand.save(tmp_path / "c")))
 
 
-def _edited(src, dst, **change):
-    with np.load(src) as z:
-        arrays = {k: z[k] for k in z.files}
-    meta = json.loads(str(arrays["meta"]))
-    for k, v in change.items():
-        if k in meta:
-            meta[k] = v
-        else:
-            arrays[k] = v
-    arrays["meta"] = np.array(json.dumps(meta))
-    np.savez(dst, **arrays)
-    return dst
-
-
 def test_load_refuses_a_negative_anchor_index_and_a_zero_alpha(tmp_path):
     """A saved file whose anchor index holds -1 (JAX would read the last item) or whose
     alpha is 0 is refused at load."""
@@ -136,8 +121,8 @@ def test_load_refuses_a_negative_anchor_index_and_a_zero_alpha(tmp_path):
     for name, change in (("neg", {"anchor_index": np.array([2, 5, -1], np.int32)}),
                          ("alpha0", {"alpha": 0.0}), ("alpha1", {"alpha": 1.0})):
         with pytest.raises(ValueError, match="not a readable saved AnchorPredictor"):
-            AnchorPredictor.load(_edited(p, tmp_path / f"{name}.npz", **change))
-    AnchorPredictor.load(_edited(p, tmp_path / "same.npz"))
+            AnchorPredictor.load(edited_npz(p, tmp_path / f"{name}.npz", **change))
+    AnchorPredictor.load(edited_npz(p, tmp_path / "same.npz"))
 
 
 def test_extra_items_can_take_every_non_anchor_and_no_more(sm):

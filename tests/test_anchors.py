@@ -697,6 +697,24 @@ def test_save_and_extra_items_name_their_argument(small_sm, tmp_path):
                                   npred.predict_unbiased(nx, extra, [1, 0, 1]))
 
 
+def edited_npz(src, dst, **change):
+    """A copy of the saved predictor ``src`` at ``dst`` with ``change`` applied: keys of
+    its JSON metadata are set there, any other key replaces (or adds) that array."""
+    import json
+
+    with np.load(src) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(str(arrays["meta"]))
+    for k, v in change.items():
+        if k in meta:
+            meta[k] = v
+        else:
+            arrays[k] = v
+    arrays["meta"] = np.array(json.dumps(meta))
+    np.savez(dst, **arrays)
+    return dst
+
+
 def test_load_refuses_inconsistent_contents(small_sm, tmp_path):
     """A saved predictor whose parts do not fit together (hand-edited or corrupt) is
     refused at ``load`` with the file named, instead of predicting nonsense (an
@@ -710,16 +728,7 @@ def test_load_refuses_inconsistent_contents(small_sm, tmp_path):
         good = {k: z[k] for k in z.files}
 
     def edited(name, **change):
-        arrays = dict(good)
-        meta = json.loads(str(arrays["meta"]))
-        for k, v in change.items():
-            if k in meta:
-                meta[k] = v
-            else:
-                arrays[k] = v
-        arrays["meta"] = np.array(json.dumps(meta))
-        np.savez(tmp_path / name, **arrays)
-        return tmp_path / name
+        return edited_npz(tmp_path / "p.npz", tmp_path / name, **change)
 
     cases = {
         "kind": dict(kind="nope"),

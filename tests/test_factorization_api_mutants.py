@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from test_factorization_mutants import lam0_by_hand
 
 import jaxeval
 
@@ -271,20 +272,8 @@ def test_learn_lam0_fits_each_fold_with_the_rank_and_rho_given():
     S = (rng.uniform(size=P.shape) < P).astype(float)
     kw = dict(rank=2, rho=3.0, num_steps=40)
     lam = jaxeval.learn_lam0(S, n_observed=(4,), folds=2, seed=2, **kw)
-    draw = np.random.default_rng([2, 0x1A40])
-    group = draw.permutation(16) % 2
-    num = den = 0.0
-    for f in range(2):
-        fit = jaxeval.fit_factorization(S[group != f], seed=2 + f, **kw)
-        held = S[group == f]
-        obs = np.zeros(held.shape, bool)
-        for i in range(held.shape[0]):
-            obs[i, draw.choice(held.shape[1], size=4, replace=False)] = True
-        p = fit.predict(np.where(obs, held, 0.0), obs).astype(np.float64)
-        for s, q, m in zip(held, p, ~obs):
-            num += np.mean((s[m] - s[m].mean()) * (q[m] - q[m].mean()))
-            den += np.var(q[m])
-    np.testing.assert_allclose(lam, min(max(num / den, 0.0), 1.0), rtol=1e-6)
+    np.testing.assert_allclose(lam, min(max(lam0_by_hand(S, 4, 2, **kw), 0.0), 1.0),
+                               rtol=1e-6)
 
 
 @pytest.mark.parametrize("sign, want", [(1.0, 1.0), (-1.0, 0.0)])

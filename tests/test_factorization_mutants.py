@@ -234,22 +234,31 @@ def test_learn_lam0_scores_only_the_items_the_factor_was_not_fitted_on():
     S = np.where(rng.uniform(size=P.shape) < 0.9, (rng.uniform(size=P.shape) < P), np.nan)
     kw = dict(rank=1, rho=1.0, num_steps=100)
     lam = jaxeval.learn_lam0(S, n_observed=(4,), folds=2, seed=5, **kw)
-    draw = np.random.default_rng([5, 0x1A40])
-    group = draw.permutation(24) % 2
+    slope = lam0_by_hand(S, 4, 5, **kw)
+    assert 0.0 < slope < 1.0  # not clipped
+    np.testing.assert_allclose(lam, slope, rtol=1e-6)
+
+
+def lam0_by_hand(S, c, seed, **kw):
+    """``learn_lam0``'s pooled slope (two folds, ``c`` observed items per held-out row,
+    NaN = missing), recomputed step by step with its row groups, draws and fits."""
+    import jaxeval
+
+    draw = np.random.default_rng([seed, 0x1A40])
+    group = draw.permutation(S.shape[0]) % 2
     num = den = 0.0
     for f in range(2):
-        fit = jaxeval.fit_factorization(S[group != f], seed=5 + f, **kw)
+        fit = jaxeval.fit_factorization(S[group != f], seed=seed + f, **kw)
         held = S[group == f]
         M = ~np.isnan(held)
         obs = np.zeros_like(M)
         for i in range(M.shape[0]):
-            obs[i, draw.choice(np.flatnonzero(M[i]), size=4, replace=False)] = True
+            obs[i, draw.choice(np.flatnonzero(M[i]), size=c, replace=False)] = True
         p = fit.predict(np.where(obs, held, 0.0), obs).astype(np.float64)
         for s, q, m in zip(held, p, M & ~obs):
             num += np.mean((s[m] - s[m].mean()) * (q[m] - q[m].mean()))
             den += np.var(q[m])
-    assert 0.0 < num / den < 1.0  # not clipped
-    np.testing.assert_allclose(lam, num / den, rtol=1e-6)
+    return num / den
 
 
 def test_update_by_default_iterates_until_the_factors_stop_moving(fitted, monkeypatch):
