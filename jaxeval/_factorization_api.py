@@ -87,6 +87,15 @@ NEWTON_ROUND = 10
 NEWTON_MAX = 200
 
 
+
+def _real_number(x: Any) -> bool:
+    """A real number (a 0-d int / float array too), not a bool or a string."""
+    try:
+        a = np.asarray(x)
+    except Exception:
+        return False
+    return a.ndim == 0 and a.dtype.kind in "iuf"
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class LowRankLogistic(FrozenState):
     """A fitted factorization ``S_ij ~ sigmoid(u_i . v_j + c_j)`` (numpy arrays).
@@ -317,12 +326,9 @@ class LowRankLogistic(FrozenState):
                 raise ValueError(f"u_init: expected shape {want}, got {u0.shape}")
             if not np.isfinite(u0).all():
                 raise ValueError("u_init: the warm start has non-finite values")
-        try:
-            if isinstance(rho, (bool, np.bool_)):  # (True would pass as 1.0)
-                raise TypeError
-            rho = self.online_rho if rho is None else float(rho)
-        except (TypeError, ValueError):
-            raise ValueError(f"rho: expected a finite value >= 0, got {rho!r}") from None
+        if rho is not None and not _real_number(rho):  # (True or "1.5" would pass float())
+            raise ValueError(f"rho: expected a finite value >= 0, got {rho!r}")
+        rho = self.online_rho if rho is None else float(rho)
         if not (np.isfinite(rho) and rho >= 0):
             raise ValueError(f"rho: expected a finite value >= 0, got {rho!r}")
         f = self.item_factors()
@@ -627,16 +633,8 @@ def fit_factorization(
             )
         return int(r)
 
-    def real(x: Any) -> bool:
-        """A real number (a 0-d int / float array too), not a bool or a string."""
-        try:
-            a = np.asarray(x)
-        except Exception:
-            return False
-        return a.ndim == 0 and a.dtype.kind in "iuf"
-
     def check_rho(x: Any, what: str) -> float:
-        if not real(x):
+        if not _real_number(x):
             raise ValueError(f"{what}: expected a float >= 0 or 'auto', got {x!r}")
         v = float(x)
         if not (np.isfinite(v) and v >= 0):
@@ -645,11 +643,11 @@ def fit_factorization(
 
     num_steps = check_int("num_steps", num_steps, 1)
     selection_steps = check_int("selection_steps", selection_steps, 1)
-    if not (real(learning_rate) and 0.0 < float(learning_rate) < np.inf):
+    if not (_real_number(learning_rate) and 0.0 < float(learning_rate) < np.inf):
         raise ValueError(f"learning_rate: expected a finite value > 0, got {learning_rate!r}")
     learning_rate = float(learning_rate)
     rv_given = None if rho_v is None else check_rho(rho_v, "rho_v")
-    if not (real(holdout_fraction) and 0.0 < float(holdout_fraction) < 1.0):
+    if not (_real_number(holdout_fraction) and 0.0 < float(holdout_fraction) < 1.0):
         raise ValueError(f"holdout_fraction: expected a value in (0, 1), got {holdout_fraction!r}")
     holdout_fraction = float(holdout_fraction)
     auto_rank = isinstance(rank, str)
@@ -848,11 +846,7 @@ def learn_lam0(
                          f"stay below 2**63; got {seed!r}")
     rank = check_int("rank", rank, 1)
     num_steps = check_int("num_steps", num_steps, 1)
-    try:
-        rho_ok = np.isfinite(float(rho)) and float(rho) >= 0 and not isinstance(rho, bool)
-    except (TypeError, ValueError):
-        rho_ok = False
-    if not rho_ok:
+    if not (_real_number(rho) and np.isfinite(float(rho)) and float(rho) >= 0):
         raise ValueError(f"rho: expected a finite value >= 0, got {rho!r}")
     say = stage_printer("learn_lam0", progress)
     rng = np.random.default_rng([int(seed), 0x1A40])

@@ -1192,14 +1192,15 @@ def simulate_identification(
     )
     if unused:
         # (settings holds the rank the run used, and neither fit_steps nor factors)
-        given = [u.split("=")[0] for u in unused
-                 if u.split("=")[0] not in ("rank", "fit_steps", "factors")]
+        recorded = [u.split("=")[0] for u in unused
+                    if u.split("=")[0] not in ("rank", "fit_steps", "factors")]
         warnings.warn(
             f"simulate_identification: {no_effect(unused, policy)} "
             f"(mode {mode!r}, corruption {corruption!r}, "
             f"{'with' if needs_pred else 'without'} predictions): the run is the same as with "
             "their defaults"
-            + (f" ({', '.join(given)} still recorded in settings as given)" if given else ""),
+            + (f" ({', '.join(recorded)} still recorded in settings as given)"
+               if recorded else ""),
             stacklevel=2,
         )
     if isinstance(data, SyntheticSpec):

@@ -1,5 +1,6 @@
-"""Mutation-review tests of jaxeval.anchors' numpy surface (``fit_anchors`` and
-``AnchorPredictor``): behaviours the other tests left open."""
+"""``fit_anchors`` and ``AnchorPredictor`` pinned to exact values: the interval's
+arithmetic, argument and score checks, every field a save keeps, extra items and
+``predict_unbiased``'s refusals, the default hold-out and the warnings."""
 
 import re
 import warnings
@@ -54,9 +55,9 @@ def test_interval_is_the_clipped_estimate_plus_or_minus_the_radius():
 
 def test_scores_below_zero_or_just_above_one_are_refused():
     """Anchor scores outside [0, 1] are refused naming anchor_scores, a little below 0
-    or a little above 1 as much as percentages; 0 and 1 themselves are scores."""
+    or a little above 1 as well as percentages; 0 and 1 themselves are scores."""
     pred = _by_hand()
-    for bad in ([-0.1, 0.5, 0.5], [0.5, 1.5, 0.5], [[0, 0, 0], [0, 1.01, 0]]):
+    for bad in ([-0.1, 0.5, 0.5], [0.5, 1.5, 0.5], [[0, 0, 0], [0, 1.01, 0]], [50, 80, 90]):
         with pytest.raises(ValueError, match=r"anchor_scores: scores must lie in \[0, 1\]"):
             pred.predict(np.array(bad))
     pred.predict(np.array([0.0, 1.0, 1.0]))
@@ -64,12 +65,13 @@ def test_scores_below_zero_or_just_above_one_are_refused():
 
 def test_repr_names_k_method_kind_interval_and_level():
     """The repr gives k, method, kind, the radius to 4 places, the interval's level
-    1 - alpha in percent (not rounded to a whole percent: 97.5%, 99.5%) and the
+    1 - alpha in percent (four significant figures, more where that would print 100%)
+    and the
     validation MAE to 2 places."""
     assert repr(_by_hand(alpha=0.2)) == (
         "AnchorPredictor(k=3, method='random_mean', kind='weighted_mean', "
         "interval=+-0.1500 at 80%, validation MAE 1.23 pp)")
-    for alpha, level in ((0.025, "97.5%"), (0.005, "99.5%")):
+    for alpha, level in ((0.025, "97.5%"), (0.005, "99.5%"), (1e-5, "99.999%")):
         assert f"interval=+-0.1500 at {level}, " in repr(_by_hand(alpha=alpha))
 
 

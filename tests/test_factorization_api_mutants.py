@@ -1,6 +1,6 @@
-"""Tests of the factorization wrapper's argument handling, input conversion, printing and
-saved files (jaxeval._factorization_api), written to pin behaviours a mutation review
-found unchecked."""
+"""The factorization's user-facing layer pinned to exact values: argument handling,
+input conversion and name matching, printing, saved files, the rank x rho selection's
+records and ``learn_lam0``'s arguments and folds."""
 
 import io
 import json
@@ -77,7 +77,7 @@ def test_online_rho_must_be_finite_and_may_be_zero(small):
     """``update``'s ``rho`` is refused when infinite, NaN, negative or a bool (``True``
     is not the number 1 here, as in ``fit_factorization``); 0 is allowed."""
     lr, S = small
-    for bad in (np.inf, np.nan, -0.5, True, np.True_):
+    for bad in (np.inf, np.nan, -0.5, True, np.True_, np.array(True), "1.5"):
         with pytest.raises(ValueError, match="rho: expected a finite value >= 0"):
             lr.update(S, rho=bad)
     u, _ = lr.update(S[:, :], rho=0.0, num_newton=2)
@@ -219,7 +219,8 @@ def test_a_fit_with_zero_strengths_round_trips(small, tmp_path):
 
 def test_a_file_without_metadata_loads_with_nan_loss_and_empty_info(small, tmp_path):
     lr, _ = small
-    good = dict(np.load(lr.to_npz(tmp_path / "good")))
+    with np.load(lr.to_npz(tmp_path / "good")) as z:
+        good = dict(z)
     del good["meta"]
     np.savez(tmp_path / "old.npz", **good)
     back = jaxeval.LowRankLogistic.from_npz(tmp_path / "old.npz")
@@ -231,7 +232,8 @@ def test_from_npz_refuses_wrong_or_incomplete_files(small, tmp_path):
     """A file of another format, with integer factors, with a bias or item list of the
     wrong length, or without a field, is refused naming the problem."""
     lr, _ = small
-    good = dict(np.load(lr.to_npz(tmp_path / "good")))
+    with np.load(lr.to_npz(tmp_path / "good")) as z:
+        good = dict(z)
     meta = json.loads(str(good["meta"]))
     cases = {
         "fmt": (dict(meta=np.asarray(json.dumps({**meta, "format": "other/1"}))),
@@ -255,8 +257,9 @@ def test_learn_lam0_argument_checks():
     S[:, 0], S[:, 1] = 1.0, 0.0
     lam = jaxeval.learn_lam0(S, rank=1, folds=3, n_observed=(3,), num_steps=5)
     assert 0.0 <= lam <= 1.0  # 2 * folds models are enough
-    with pytest.raises(ValueError, match="^rho: expected a finite value >= 0, got True"):
-        jaxeval.learn_lam0(S, rank=1, rho=True, num_steps=5)
+    for bad in (True, np.True_, "1.5"):
+        with pytest.raises(ValueError, match=f"^rho: expected a finite value >= 0, got {bad!r}"):
+            jaxeval.learn_lam0(S, rank=1, rho=bad, num_steps=5)
     with pytest.raises((TypeError, ValueError), match="^n_observed: expected an integer"):
         jaxeval.learn_lam0(S, rank=1, n_observed=(2.5,), num_steps=5)
     with pytest.raises(ValueError, match=r"^data: the factorization of fold 1 of 2 \(3 of the "
@@ -266,7 +269,7 @@ def test_learn_lam0_argument_checks():
 
 def test_learn_lam0_fits_each_fold_with_the_rank_and_rho_given():
     """λ₀ recomputed step by step with rank 2 and rho 3 (the arguments reach every fold's
-    fit), and a slope above 1 is clipped to 1."""
+    fit)."""
     rng = np.random.default_rng(6)
     P = 1 / (1 + np.exp(-(rng.normal(size=(16, 2)) @ rng.normal(size=(2, 24)) * 2.0)))
     S = (rng.uniform(size=P.shape) < P).astype(float)

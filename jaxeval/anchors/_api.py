@@ -31,7 +31,12 @@ from jaxeval._data import (
     saved_npz,
 )
 from jaxeval._runner import _concrete_int, as_key, check_int, int_seed, stage_printer
-from jaxeval.anchors._intervals import conformal_quantile, dr_estimate, sample_non_anchors
+from jaxeval.anchors._intervals import (
+    conformal_quantile,
+    dr_estimate,
+    level_text,
+    sample_non_anchors,
+)
 from jaxeval.anchors._irt import fit_item_factors, irt_item_predictions
 from jaxeval.anchors._methods import (
     METHODS,
@@ -592,7 +597,7 @@ class AnchorPredictor:
     def __repr__(self) -> str:
         return (
             f"AnchorPredictor(k={self.k}, method={self.method!r}, kind={self.kind!r}, "
-            f"interval=+-{self.radius:.4f} at {100 * (1 - self.alpha):.4g}%, "
+            f"interval=+-{self.radius:.4f} at {level_text(self.alpha)}, "
             f"validation MAE {self.validation_mae_pp:.2f} pp)"
         )
 
@@ -884,7 +889,7 @@ def fit_anchors(
             need_val = 2 * -(-need_val // 2)
         warnings.warn(
             f"fit_anchors: {validation.n_models} validation models are too few for a "
-            f"{100 * (1 - alpha):.4g}% conformal interval (at least {need_val} are needed"
+            f"{level_text(alpha)} conformal interval (at least {need_val} are needed"
             + (" when the interval is calibrated on two equal halves of them"
                if half_res is not None else "")
             + "), so every interval is [0, 1]; pass a larger validation set or a "

@@ -271,3 +271,13 @@ def dr_estimate(
     empty = lo > hi
     lo, hi = jnp.where(empty, sure_lo, lo), jnp.where(empty, sure_hi, hi)
     return est, jnp.clip(lo, 0.0, 1.0), jnp.clip(hi, 0.0, 1.0)
+
+
+def level_text(alpha: float) -> str:
+    """The coverage ``1 - alpha`` in percent for messages: ``"90%"``, ``"97.5%"``,
+    ``"99.999%"`` (four significant figures, more where four would print 100%)."""
+    pct = 100.0 * (1.0 - float(alpha))
+    text = f"{pct:.4g}"
+    if text == "100" and pct < 100.0:
+        text = f"{pct:.12g}"
+    return text + "%"

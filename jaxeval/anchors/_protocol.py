@@ -44,7 +44,12 @@ import numpy as np
 from jaxeval._data import ScoreMatrix, as_score_matrix
 from jaxeval._metrics import kendall_tau_b, mae_pp
 from jaxeval._runner import _concrete_int, as_key, check_int
-from jaxeval.anchors._intervals import conformal_quantile, dr_estimate, sample_non_anchors
+from jaxeval.anchors._intervals import (
+    conformal_quantile,
+    dr_estimate,
+    level_text,
+    sample_non_anchors,
+)
 from jaxeval.anchors._irt import fit_item_factors, irt_item_predictions
 from jaxeval.anchors._methods import (
     AUTO_CANDIDATES,
@@ -430,7 +435,7 @@ def evaluate_protocol(
             f"evaluate_protocol: too few models ({y_val.shape[-1]} validation models, "
             + (f"{2 * (y_val.shape[-1] // 2)} of them in the validation halves, "
                if halves is not None else "")
-            + f"or cross-fitted residuals) for a {100 * (1 - alpha):.4g}% conformal interval "
+            + f"or cross-fitted residuals) for a {level_text(alpha)} conformal interval "
             "in some splits: those intervals are [0, 1] (coverage 1, width 1); use a larger alpha",
             stacklevel=2,
         )
