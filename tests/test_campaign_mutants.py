@@ -55,7 +55,7 @@ def test_the_status_plot_puts_the_best_on_top_and_names_the_png(tmp_path, monkey
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
 
-    figs = []
+    figs, close = [], plt.close
     monkeypatch.setattr(plt, "close", lambda fig: figs.append(fig))
     st = _status()
     out = st.plot(tmp_path / "forest")
@@ -66,7 +66,10 @@ def test_the_status_plot_puts_the_best_on_top_and_names_the_png(tmp_path, monkey
     assert [list(ln.get_xdata()) for ln in spans] == [[0.1, 0.35], [0.4, 0.6], [0.6, 0.9]]
     assert [ln.get_color() for ln in spans] == ["C0", "C0", "C3"]
     assert ax.get_title(loc="left") == "35 of 100 calls, running; leader not yet separated"
-    assert st.plot(tmp_path / "forest.svg") == tmp_path / "forest.svg"
+    svg = st.plot(tmp_path / "forest.svg")
+    assert svg == tmp_path / "forest.svg" and svg.is_file()
+    for fig in figs:
+        close(fig)
 
 
 def test_status_counts_calls_pulls_and_budget_and_owns_its_names():

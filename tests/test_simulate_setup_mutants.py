@@ -37,7 +37,7 @@ def test_draw_instances_is_seeded_by_seed_and_k_and_rows_are_distinct():
     want = np.stack([rng.choice(16, 3, replace=False) for _ in range(4)])
     np.testing.assert_array_equal(got, want)
     assert got.shape == (4, 3)
-    assert not np.array_equal(got, draw_instances(16, 3, 4, seed=3))  # [3, 7] is another seed
+    assert not np.array_equal(got, draw_instances(16, 3, 4, seed=3))  # another seed, [3, 3]
     # a pool of exactly K models: every row is a permutation of the pool
     full = draw_instances(5, 5, 30, seed=0)
     assert all(sorted(r) == [0, 1, 2, 3, 4] for r in full.tolist())
@@ -196,7 +196,6 @@ def test_settings_record_the_resolved_split_instances_and_duplicates():
                                   budget_fractions=(0.5,), cs_kinds=("eb",), lanes=2)
     assert rep.settings["duplicates_removed"] == 0 and rep.settings["n_train"] == 0
     np.testing.assert_array_equal(rep.instances, draw_instances(12, 3, 10, 0))
-
 
 
 def test_use_predictions_overrides_the_policy_default():
