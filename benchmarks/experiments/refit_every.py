@@ -9,12 +9,17 @@ The kernel has no such setting; ``refit_every.patch`` (next to this file) adds o
 the experiment: ``Config.refit_every = m`` refits only at the budget loop's steps that are
 multiples of ``m`` (a step index shared by every vmapped replicate, so under ``vmap`` the
 skipped refits are really skipped: a per-replicate condition would become a select that
-computes both branches). The refit, when it comes, uses every item the arm has seen; the
+computes both branches). The index counts the run's steps, not an arm's own pulls: the
+arm refitted is whichever one is pulled at such a step (with all the items it has seen),
+so an arm may go more or fewer than ``m`` of its own batches between refits. The
 predictions stay predictable, so validity is untouched. Only the budget mode on whole
 rows honours it. The patch gives the NumPy reference (``numpy_reference.pulse``) the same
-``refit_every``. Apply it in a scratch clone, never on main::
+``refit_every`` (its loop counts steps the same way). Apply it in a scratch clone, never
+on main, from the repository root with its environment made (``.ci/run`` or
+``scripts/main.sh`` makes ``.venv``)::
 
     git clone -q . /tmp/refit && cd /tmp/refit && ln -sfn "$OLDPWD/../shared" ../shared
+    . "$OLDPWD/.venv/bin/activate"
     git apply benchmarks/experiments/refit_every.patch
     PYTHONPATH=$PWD python benchmarks/experiments/refit_every.py accuracy
     PYTHONPATH=$PWD python benchmarks/experiments/refit_every.py speed
@@ -28,8 +33,8 @@ refit at all (``refit=False``). Every m plays the same instances and item orders
 ``speed``: ``bench_speed.py``'s set-up (IFEval, K = 10, budget grid to 20% of K n,
 b = 1, 4 chunks of 256 vmapped replicates against 10 NumPy replicates), the kernel and
 the NumPy reference at m = 1, 4, 8, timed in interleaved rounds; replicates per second
-and the ratio of each pair (median of the rounds' ratios). BUILD_NOTES.md, "Forty-seventh
-session", has the figures.
+and the ratio of each pair (the median of the rounds' own ratios, so not the quotient of
+the two medians). BUILD_NOTES.md, "Forty-seventh session", has the figures.
 """
 
 from __future__ import annotations
