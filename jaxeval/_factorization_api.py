@@ -87,7 +87,6 @@ NEWTON_ROUND = 10
 NEWTON_MAX = 200
 
 
-
 def _real_number(x: Any) -> bool:
     """A real number (a 0-d int / float array too), not a bool or a string."""
     try:
@@ -95,6 +94,14 @@ def _real_number(x: Any) -> bool:
     except Exception:
         return False
     return a.ndim == 0 and a.dtype.kind in "iuf"
+
+
+def _check_online_rho(rho: Any) -> float:
+    """``rho`` as a float: a finite real number ``>= 0`` (not a bool or a string)."""
+    if not (_real_number(rho) and np.isfinite(float(rho)) and float(rho) >= 0):
+        raise ValueError(f"rho: expected a finite value >= 0, got {rho!r}")
+    return float(rho)
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class LowRankLogistic(FrozenState):
@@ -326,11 +333,7 @@ class LowRankLogistic(FrozenState):
                 raise ValueError(f"u_init: expected shape {want}, got {u0.shape}")
             if not np.isfinite(u0).all():
                 raise ValueError("u_init: the warm start has non-finite values")
-        if rho is not None and not _real_number(rho):  # (True or "1.5" would pass float())
-            raise ValueError(f"rho: expected a finite value >= 0, got {rho!r}")
-        rho = self.online_rho if rho is None else float(rho)
-        if not (np.isfinite(rho) and rho >= 0):
-            raise ValueError(f"rho: expected a finite value >= 0, got {rho!r}")
+        rho = _check_online_rho(self.online_rho if rho is None else rho)
         f = self.item_factors()
         if num_newton is not None:
             u, H = fz.update_model_factors(f, s, m, u0, np.float32(rho),
@@ -846,8 +849,7 @@ def learn_lam0(
                          f"stay below 2**63; got {seed!r}")
     rank = check_int("rank", rank, 1)
     num_steps = check_int("num_steps", num_steps, 1)
-    if not (_real_number(rho) and np.isfinite(float(rho)) and float(rho) >= 0):
-        raise ValueError(f"rho: expected a finite value >= 0, got {rho!r}")
+    rho = _check_online_rho(rho)
     say = stage_printer("learn_lam0", progress)
     rng = np.random.default_rng([int(seed), 0x1A40])
     group = rng.permutation(sm.n_models) % folds

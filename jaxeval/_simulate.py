@@ -1192,8 +1192,8 @@ def simulate_identification(
     )
     if unused:
         # (settings holds the rank the run used, and neither fit_steps nor factors)
-        recorded = [u.split("=")[0] for u in unused
-                    if u.split("=")[0] not in ("rank", "fit_steps", "factors")]
+        names = [u.split("=")[0] for u in unused]
+        recorded = [n for n in names if n not in ("rank", "fit_steps", "factors")]
         warnings.warn(
             f"simulate_identification: {no_effect(unused, policy)} "
             f"(mode {mode!r}, corruption {corruption!r}, "

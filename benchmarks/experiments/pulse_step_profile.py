@@ -30,6 +30,24 @@ VARIANTS = {
 }
 
 
+def timed_kernel(cfg, keys, data, params):
+    """``run_identification`` under ``cfg`` compiled for a row of ``keys`` (``[chunks,
+    lanes]`` replicate keys) and warmed up; returns a closure that runs every chunk and
+    gives the seconds per replicate."""
+    fn = jax.jit(jax.vmap(lambda k, d, p: idn.run_identification(k, d, p, cfg),
+                          in_axes=(0, None, None)))
+    compiled = fn.lower(keys[0], data, params).compile()
+    jax.block_until_ready(compiled(keys[0], data, params))
+
+    def run():
+        t0 = time.perf_counter()
+        for ks in keys:
+            jax.block_until_ready(compiled(ks, data, params))
+        return (time.perf_counter() - t0) / keys.size
+
+    return run
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
@@ -44,18 +62,7 @@ def main(argv=None):
     for name, kw in VARIANTS.items():
         cfg = idn.Config("pulse_ucb", num_arms=K, num_items=n, budgets=budgets,
                          batch_size=1, **kw)
-        fn = jax.jit(jax.vmap(lambda k, d, p, cfg=cfg: idn.run_identification(k, d, p, cfg),
-                              in_axes=(0, None, None)))
-        compiled = fn.lower(keys[0], data, params).compile()
-        jax.block_until_ready(compiled(keys[0], data, params))
-
-        def run(compiled=compiled):
-            t0 = time.perf_counter()
-            for ks in keys:
-                jax.block_until_ready(compiled(ks, data, params))
-            return (time.perf_counter() - t0) / keys.size
-
-        runs[name] = run
+        runs[name] = timed_kernel(cfg, keys, data, params)
     per = {name: [] for name in runs}
     for _ in range(args.rounds):
         for name, run in runs.items():

@@ -94,6 +94,7 @@ def accuracy(datasets, ms, reps: int, instances: int, seed: int) -> None:
 
 def speed(ms, rounds: int, reps: int = 1024, chunk: int = 256, np_reps: int = 10) -> None:
     import numpy_reference as ref
+    from pulse_step_profile import timed_kernel
     from speed_problem import speed_problem
 
     prob = speed_problem("ifeval", K=10, max_frac=0.2, seed=0, rank=8)
@@ -109,16 +110,10 @@ def speed(ms, rounds: int, reps: int = 1024, chunk: int = 256, np_reps: int = 10
     for m in ms:
         cfg = idn.Config("pulse_ucb", num_arms=K, num_items=n, budgets=budgets, batch_size=1,
                          cs_kinds=("eb",), refit_every=m)
-        fn = jax.jit(jax.vmap(lambda k, d, p, cfg=cfg: idn.run_identification(k, d, p, cfg),
-                              in_axes=(0, None, None)))
-        compiled = fn.lower(keys[0], data, params).compile()
-        jax.block_until_ready(compiled(keys[0], data, params))
+        per_replicate = timed_kernel(cfg, keys, data, params)
 
-        def jax_run(compiled=compiled):
-            t0 = time.perf_counter()
-            for ks in keys:
-                jax.block_until_ready(compiled(ks, data, params))
-            return reps / (time.perf_counter() - t0)
+        def jax_run(per_replicate=per_replicate):
+            return 1.0 / per_replicate()
 
         def np_run(m=m):
             t0 = time.perf_counter()
