@@ -167,6 +167,10 @@ class CampaignRequest(_ArrayFieldsEq):
         the model has fewer unseen items left).
       index: ``[b']`` their item indices.
       step: the number of requests answered before this one.
+
+    The arrays are the caller's own copies: each :meth:`~IdentificationCampaign.ask`
+    returns a fresh request, and changing one changes nothing in the campaign (a
+    request whose items were changed is refused by :meth:`~IdentificationCampaign.tell`).
     """
 
     model: str
@@ -722,10 +726,8 @@ class IdentificationCampaign:
         """A fresh request object for the pending (arm, index, step): the user may
         change theirs without changing what the campaign expects."""
         arm, index, step = pending
-        items = self.items[index]
-        items.flags.writeable = False
-        return CampaignRequest(model=str(self.candidates[arm]), arm=arm, items=items,
-                               index=index.copy(), step=step)
+        return CampaignRequest(model=str(self.candidates[arm]), arm=arm,
+                               items=self.items[index], index=index.copy(), step=step)
 
     def tell(self, request: CampaignRequest, scores: Any) -> None:
         """Answer the pending request: its items' scores (floats in [0, 1]).
@@ -767,6 +769,7 @@ class IdentificationCampaign:
         if not isinstance(request, CampaignRequest) or request.step != step or (
             request.arm != arm or not np.array_equal(np.asarray(request.index), index)
             or request.model != str(self.candidates[arm])
+            or not np.array_equal(np.asarray(request.items), self.items[index])
         ):
             raise ValueError(
                 f"request: step {request.step} was already answered; the pending request "

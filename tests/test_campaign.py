@@ -211,6 +211,11 @@ def test_requests_and_answers_are_checked(problem):
     changed.index[0] = (changed.index[0] + 1) % 90
     with pytest.raises(ValueError, match="not the pending request"):
         camp.tell(changed, [1, 0, 0])
+    renamed = camp.ask()  # the items are the user's copy too (were read-only)
+    renamed.items[0] = renamed.items[1]
+    assert camp.ask().items[0] == req.items[0] != renamed.items[0]
+    with pytest.raises(ValueError, match="not the pending request"):
+        camp.tell(renamed, [1, 0, 0])
     with pytest.raises(ValueError, match="mapping must cover exactly"):
         camp.tell(req, {req.items[0]: 1.0, req.items[1]: 0.0})
     with pytest.raises(ValueError, match="mapping must cover exactly"):
