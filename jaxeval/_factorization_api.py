@@ -804,7 +804,9 @@ def learn_lam0(
 
     Args:
       data: a :class:`~jaxeval.ScoreMatrix` (or ``[m, n]`` array, NaN = missing) of
-        training models, at least ``2 * folds`` rows.
+        training models, at least ``2 * folds`` rows, and enough that each fold's fit
+        (on the other folds' rows) has more observed cells than the ``rank * (rows +
+        items) + items`` parameters of its factorization.
       rank, rho: the factorization of each fold (as in :func:`fit_factorization`).
       n_observed: observed items per held-out row (each ``>= 1``).
       folds: number of row groups, ``>= 2``.
@@ -864,7 +866,9 @@ def learn_lam0(
         except ValueError as e:
             raise ValueError(
                 f"data: the factorization of fold {f + 1} of {folds} ({rest.n_models} of the "
-                f"{sm.n_models} models) cannot be fitted: {e}"
+                f"{sm.n_models} models) cannot be fitted: {e} (a lower rank"
+                + (f", or more folds, up to {sm.n_models // 2}, so that each fit sees more "
+                   "models)" if folds < sm.n_models // 2 else ")")
             ) from None
         held = sm.take(models=np.flatnonzero(group == f))
         S, M = np.asarray(held.scores, np.float64), np.asarray(held.mask, bool)

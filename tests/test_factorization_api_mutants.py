@@ -263,8 +263,14 @@ def test_learn_lam0_argument_checks():
     with pytest.raises((TypeError, ValueError), match="^n_observed: expected an integer"):
         jaxeval.learn_lam0(S, rank=1, n_observed=(2.5,), num_steps=5)
     with pytest.raises(ValueError, match=r"^data: the factorization of fold 1 of 2 \(3 of the "
-                                         r"6 models\) cannot be fitted: rank: rank 5"):
-        jaxeval.learn_lam0(S, rank=5, num_steps=5)
+                                         r"6 models\) cannot be fitted: rank: rank 2 .* "
+                                         r"\(a lower rank, or more folds, up to 3, so that "
+                                         r"each fit sees more models\)$"):
+        jaxeval.learn_lam0(S, rank=2, num_steps=5)  # 42 parameters, 36 cells
+    jaxeval.learn_lam0(S, rank=2, folds=3, n_observed=(3,), num_steps=5)  # 44 and 48
+    with pytest.raises(ValueError, match=r"fold 1 of 3 \(4 of the 6 models\) cannot be "
+                                         r"fitted: rank: rank 5 .* \(a lower rank\)$"):
+        jaxeval.learn_lam0(S, rank=5, folds=3, num_steps=5)  # no more folds to suggest
 
 
 def test_learn_lam0_fits_each_fold_with_the_rank_and_rho_given():
