@@ -379,8 +379,12 @@ def test_bad_input_errors(small_sm):
         fit_anchors(small_sm, 5, method="random_ridge", alpha="0.1")
     with pytest.raises(TypeError, match=r"settings: expected jaxeval.anchors.Settings\(...\)"):
         fit_anchors(small_sm, 5, method="random_ridge", settings={"auto_folds": 5})
-    with pytest.raises(ValueError, match="settings.auto_folds: expected at least 3"):
+    with pytest.raises(ValueError, match=r"^settings.auto_folds: expected an integer >= 3, "
+                                         r"got 2$"):
         fit_anchors(small_sm, 5, settings=dataclasses.replace(FAST, auto_folds=2))
+    for name, bad in (("auto_folds", 3.5), ("auto_cv_below", None)):  # failed in the fit
+        with pytest.raises(TypeError, match=f"^settings.{name}: expected an integer"):
+            fit_anchors(small_sm, 5, settings=dataclasses.replace(FAST, **{name: bad}))
     with pytest.raises(ValueError, match=r"validation=None held out 2 of train's 12 models"):
         fit_anchors(small_sm.take(models=np.arange(12)), 3, method="random_ridge")
     with pytest.raises(ValueError, match=r"got 5 \(validation=None held out 1 of train's 6 "

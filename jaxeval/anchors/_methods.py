@@ -596,8 +596,6 @@ def checked_settings(settings, external: bool, auto: bool = True) -> Settings:
     if not isinstance(settings, Settings):
         raise TypeError(f"settings: expected jaxeval.anchors.Settings(...), got "
                         f"{type(settings).__name__}")
-    if auto and settings.auto_folds < 3:
-        raise ValueError(f"settings.auto_folds: expected at least 3, got {settings.auto_folds}")
 
     def real(x: Any) -> bool:
         return (isinstance(x, (int, float, np.integer, np.floating))
@@ -612,6 +610,9 @@ def checked_settings(settings, external: bool, auto: bool = True) -> Settings:
                              ("ridge_swaps", 0), ("kmeans_iters", 0))}
     irt_ints = {name: check_int(f"settings.irt.{name}", getattr(irt, name), 1, 2**31 - 1)
                 for name in ("rank", "num_steps")}
+    if auto:  # only "auto" reads them (a float or None failed in its fit, unnamed)
+        ints["auto_folds"] = check_int("settings.auto_folds", st.auto_folds, 3)
+        ints["auto_cv_below"] = check_int("settings.auto_cv_below", st.auto_cv_below, 0)
     # one key per member is built while tracing: a count no ensemble needs is refused
     ints["mlp_members"] = check_int("settings.mlp_members", st.mlp_members, 1, 1000)
     for name, v, lo in (("resmlp_lr", st.resmlp_lr, 0.0), ("irt.learning_rate",
