@@ -255,6 +255,38 @@ def test_check_setup_names_a_newer_set_up_first(tmp_path):
     _study._check_setup(s, m, tmp_path, [])  # (nothing left to add: no refusal)
 
 
+def test_only_tasks_with_units_left_are_checked_against_older_set_ups(tmp_path):
+    """A folder whose UCB-E chunks were computed under set-up 2 (before the EB sequence
+    changed) cannot be extended, but once complete it is left alone: resuming it does
+    nothing (the set-up check applies to the tasks with units left, not to every task),
+    and its chunks stay as they were."""
+    s = study_from_dict({"kind": "identification", "num_arms": 2, "n_replicates": 16,
+                         "chunk_size": 8, "lanes": 1, "policies": ["ucbe"],
+                         "data": {"synthetic": {"n_items": 20}}, "budgets": [0.5],
+                         "cs_kinds": ["eb"], "seed": 0})
+    assert "ucbe" in _study._setup_changes(s, 2)
+
+    def as_set_up_2(m, drop_last=False):
+        for e in m["chunks"].values():
+            e["setup"] = 2
+        if drop_last:  # (its units are left to compute)
+            del m["chunks"][max(m["chunks"])]
+
+    part = run_study(s, tmp_path / "part", progress=False)
+    _edit_manifest(part, lambda m: as_set_up_2(m, drop_last=True))
+    with pytest.raises(StudyFolderError, match="'ucbe' has chunks computed by an earlier"):
+        resume_study(part, progress=False)
+    whole = run_study(s, tmp_path / "whole", progress=False)
+    _edit_manifest(whole, as_set_up_2)
+    def kept():  # the chunk files and their records (the manifest is rewritten as JSON)
+        return ({p: p.read_bytes() for p in (whole / "chunks").rglob("*") if p.is_file()},
+                json.loads((whole / "manifest.json").read_text())["chunks"])
+
+    before = kept()
+    resume_study(whole, progress=False)
+    assert kept() == before and len(before[0]) == 2
+
+
 def test_pin_fit_refits_when_the_saved_fit_is_not_the_recorded_one(tmp_path, monkeypatch):
     """A ``problem.npz`` that reads well but whose values are not the ones the manifest
     recorded is not used: the fit is redone, installed when it matches the record, and
