@@ -33,6 +33,12 @@ def _factors(d, seed=0):
     return fit_item_factors(jax.random.key(seed), d.s_tr, IRTConfig(rank=2, num_steps=30))
 
 
+def _jit(f, *static):
+    """``f`` compiled as one program (its ``static`` positions hashed): an internal
+    function called eagerly dispatches, and compiles, hundreds of small operations."""
+    return jax.jit(f, static_argnums=static)
+
+
 def _fit_np(x, y):
     """Least-squares slope and intercept (float64): the external calibration's reference."""
     a = np.stack([np.asarray(x, np.float64), np.ones(len(x))], 1)
@@ -266,19 +272,20 @@ def test_aiscis_ridge_is_the_loo_guarded_refinement_and_ignores_validation_model
     d = _split(seed=0, m_tr=20, m_val=10, n=14)
     st = dataclasses.replace(FAST, ridge_swaps=4)
     key = jax.random.key(0)
-    a0 = M._shared(key, d, 4, st).a_km
+    a0 = _jit(M._shared, 2, 3)(key, d, 4, st).a_km
 
     def loo(a):
         return jnp.mean(loo_ridge_residuals(d.s_tr[:, a], d.y_tr, 1e-2) ** 2)
 
-    got = M._aiscis_ridge(key, a0, d, st)
+    aiscis_ridge = _jit(M._aiscis_ridge, 3)
+    got = aiscis_ridge(key, a0, d, st)
     args = (key, a0, d.s_tr, d.y_tr, d.s_tr[:1], d.y_tr[:1], M._ridge_proxy)
     want, _ = refine_anchors(*args, num_swaps=4, guard=True, guard_score=loo)
     free, _ = refine_anchors(*args, num_swaps=4, guard=False, guard_score=loo)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     assert float(loo(got)) < float(loo(free)) and float(loo(got)) <= float(loo(a0))
     d2 = d._replace(s_val=1.0 - d.s_val, y_val=1.0 - d.y_val)
-    np.testing.assert_array_equal(np.asarray(M._aiscis_ridge(key, a0, d2, st)), np.asarray(got))
+    np.testing.assert_array_equal(np.asarray(aiscis_ridge(key, a0, d2, st)), np.asarray(got))
 
 
 def test_random_linear_is_least_squares_and_aiscis_starts_from_kmeans():
@@ -429,8 +436,9 @@ def test_sparseeval_start_mlps_use_their_own_keys_and_reuse_only_the_same_start(
     d = _split(seed=9, m_tr=24, m_val=12, n=16)
     st = Settings(init_steps=20, eval_every=10, proxy_steps=10, num_swaps=0, kmeans_iters=3)
     key = jax.random.key(5)
-    sh = M._shared(key, d, 4, st)
-    anchors, use_km, _, (p_km, p_rd) = M._sparseeval_anchors(key, d, 4, st, sh)
+    sh = _jit(M._shared, 2, 3)(key, d, 4, st)
+    sparseeval_anchors = _jit(M._sparseeval_anchors, 2, 3)
+    anchors, use_km, _, (p_km, p_rd) = sparseeval_anchors(key, d, 4, st, sh)
     for i, (a, p) in enumerate(((sh.a_km, p_km), (sh.a_rand, p_rd))):
         k_i = jax.random.fold_in(jax.random.fold_in(key, M._K_MLP), i)
         fit, _ = train_mlp(k_i, d.s_tr[:, a], d.y_tr, d.s_val[:, a], d.y_val, num_steps=20,
@@ -445,11 +453,11 @@ def test_sparseeval_start_mlps_use_their_own_keys_and_reuse_only_the_same_start(
                                   np.asarray(sh.a_km if v_km <= v_rd else sh.a_rand))
     sentinel = jnp.arange(4) + 10
     reuse = (jnp.logical_not(use_km), sentinel, p_km, p_rd)
-    again, use2, trace, _ = M._sparseeval_anchors(key, d, 4, st, sh, reuse, rows)
+    again, use2, trace, _ = sparseeval_anchors(key, d, 4, st, sh, reuse, rows)
     assert trace is None and bool(use2) == bool(use_km)
     np.testing.assert_array_equal(np.asarray(again), np.asarray(anchors))
     reuse = (use_km, sentinel, p_km, p_rd)
-    again, _, _, _ = M._sparseeval_anchors(key, d, 4, st, sh, reuse, rows)
+    again, _, _, _ = sparseeval_anchors(key, d, 4, st, sh, reuse, rows)
     np.testing.assert_array_equal(np.asarray(again), np.asarray(sentinel))
 
 
@@ -491,7 +499,7 @@ def test_resmlp_keeps_the_decay_and_network_with_the_lowest_validation_error():
     anchors = jnp.array([0, 1, 2, 3])  # an interaction of items 0 and 1: ridge cannot fit it
     shrunk = M._fit_shrunk_map(anchors, d)
     key = jax.random.key(6)
-    f = M._fit_resmlp_map(key, shrunk, d, st)
+    f = _jit(M._fit_resmlp_map, 3)(key, shrunk, d, st)
     lin = shrunk.params["lin"]
     x_tr, x_val = d.s_tr[:, anchors], d.s_val[:, anchors]
     b_tr = jnp.clip(apply_linear(lin, x_tr), 0.0, 1.0)
