@@ -6,7 +6,8 @@ mix's average, the checkpoint rule of the validation paths (earliest best, chose
 given rows, per member), the external calibration and where it is fitted (training
 models), the IRT and blend weights chosen on validation models, the greedy pick, the
 settings and level checks, the validation halves, the cross-validation folds and the
-cross-fitted residuals (scored on the other half / held-out block, clipped)."""
+cross-fitted residuals (scored on the other half / held-out block, clipped; a reused
+path method's fitting-half MSE on clipped predictions)."""
 
 import dataclasses
 
@@ -516,3 +517,36 @@ def test_resmlp_keeps_the_decay_and_network_with_the_lowest_validation_error():
     want = mlp_apply(fit.params, static, x_val, base=b_val)
     np.testing.assert_allclose(np.asarray(M.apply_map(f, x_val)), np.asarray(want), rtol=1e-4,
                                atol=1e-5)
+
+
+def test_crossfit_path_methods_choose_on_clipped_fitting_half_predictions():
+    """A :data:`PATH_METHODS` method whose training is reused (``random_mlp``: the cache
+    holds its anchors and a hand-made validation path) is scored on the fitting half by
+    its clipped predictions, as every other method. The path predicts 5 for the even
+    validation models, whose target is set to 1, and the target itself for the others
+    (its checkpoint 0, -5 everywhere, is worse: the earliest-best rule picks checkpoint 1
+    on the raw values). Clipped, its fitting-half MSE is exactly 0 on both halves and so
+    are its residuals on the other half, so ``crossfit_selected_residuals`` picks it over
+    ``random_mean`` (MSE 0.28 to 0.42) on both rows; unclipped its MSE would be 16 times
+    the share of even models (about 10) and ``random_mean`` would be picked."""
+    d = _split(seed=6, m_tr=40, m_val=16)
+    even = np.arange(16) % 2 == 0
+    y = np.where(even, 1.0, np.asarray(d.y_val)).astype(np.float32)
+    d = d._replace(y_val=jnp.asarray(y))
+    path = jnp.asarray(np.stack([np.full(16, -5.0), np.where(even, 5.0, y)]), jnp.float32)
+    ia, ib = (jnp.asarray(i) for i in M.validation_halves(16, 2))
+    assert even[np.asarray(ia)].any() and even[np.asarray(ib)].any()  # the clip matters
+    methods = ("random_mean", "random_mlp")
+
+    def run(key, d, path, ia, ib):
+        sh = M._shared(key, d, 4, FAST)
+        cache = {"shared": sh, "path:random_mlp": (sh.a_rand, path)}
+        return (M.crossfit_residuals(key, d, 4, methods, FAST, ia, ib, cache),
+                M.crossfit_selected_residuals(key, d, 4, methods, FAST, ia, ib, cache))
+
+    (res, mses), (sel, picks) = _jit(run)(jax.random.key(3), d, path, ia, ib)
+    np.testing.assert_array_equal(np.asarray(mses[:, 1]), [0.0, 0.0])
+    np.testing.assert_array_equal(np.asarray(res[:, 1]), np.zeros((2, 8)))
+    assert np.all(np.asarray(mses[:, 0]) > 0.1), mses
+    np.testing.assert_array_equal(np.asarray(picks), [1, 1])
+    np.testing.assert_array_equal(np.asarray(sel), np.zeros((2, 8)))
