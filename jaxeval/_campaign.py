@@ -552,7 +552,7 @@ class IdentificationCampaign:
                 if history is None:
                     raise ValueError("lam0='learned' is learned on history; give history "
                                      "(or a number)")
-                from jaxeval._factorization_api import learn_lam0
+                from jaxeval._factorization_api import learn_lam0, wrapped_lam0_error
 
                 # learn_lam0 takes an int seed: a key gives one drawn from it
                 lseed = int_seed(seed, key, 0x1A30)
@@ -562,7 +562,9 @@ class IdentificationCampaign:
                     lam0 = learn_lam0(hist, rank=int(np.shape(V)[1]), seed=lseed,
                                       num_steps=fit_steps, progress=progress)
                 except ValueError as e:
-                    raise ValueError(f"lam0='learned': {_history_msg(e)}") from None
+                    raise ValueError(
+                        f"lam0='learned': {_history_msg(ValueError(wrapped_lam0_error(e)))}"
+                    ) from None
             if progress and hist is not None:
                 say(f"fitted in {time.perf_counter() - t0:.1f} s")
         else:

@@ -778,6 +778,26 @@ def fit_factorization(
     )
 
 
+def _fold_hint(e: ValueError, rank: int, folds: int, sm: Any) -> str:
+    """What may let :func:`learn_lam0`'s fold fits go through: a lower rank where the rank
+    was refused, more folds (each fit then sees more models) where that is possible."""
+    ways = []
+    if str(e).startswith("rank:") and rank > 1:
+        ways.append("a lower rank")
+    if folds < sm.n_models // 2:
+        ways.append(f"more folds, up to {sm.n_models // 2}, so that each fit sees more models")
+    return f" (try {' or '.join(ways)})" if ways else ""
+
+
+def wrapped_lam0_error(e: ValueError) -> str:
+    """``lam0='learned'``'s error in a function that calls :func:`learn_lam0` with its own
+    rank and folds: where the message suggests other ones, says how to choose them."""
+    if "(try " not in str(e):
+        return str(e)
+    return (f"{e}; jaxeval.learn_lam0 takes rank and folds: call it and pass the number "
+            "it returns as lam0")
+
+
 def learn_lam0(
     data: Any,
     *,
@@ -805,8 +825,9 @@ def learn_lam0(
     Args:
       data: a :class:`~jaxeval.ScoreMatrix` (or ``[m, n]`` array, NaN = missing) of
         training models, at least ``2 * folds`` rows, and enough that each fold's fit
-        (on the other folds' rows) has more observed cells than the ``rank * (rows +
-        items) + items`` parameters of its factorization.
+        (on the other folds' rows) can be made: ``rank <= min(rows, items)``, at least
+        as many observed cells as the ``rank * (rows + items) + items`` parameters of
+        its factorization, and every item observed in those rows.
       rank, rho: the factorization of each fold (as in :func:`fit_factorization`).
       n_observed: observed items per held-out row (each ``>= 1``).
       folds: number of row groups, ``>= 2``.
@@ -866,9 +887,7 @@ def learn_lam0(
         except ValueError as e:
             raise ValueError(
                 f"data: the factorization of fold {f + 1} of {folds} ({rest.n_models} of the "
-                f"{sm.n_models} models) cannot be fitted: {e} (a lower rank"
-                + (f", or more folds, up to {sm.n_models // 2}, so that each fit sees more "
-                   "models)" if folds < sm.n_models // 2 else ")")
+                f"{sm.n_models} models) cannot be fitted: {e}{_fold_hint(e, rank, folds, sm)}"
             ) from None
         held = sm.take(models=np.flatnonzero(group == f))
         S, M = np.asarray(held.scores, np.float64), np.asarray(held.mask, bool)

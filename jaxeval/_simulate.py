@@ -1257,12 +1257,12 @@ def simulate_identification(
                 )
             r = int(item_factors.V.shape[1])
             if learn_prior:
-                from jaxeval._factorization_api import learn_lam0
+                from jaxeval._factorization_api import learn_lam0, wrapped_lam0_error
 
                 try:
                     lam0 = learn_lam0(train, rank=r, seed=seed, num_steps=fit_steps)
                 except ValueError as e:
-                    raise ValueError(f"lam0='learned': {e}") from None
+                    raise ValueError(f"lam0='learned': {wrapped_lam0_error(e)}") from None
                 notes["lam0_source"] = "learned on the training models (learn_lam0)"
         pdata = idn.ProblemData(
             pool=np.asarray(pool.scores, np.float32),

@@ -385,6 +385,10 @@ def test_bad_input_errors(small_sm):
     for name, bad in (("auto_folds", 3.5), ("auto_cv_below", None)):  # failed in the fit
         with pytest.raises(TypeError, match=f"^settings.{name}: expected an integer"):
             fit_anchors(small_sm, 5, settings=dataclasses.replace(FAST, **{name: bad}))
+    # too many folds: named as the setting (was "folds:"), before any candidate is fitted
+    with pytest.raises(ValueError, match=r"^settings.auto_folds: 1000 folds of 160 models "
+                                         r"leave fewer than 2 per fold$"):
+        fit_anchors(small_sm, 5, settings=dataclasses.replace(FAST, auto_folds=1000))
     with pytest.raises(ValueError, match=r"validation=None held out 2 of train's 12 models"):
         fit_anchors(small_sm.take(models=np.arange(12)), 3, method="random_ridge")
     with pytest.raises(ValueError, match=r"got 5 \(validation=None held out 1 of train's 6 "

@@ -264,13 +264,22 @@ def test_learn_lam0_argument_checks():
         jaxeval.learn_lam0(S, rank=1, n_observed=(2.5,), num_steps=5)
     with pytest.raises(ValueError, match=r"^data: the factorization of fold 1 of 2 \(3 of the "
                                          r"6 models\) cannot be fitted: rank: rank 2 .* "
-                                         r"\(a lower rank, or more folds, up to 3, so that "
-                                         r"each fit sees more models\)$"):
+                                         r"\(try a lower rank or more folds, up to 3, so "
+                                         r"that each fit sees more models\)$"):
         jaxeval.learn_lam0(S, rank=2, num_steps=5)  # 42 parameters, 36 cells
-    jaxeval.learn_lam0(S, rank=2, folds=3, n_observed=(3,), num_steps=5)  # 44 and 48
+    lam = jaxeval.learn_lam0(S, rank=2, folds=3, n_observed=(3,), num_steps=5)  # 44 and 48
+    assert 0.0 <= lam <= 1.0
     with pytest.raises(ValueError, match=r"fold 1 of 3 \(4 of the 6 models\) cannot be "
-                                         r"fitted: rank: rank 5 .* \(a lower rank\)$"):
+                                         r"fitted: rank: rank 5 .* \(try a lower rank\)$"):
         jaxeval.learn_lam0(S, rank=5, folds=3, num_steps=5)  # no more folds to suggest
+    with pytest.raises(ValueError, match=r"cannot be fitted: rank: rank 1 has 6 parameters "
+                                         r"but only 4 observed cells$"):
+        jaxeval.learn_lam0(S[:, :1], rank=1, folds=3, num_steps=5)  # nothing to suggest
+    T = S.copy()
+    T[1:, 5] = np.nan  # item 5 seen by one model: a fold without it cannot be fitted
+    with pytest.raises(ValueError, match=r"item columns have no observed cell .* drop them "
+                                         r"before fitting \(try more folds, up to 3, so "):
+        jaxeval.learn_lam0(T, rank=1, num_steps=5)  # (not "a lower rank")
 
 
 def test_learn_lam0_fits_each_fold_with_the_rank_and_rho_given():

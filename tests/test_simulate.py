@@ -141,7 +141,10 @@ def test_learned_lam0_is_learn_lam0_on_the_training_models():
     train, _, _ = _simulate.split_pool(sm.drop_duplicates(), None, 3, 1)
     assert rep.settings["lam0"] == jaxeval.learn_lam0(train, rank=2, seed=1, num_steps=20)
     assert "learn_lam0" in rep.settings["lam0_source"]
-    with pytest.raises(ValueError, match=r"lam0='learned': data: the factorization of fold"):
+    with pytest.raises(ValueError, match=r"lam0='learned': data: the factorization of fold"
+                                         r".*\(try a lower rank or more folds, up to 3, .*\); "
+                                         r"jaxeval.learn_lam0 takes rank and folds: call it "
+                                         r"and pass the number it returns as lam0$"):
         simulate_identification(_small_matrix(m=14, n=20), "pulse", K=3, n_replicates=4,
                                 rank=2, lam0="learned", fit_steps=20, n_train=6)
     with pytest.raises(ValueError, match="needs at least 4 training models, n_train=3"):

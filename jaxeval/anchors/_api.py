@@ -842,6 +842,14 @@ def fit_anchors(
     cands = auto_candidates(validation.n_models, st) if method == "auto" else (method,)
     with_factors = train.target is None
     use_cv = method == "auto" and validation.n_models < st.auto_cv_below
+    if use_cv:  # (numpy only: checked before the candidates are fitted)
+        folds, s_ho, y_ho = cv_folds(d, st.auto_folds, split_seed, "settings.auto_folds")
+        if folds.s_tr.shape[1] < 8 or folds.s_val.shape[1] < 2:
+            raise ValueError(
+                f"train: {train.n_models + validation.n_models} models are too few for "
+                f"auto's {st.auto_folds}-fold cross-validation; pass a larger validation "
+                "set or a method name"
+            )
     halves = None
     if (method == "auto" and not use_cv and st.auto_halves) or (
             halved_methods((method,), st)):
@@ -857,13 +865,6 @@ def fit_anchors(
         results[name] = (f, vp, float(np.mean((vp - y_val) ** 2)))
     cv_mse = None
     if use_cv:
-        folds, s_ho, y_ho = cv_folds(d, st.auto_folds, split_seed)
-        if folds.s_tr.shape[1] < 8 or folds.s_val.shape[1] < 2:
-            raise ValueError(
-                f"train: {train.n_models + validation.n_models} models are too few for "
-                f"auto's {st.auto_folds}-fold cross-validation; pass a larger validation "
-                "set or a method name"
-            )
         say(f"choosing among them by {st.auto_folds}-fold cross-validation")
         res = np.asarray(_cv_jit(key, jax.tree.map(jnp.asarray, folds), jnp.asarray(s_ho),
                                  jnp.asarray(y_ho), int(k), tuple(cands), st), np.float64)

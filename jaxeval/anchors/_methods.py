@@ -943,7 +943,7 @@ def crossfit_residuals(
 
 
 # ------------------------------------------------------- auto by cross-validation
-def cv_folds(d, folds: int, seed: int):
+def cv_folds(d, folds: int, seed: int, what: str = "folds"):
     """Cross-validation splits of the pooled training + validation models (numpy).
 
     The ``m`` pooled models are permuted with ``default_rng(seed)`` and cut into
@@ -957,6 +957,7 @@ def cv_folds(d, folds: int, seed: int):
       d: a :class:`SplitData` of host or device arrays.
       folds: number of folds (>= 3).
       seed: permutation seed.
+      what: how errors name ``folds`` (``"settings.auto_folds"`` for ``auto``).
 
     Returns:
       ``(SplitData [folds, ...], s_ho [folds, h, n], y_ho [folds, h])``.
@@ -964,13 +965,13 @@ def cv_folds(d, folds: int, seed: int):
     import numpy as np
 
     if folds < 3:
-        raise ValueError(f"folds: expected at least 3, got {folds}")
+        raise ValueError(f"{what}: expected at least 3, got {folds}")
     s = np.concatenate([np.asarray(d.s_tr), np.asarray(d.s_val)])
     y = np.concatenate([np.asarray(d.y_tr), np.asarray(d.y_val)])
     m = s.shape[0]
     h = m // folds
     if h < 2:
-        raise ValueError(f"folds: {folds} folds of {m} models leave fewer than 2 per fold")
+        raise ValueError(f"{what}: {folds} folds of {m} models leave fewer than 2 per fold")
     perm = np.random.default_rng(seed).permutation(m)
     blocks = [perm[f * h:(f + 1) * h] for f in range(folds)]
     rest = perm[folds * h:]

@@ -362,7 +362,8 @@ def evaluate_protocol(
     picks = np.full(S, -1, np.int32)
     use_cv = "auto" in methods and d.y_val.shape[1] < st.auto_cv_below
     if use_cv:
-        fs = [cv_folds(jax.tree.map(lambda a, i=i: a[i], d), st.auto_folds, int(s))
+        fs = [cv_folds(jax.tree.map(lambda a, i=i: a[i], d), st.auto_folds, int(s),
+                       "settings.auto_folds")
               for i, s in enumerate(seeds)]
         fd = jax.tree.map(lambda *a: jnp.asarray(np.stack(a)), *[f[0] for f in fs])
         cv_res = np.asarray(_cv_jit(
