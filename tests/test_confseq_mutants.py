@@ -79,10 +79,13 @@ def test_finalize_clips_to_unit_interval():
     np.testing.assert_allclose(fin.upper, [0.01, 1.0, 0.51], rtol=0, atol=1e-7)
 
 
-def test_plugin_lambda_variance_floor_is_per_pair():
-    """``min_var`` floors the *mean* squared spread of the predictions: 100 pairs whose
-    predictions spread by 5e-4 (mean square 2.5e-7 < 1e-6, sum 2.5e-5 > 1e-6) give
-    ``lam0``, not their (huge) slope; a spread of 5e-3 uses the slope."""
+@pytest.mark.parametrize("n_obs", [None, 1, 100])
+def test_plugin_lambda_variance_floor_is_per_pair(n_obs):
+    """``min_var`` floors the *mean* squared spread of the predictions over the pairs in
+    the stats: 100 pairs whose predictions spread by 5e-4 (mean square 2.5e-7 < 1e-6, sum
+    2.5e-5 > 1e-6) give ``lam0``, not their (huge) slope; a spread of 5e-3 uses the slope.
+    ``n_obs`` only sets the shrinkage weight (a floor scaled by ``n_obs = 1`` would pass
+    the first pair's slope)."""
     st = lambda_stats_init((2,))
     upd = jax.jit(lambda_stats_update)
     for i in range(100):
@@ -91,7 +94,8 @@ def test_plugin_lambda_variance_floor_is_per_pair():
         st = upd(st, jnp.full(2, 0.5 + 0.5 * sgn), p)
     m2 = np.asarray(st.m2_p)
     assert 1e-6 < m2[0] < 100 * 1e-6 < m2[1]  # the trap is real
-    lam = np.asarray(plugin_lambda(st, lam0=0.3, shrink=0.0))
+    n = None if n_obs is None else jnp.full(2, n_obs, jnp.int32)
+    lam = np.asarray(plugin_lambda(st, lam0=0.3, n_obs=n, shrink=0.0))
     np.testing.assert_allclose(lam, [0.3, 1.0], rtol=1e-6)
 
 

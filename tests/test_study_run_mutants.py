@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_study import _edit_manifest, toy_config
+from test_study import _edit_manifest, importable, toy_config  # noqa: F401 (autouse fixture)
 
 from jaxeval import _study
 from jaxeval._study import (
@@ -22,13 +22,6 @@ from jaxeval._study import (
     study_from_dict,
     study_status,
 )
-
-TESTS = Path(__file__).resolve().parent
-
-
-@pytest.fixture(autouse=True)
-def importable(monkeypatch):
-    monkeypatch.syspath_prepend(str(TESTS))
 
 
 def _task(n=20, chunk_size=8):
@@ -291,6 +284,7 @@ def test_pin_fit_refits_when_the_saved_fit_is_not_the_recorded_one(tmp_path, mon
     """A ``problem.npz`` that reads well but whose values are not the ones the manifest
     recorded is not used: the fit is redone, installed when it matches the record, and
     written over the wrong file."""
+    monkeypatch.setattr(_study, "_PROBLEM_CACHE", {})  # (its fake fit stays here)
     rng = np.random.default_rng(2)
     data = tmp_path / "s.npz"
     np.savez(data, scores=(rng.random((8, 10)) < 0.5).astype(np.float32))
