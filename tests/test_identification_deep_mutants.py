@@ -5,10 +5,9 @@ between its pulls, the confidence sequences' updates in a batch cut short, the s
 of a fixed-confidence run that hits its cap, the confident stop at the very start and
 its strict inequality, the stop kind's own bounds in the stopping rule and in
 ``skip_separated``, the ``eps`` of the skip rule, the statuses of fixed-budget
-checkpoints never reached, the items at the boundaries of streamed blocks, and the
-count the blocked refit is handed)."""
-
-import dataclasses
+checkpoints never reached, and the items at the boundaries of streamed blocks; the
+count the blocked refit is handed is pinned by the refit case of
+``test_identification_mutants.py::test_streamed_rows_run_the_whole_row_trajectory``)."""
 
 import jax
 import jax.numpy as jnp
@@ -202,26 +201,3 @@ def test_streamed_rows_own_every_item_at_the_block_boundaries():
     np.testing.assert_array_equal(cp.pulls, [[10] * 3, [n] * 3])
     assert cp.status.tolist() == [idn.STATUS_BUDGET, idn.STATUS_EXHAUSTED]
     np.testing.assert_allclose(cp.estimate[-1], pool.mean(1), rtol=1e-6)
-
-
-def test_streamed_rows_with_a_refit_run_the_whole_row_trajectory():
-    """The refitting twin of ``test_streamed_rows_without_a_refit_run_the_whole_row_
-    trajectory`` (``tests/test_identification_mutants.py``): rows streamed in blocks of 8
-    with predictions and a refit after every batch give the whole-row run's pulls,
-    recommendations, estimates, λ and bounds up to float32 summation order (measured
-    differences ~2e-7; 2e-5 as in the other trajectory tests). The blocked refit is
-    handed the derivatives' data part over the seen items plus the batch, and the count
-    of them: a count without the batch (0 on an arm's first pull) would discard the first
-    refit (back to the prior mean), an error of ~3e-3 in the estimates and bounds."""
-    whole = idn.Config("pulse", 3, 20, budgets=(6, 21, 45), batch_size=3, truth="synthetic",
-                       corruption="biased", cs_kinds=("eb",), refit=True)
-    run = jax.jit(jax.vmap(idn.run_identification, in_axes=(0, None, None, None)),
-                  static_argnums=3)
-    keys = jax.random.split(jax.random.key(12), 4)
-    outs = [jax.tree.map(np.asarray, run(keys, idn.dummy_data(c), idn.Params.make(), c))
-            for c in (whole, dataclasses.replace(whole, item_block=8))]
-    a, s = outs[0].checkpoints, outs[1].checkpoints
-    np.testing.assert_array_equal(s.pulls, a.pulls)
-    np.testing.assert_array_equal(s.recommended, a.recommended)
-    for f in ("estimate", "naive", "lam", "lower", "upper"):
-        np.testing.assert_allclose(getattr(s, f), getattr(a, f), rtol=0, atol=2e-5, err_msg=f)

@@ -24,6 +24,17 @@ from jaxeval._study import (
 )
 
 
+def _npz_study(tmp_path, seed, policy):
+    """A small identification study of ``policy`` on an 8 x 10 binary matrix written to
+    ``tmp_path / "s.npz"``; returns the study and the file."""
+    rng = np.random.default_rng(seed)
+    data = tmp_path / "s.npz"
+    np.savez(data, scores=(rng.random((8, 10)) < 0.5).astype(np.float32))
+    return study_from_dict({"kind": "identification", "data": {"npz": str(data)},
+                            "num_arms": 2, "budgets": [0.5], "n_replicates": 8,
+                            "policies": [policy]}), data
+
+
 def _task(n=20, chunk_size=8):
     return Task("t", n, chunk_size, compute=None)
 
@@ -171,17 +182,12 @@ def test_a_folder_with_no_chunks_takes_this_processes_settings_and_target(tmp_pa
 def test_a_folder_refuses_to_continue_on_changed_data(tmp_path):
     """A folder records its data file's checksum; opening it again after the file's
     contents changed (same path) is refused, and the manifest is left as it was."""
-    rng = np.random.default_rng(1)
-    data = tmp_path / "s.npz"
-    np.savez(data, scores=(rng.random((8, 10)) < 0.5).astype(np.float32))
-    s = study_from_dict({"kind": "identification", "data": {"npz": str(data)},
-                         "num_arms": 2, "budgets": [0.5], "n_replicates": 8,
-                         "policies": ["uniform"]})
+    s, data = _npz_study(tmp_path, 1, "uniform")
     out = tmp_path / "o"
     _study._open_folder(s, out, (0, 8))
     before = (out / "manifest.json").read_bytes()
     assert _study._open_folder(s, out, (0, 8))["data_sha256"] == _study._sha256(data)
-    np.savez(data, scores=(rng.random((8, 10)) < 0.5).astype(np.float32))
+    np.savez(data, scores=(np.random.default_rng(9).random((8, 10)) < 0.5).astype(np.float32))
     with pytest.raises(StudyFolderError, match="the data file changed since the study started"):
         _study._open_folder(s, out, (0, 8))
     assert (out / "manifest.json").read_bytes() == before
@@ -285,12 +291,7 @@ def test_pin_fit_refits_when_the_saved_fit_is_not_the_recorded_one(tmp_path, mon
     recorded is not used: the fit is redone, installed when it matches the record, and
     written over the wrong file."""
     monkeypatch.setattr(_study, "_PROBLEM_CACHE", {})  # (its fake fit stays here)
-    rng = np.random.default_rng(2)
-    data = tmp_path / "s.npz"
-    np.savez(data, scores=(rng.random((8, 10)) < 0.5).astype(np.float32))
-    s = study_from_dict({"kind": "identification", "data": {"npz": str(data)},
-                         "num_arms": 2, "budgets": [0.5], "n_replicates": 8,
-                         "policies": ["pulse"]})
+    s, _ = _npz_study(tmp_path, 2, "pulse")
 
     def fit(v):
         return {"V": np.full((10, 2), v, np.float32), "c": np.full(10, v, np.float32),
