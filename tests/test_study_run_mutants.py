@@ -4,6 +4,7 @@ let through."""
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -145,6 +146,19 @@ def test_a_resume_removes_half_written_files_and_replaced_corrupt_chunks(tmp_pat
 
 
 # ------------------------------------------------------- opening a folder
+def test_an_empty_or_outside_replicate_range_is_refused_before_the_folder_exists(tmp_path):
+    """A range job covers ``lo <= unit < hi`` with ``0 <= lo < hi <= n``: an empty range
+    (``lo == hi``: a folder holding nothing whose status says its range is complete), a
+    reversed one and one past the study's units are refused, and no folder is made."""
+    s = study_from_dict(toy_config(n_replicates=16, chunk_size=8))
+    for bad in ((8, 8), (9, 8), (0, 17), (-1, 4)):
+        with pytest.raises(ValueError, match=re.escape(
+                f"replicate_range must satisfy 0 <= lo < hi <= 16 (the study's units), got "
+                f"{bad}")):
+            run_study(s, tmp_path / "r", replicate_range=bad, progress=False)
+        assert not (tmp_path / "r").exists()
+
+
 def test_a_file_is_not_a_study_folder(tmp_path):
     """``--out`` naming a file is refused as a file (not with an OSError from listing
     it, nor as a non-empty folder), and the file is left alone."""
