@@ -312,8 +312,9 @@ def _fit_history(history: ScoreMatrix) -> ScoreMatrix:
     return history if keep.size == history.n_models else history.take(models=keep)
 
 
-def _history_msg(e: Exception) -> str:
-    """A fit's error, naming the campaign's ``history`` where the fit says ``data``."""
+def _history_msg(e: Exception | str) -> str:
+    """A fit's error (or its text), naming the campaign's ``history`` where the fit says
+    ``data``."""
     msg = str(e)
     return "history:" + msg[len("data:"):] if msg.startswith("data:") else msg
 
@@ -563,7 +564,7 @@ class IdentificationCampaign:
                                       num_steps=fit_steps, progress=progress)
                 except ValueError as e:
                     raise ValueError(
-                        f"lam0='learned': {_history_msg(ValueError(wrapped_lam0_error(e)))}"
+                        f"lam0='learned': {_history_msg(wrapped_lam0_error(e))}"
                     ) from None
             if progress and hist is not None:
                 say(f"fitted in {time.perf_counter() - t0:.1f} s")

@@ -778,6 +778,9 @@ def fit_factorization(
     )
 
 
+_TRY = " (try "  # how a fold's error opens its hint (wrapped_lam0_error looks for it)
+
+
 def _fold_hint(e: ValueError, rank: int, folds: int, sm: Any) -> str:
     """What may let :func:`learn_lam0`'s fold fits go through: a lower rank where the rank
     was refused, more folds (each fit then sees more models) where that is possible."""
@@ -786,13 +789,13 @@ def _fold_hint(e: ValueError, rank: int, folds: int, sm: Any) -> str:
         ways.append("a lower rank")
     if folds < sm.n_models // 2:
         ways.append(f"more folds, up to {sm.n_models // 2}, so that each fit sees more models")
-    return f" (try {' or '.join(ways)})" if ways else ""
+    return f"{_TRY}{' or '.join(ways)})" if ways else ""
 
 
 def wrapped_lam0_error(e: ValueError) -> str:
     """``lam0='learned'``'s error in a function that calls :func:`learn_lam0` with its own
     rank and folds: where the message suggests other ones, says how to choose them."""
-    if "(try " not in str(e):
+    if _TRY not in str(e):
         return str(e)
     return (f"{e}; jaxeval.learn_lam0 takes rank and folds: call it and pass the number "
             "it returns as lam0")

@@ -12,7 +12,7 @@ count the blocked refit is handed is pinned by the refit case of
 import jax
 import jax.numpy as jnp
 import numpy as np
-from test_identification import POOL, N, _run
+from test_identification import POOL, N, _data, _run
 
 from jaxeval import _identification as idn
 from jaxeval import _sampling as smp
@@ -37,7 +37,7 @@ def test_plain_mean_records_before_between_and_after_pulls():
     "exhausted"."""
     cfg = idn.Config("uniform", 3, N, budgets=(0, 2, 10, 19, 22, 24),
                      cs_kinds=("eb", "hoeffding"))
-    data = _pool_data(POOL, [0, 1, 2])
+    data = _data()
     cp = _run(cfg, data, seed=5).checkpoints
     assert cp.calls.tolist() == [0, 2, 10, 19, 22, 24]
     np.testing.assert_array_equal(
@@ -65,7 +65,7 @@ def test_a_cut_batch_adds_only_its_drawn_items_to_the_intervals():
     batches of 3 with a budget of 10 the fourth batch is cut to one item (two empty
     slots); its bounds must equal those of the one-at-a-time run that drew the same
     items (4, 3, 3), so the empty slots update no confidence sequence."""
-    data = _pool_data(POOL, [0, 1, 2])
+    data = _data()
     out = {}
     for b in (1, 3):
         cfg = idn.Config("uniform", 3, N, budgets=(10,), batch_size=b,
@@ -168,7 +168,7 @@ def test_budget_mode_statuses_of_a_checkpoint_never_reached():
     recorded at 20, 24 and 30 calls evaluates every arm by 24: the unreached 30-call
     checkpoint is "exhausted" (not "policy done": the policy stopped because nothing is
     left to evaluate)."""
-    data = _pool_data(POOL, [0, 1, 2])
+    data = _data()
     cfg = idn.Config("sysrs", 3, N, budgets=(12, 23, 30), horizon=30, cs_kinds=("eb",))
     cp = _run(cfg, data).checkpoints
     assert cp.calls.tolist() == [12, 23, 23]
