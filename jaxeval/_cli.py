@@ -682,7 +682,7 @@ def _new_campaign(args: argparse.Namespace):
 
     cands = list(args.candidates)
     if args.candidates_file:
-        cands += _lines(args.candidates_file, "candidates-file", comments=True)
+        cands += _lines(args.candidates_file, "--candidates-file", comments=True)
     history = None
     if args.history:
         history = _load_table_arg("--history", args.history, args.sep,
@@ -698,7 +698,7 @@ def _new_campaign(args: argparse.Namespace):
         raise ValueError("--history-duplicate-names: needs --history")
     elif args.sep is not None:
         raise ValueError("--sep: only with --history (the separator of its table)")
-    items = _lines(args.items_file, "items-file") if args.items_file else None
+    items = _lines(args.items_file, "--items-file") if args.items_file else None
     lam0 = args.lam0
     if lam0 != "learned":
         try:
@@ -957,7 +957,7 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
     import jaxeval
 
     if args.action == "fit":
-        out = _new_npz("out", args.out)
+        out = _new_npz("--out", args.out)
         raw = _load_table_arg("DATA", args.data, args.sep, _lm_eval_options(args, ""),
                               args.duplicate_names, prefix="")
         sm = raw.drop_duplicates()
@@ -1147,8 +1147,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "merge":
             folder = merge_studies(args.dirs, args.out)
             st = study_status(folder)
+            n = len(args.dirs)
+            # the units done of the study's, per task where the tasks differ
+            done, units = st["done"], st["units"]
+            if len(set(done.values())) == 1:
+                counts = (f"{next(iter(done.values()))} of {units} units"
+                          + (" per task" if len(done) > 1 else ""))
+            else:
+                counts = (f"units done of {units}: "
+                          + ", ".join(f"{t} {d}" for t, d in done.items()))
             print(
-                f"merged {len(args.dirs)} folders into {folder}: {st['done']} units"
+                f"merged {n} folder{'s' if n != 1 else ''} into {folder}: {counts}"
                 + (" (complete)" if st["complete"] else " (incomplete)")
             )
             return 0

@@ -600,7 +600,7 @@ def test_campaign_export_reads_back_exactly(tmp_path, capsys, monkeypatch):
                  "cands.txt", "--policy", "ucbe"]) == 2
     err = capsys.readouterr().err
     assert "--items-file: repeated item names, e.g. ['plain']" in err
-    assert "candidates-file: left out 1 comment line(s) starting with '#', e.g. '# the two" \
+    assert "--candidates-file: left out 1 comment line(s) starting with '#', e.g. '# the two" \
         in err
     # item names are whatever the benchmark calls them: '#2' is an item, not a comment
     Path("hash.txt").write_text("q1\n#2\nq3\n")
