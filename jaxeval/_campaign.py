@@ -481,10 +481,11 @@ class IdentificationCampaign:
         # benchmark must not make UCB-E, SySRs or given factors refuse the default rank)
         fits = needs_pred and factors is None
         rank = check_int("rank", rank, 1, 10**6)
-        if fits and rank > n:
-            raise ValueError(f"rank: the factorization fitted on history has at most one "
-                             f"factor per item ({n} items), got rank={rank} (the default "
-                             "is 8): pass a smaller rank")
+        if fits and rank >= n:
+            # r * (m + n) + n parameters never fit in m * n cells when r >= n
+            raise ValueError(f"rank: the factorization fitted on history needs fewer "
+                             f"factors than items ({n} items), got rank={rank} (the "
+                             "default is 8): pass a smaller rank")
         for name, v in (("synchronized", synchronized), ("refit", refit),
                         ("stop_when_confident", stop_when_confident),
                         ("skip_separated", skip_separated)):

@@ -570,9 +570,12 @@ def test_a_finished_policy_stays_finished_after_load(tmp_path):
         assert back.ask() is None
     # a policy that fits factors on history: the rank is checked, naming the default
     hist = jaxeval.ScoreMatrix(rng.random((3 * K, n)).round(), items=[f"i{j}" for j in range(n)])
-    with pytest.raises(ValueError, match=r"rank: the factorization fitted on history has "
-                       r"at most one factor per item \(6 items\), got rank=8 \(the default"):
+    with pytest.raises(ValueError, match=r"rank: the factorization fitted on history needs "
+                       r"fewer factors than items \(6 items\), got rank=8 \(the default"):
         IdentificationCampaign(["a", "b"], hist, policy="pulse_ucb")
+    # rank = n never fits either (r * (m + n) + n parameters > m * n cells): refused first
+    with pytest.raises(ValueError, match=r"fewer factors than items \(6 items\), got rank=6"):
+        IdentificationCampaign(["a", "b"], hist, policy="pulse_ucb", rank=6)
     # given factors carry their rank: the unused default was refused on 6 items
     lr = jaxeval.fit_factorization(hist, rank=2, rho=1.0, num_steps=20)
     camp = IdentificationCampaign(["a", "b"], items=hist.items, factors=lr)
