@@ -214,6 +214,37 @@ def test_kernel_half_residuals_are_crossfit_selected_residuals():
     np.testing.assert_allclose(out["named_half_res"][0], named, rtol=1e-5, atol=1e-7)
 
 
+def test_kernel_half_residuals_follow_each_halfs_own_pick():
+    """When the two validation halves choose different candidates, each half's
+    residuals are those of the candidate *it* chose (scored on the other half)."""
+    import jax.numpy as jnp
+
+    from jaxeval.anchors._methods import (
+        SplitData,
+        crossfit_selected_residuals,
+        validation_halves,
+    )
+
+    rng = np.random.default_rng(0)
+    ability = rng.normal(size=(70, 1))
+    s = (rng.random((70, 30)) < 1 / (1 + np.exp(-ability - rng.normal(size=(1, 30)))))
+    s = s.astype(np.float32)
+    y = s.mean(1)
+    # few training models: the ridge map wins on one half, the plain mean on the other
+    d = SplitData(*(jnp.asarray(a) for a in (s[:14], y[:14], s[50:70], y[50:70])))
+    cands = ("random_mean", "random_ridge")
+    ia, ib = (jnp.asarray(i) for i in validation_halves(20, 0))
+    key = jax.random.key(0)
+    sel = jax.jit(crossfit_selected_residuals, static_argnums=(2, 3, 4))
+    hr, picks = sel(key, d, 4, cands, FAST, ia, ib)
+    assert np.asarray(picks).tolist() == [1, 0]  # (the case the check is about)
+    kernel = jax.jit(_protocol.protocol_kernel, static_argnums=(3, 4, 5, 6, 9, 11))
+    out = kernel(key, d, jnp.asarray(s[14:50]), 4, cands, FAST, 0, 0.1, -1, cands,
+                 (ia, ib), ())
+    assert np.asarray(out["half_pick"]).tolist() == [1, 0]
+    np.testing.assert_allclose(out["half_res"], hr, rtol=1e-5, atol=1e-7)
+
+
 def test_kernel_dr_pick_follows_the_candidates_order_not_the_methods():
     """``auto_pick`` is a position among ``auto_cands`` present, in the candidates'
     order; ``dr_pick`` is the index of that candidate in ``methods``."""
