@@ -830,7 +830,10 @@ def learn_lam0(
         training models, at least ``2 * folds`` rows, and enough that each fold's fit
         (on the other folds' rows) can be made: ``rank <= min(rows, items)``, at least
         as many observed cells as the ``rank * (rows + items) + items`` parameters of
-        its factorization, and every item observed in those rows.
+        its factorization, and every item observed in those rows (so every row must
+        have an observed cell and every item two observing rows: the fold that holds
+        an item's only row out could not fit it, whatever the folds; both are refused
+        before any fit).
       rank, rho: the factorization of each fold (as in :func:`fit_factorization`).
       n_observed: observed items per held-out row (each ``>= 1``).
       folds: number of row groups, ``>= 2``.
@@ -844,7 +847,8 @@ def learn_lam0(
 
     Raises:
       TypeError: a count, rank or seed that is not an integer (``2.0``, ``True``).
-      ValueError: bad arguments, too few rows, or no held-out row with enough observed
+      ValueError: bad arguments, too few rows, a row without an observed cell or an
+        item observed in fewer than two rows, or no held-out row with enough observed
         items to score.
 
     Example:
@@ -860,6 +864,20 @@ def learn_lam0(
         raise ValueError(
             f"data: learning lam0 with {folds} folds needs at least {2 * folds} models, "
             f"got {sm.n_models}"
+        )
+    # checked here, not left to a fold's fit: no number of folds could get past them
+    empty = np.flatnonzero(~sm.mask.any(axis=1))
+    if empty.size:
+        raise ValueError(
+            f"data: {empty.size} model rows have no observed cell (e.g. "
+            f"{sm.models[empty[:3]].tolist()}); drop them before learning lam0"
+        )
+    thin = np.flatnonzero(sm.mask.sum(axis=0) < 2)
+    if thin.size:
+        raise ValueError(
+            f"data: {thin.size} items are observed in fewer than 2 model rows (e.g. "
+            f"{sm.items[thin[:3]].tolist()}): the fold that holds such a row out has no "
+            "score of the item to fit; drop them before learning lam0"
         )
     try:
         cs = list(n_observed)
@@ -911,8 +929,9 @@ def learn_lam0(
                 den += float(np.var(q))
     if den <= 0.0:
         raise ValueError(
-            f"data: no held-out model had more than {max(cs) + 1} observed items with "
-            "varying predictions; lam0 cannot be learned"
+            f"data: no held-out model had the n_observed + 2 = {min(cs) + 2} or more "
+            "observed items a count needs (for the smallest count), with varying "
+            "predictions; lam0 cannot be learned"
         )
     lam0 = float(np.clip(num / den, 0.0, 1.0))
     say(f"done: lam0 = {lam0:.3f}")

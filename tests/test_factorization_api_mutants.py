@@ -276,10 +276,18 @@ def test_learn_lam0_argument_checks():
                                          r"but only 4 observed cells$"):
         jaxeval.learn_lam0(S[:, :1], rank=1, folds=3, num_steps=5)  # nothing to suggest
     T = S.copy()
-    T[1:, 5] = np.nan  # item 5 seen by one model: a fold without it cannot be fitted
-    with pytest.raises(ValueError, match=r"item columns have no observed cell .* drop them "
-                                         r"before fitting \(try more folds, up to 3, so "):
-        jaxeval.learn_lam0(T, rank=1, num_steps=5)  # (not "a lower rank")
+    T[1:, 5] = np.nan  # item 5 seen by one model: a fold without it cannot be fitted,
+    # whatever the folds: refused before any fit, naming it (no hint of more folds)
+    for folds in (2, 3):
+        with pytest.raises(ValueError, match=r"^data: 1 items are observed in fewer than 2 "
+                                             r"model rows \(e.g. \['item_5'\]\): the fold .* drop "
+                                             r"them before learning lam0$"):
+            jaxeval.learn_lam0(T, rank=1, folds=folds, num_steps=5)
+    T[1:, 5] = S[1:, 5]
+    T[3] = np.nan  # a model with no observed cell
+    with pytest.raises(ValueError, match=r"^data: 1 model rows have no observed cell \(e.g. "
+                                         r"\['model_3'\]\); drop them before learning lam0$"):
+        jaxeval.learn_lam0(T, rank=1, num_steps=5)
 
 
 def test_learn_lam0_fits_each_fold_with_the_rank_and_rho_given():
