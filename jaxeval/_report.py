@@ -143,6 +143,19 @@ def _identification_summary(study: Any, results: Mapping[str, Mapping[str, np.nd
         rec = r["checkpoints.recommended"]  # [R, C]
         calls = r["checkpoints.calls"]  # [R, C]
         R, C = rec.shape
+        K, Q = study.num_arms, len(study.cs_kinds)
+        rc, arms = "replicates, checkpoints", "arms"
+        for field, want, dims in (
+                ("theta", (R, K), f"replicates, {arms}"),
+                ("checkpoints.calls", (R, C), rc), ("checkpoints.status", (R, C), rc),
+                ("checkpoints.estimate", (R, C, K), f"{rc}, {arms}"),
+                ("checkpoints.naive", (R, C, K), f"{rc}, {arms}"),
+                ("checkpoints.lower", (R, C, Q, K), f"{rc}, interval kinds, {arms}"),
+                ("checkpoints.upper", (R, C, Q, K), f"{rc}, interval kinds, {arms}")):
+            # a hand-built or damaged result would otherwise broadcast into wrong figures
+            if np.shape(r[field]) != want:
+                raise ValueError(f"results[{spec.name!r}][{field!r}]: expected shape {want} "
+                                 f"({dims}), got {np.shape(r[field])}")
         best = true_best(theta)
         correct = recommended_correct(best, rec)  # [R, C]
         k_ok = correct.sum(axis=0)
@@ -264,7 +277,11 @@ def _replicate_summary(study: Any, results: Mapping[str, Mapping[str, np.ndarray
     for k, v in r.items():
         # true/false outcomes ("covered", "correct") are the commonest Monte Carlo
         # result: their mean is the rate (they used to be left out without a word)
-        if (np.issubdtype(v.dtype, np.number) or v.dtype == bool) and v.size:
+        # (complex numbers have no one mean and sd here: skipped by name, not cast to
+        # their real part)
+        real = np.issubdtype(v.dtype, np.number) and not np.issubdtype(v.dtype,
+                                                                      np.complexfloating)
+        if (real or v.dtype == bool) and v.size:
             x = v.reshape(v.shape[0], -1).astype(np.float64)
             fields[k] = {
                 "shape": list(v.shape),
