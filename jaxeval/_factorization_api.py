@@ -929,9 +929,9 @@ def learn_lam0(
                 den += float(np.var(q))
     if den <= 0.0:
         raise ValueError(
-            f"data: no held-out model had the n_observed + 2 = {min(cs) + 2} or more "
-            "observed items a count needs (for the smallest count), with varying "
-            "predictions; lam0 cannot be learned"
+            "data: no held-out model could be scored: a row needs n_observed + 2 observed "
+            f"items (at least {min(cs) + 2}, for the smallest count) and predictions that "
+            "vary over its unseen items; lam0 cannot be learned"
         )
     lam0 = float(np.clip(num / den, 0.0, 1.0))
     say(f"done: lam0 = {lam0:.3f}")

@@ -225,6 +225,7 @@ def test_learn_lam0_with_rows_too_short_for_every_count_names_what_a_count_needs
     for i in range(40):
         keep[i, (5 * i + np.arange(5)) % 20] = True
     S[~keep] = np.nan
-    with pytest.raises(ValueError, match=r"^data: no held-out model had the n_observed \+ 2 "
-                                         r"= 6 or more observed items a count needs"):
+    with pytest.raises(ValueError, match=r"^data: no held-out model could be scored: a row "
+                                         r"needs n_observed \+ 2 observed items \(at least 6, "
+                                         r"for the smallest count\)"):
         jaxeval.learn_lam0(S, rank=1, n_observed=(10, 4), num_steps=3)
