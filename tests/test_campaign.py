@@ -546,10 +546,11 @@ def test_load_restores_the_saved_state_or_replays(problem, tmp_path, monkeypatch
         IdentificationCampaign.load(path, replay="yes")
 
 
-def test_a_finished_policy_stays_finished_after_load(tmp_path):
+def test_a_finished_policy_stays_finished_after_load(tmp_path, monkeypatch):
     """SySRs can end before its budget (its schedule has nothing left to pull): a saved
-    and loaded campaign says so at once, restored or replayed; and a campaign that does
-    not fit factors takes the default rank on a benchmark of fewer than 8 items."""
+    and loaded campaign says so at once, restored (its saved state read, no request
+    replayed) or replayed; and a campaign that does not fit factors takes the default
+    rank on a benchmark of fewer than 8 items."""
     rng = np.random.default_rng(0)
     K, n = 3, 6
     truth = (rng.random((K, n)) < 0.5).astype(np.float32)
@@ -561,6 +562,7 @@ def test_a_finished_policy_stays_finished_after_load(tmp_path):
     st = camp.status()
     assert st.done and st.reason == "policy" and st.calls < K * n
     path = camp.save(tmp_path / "done.npz")
+    assert _load_counting(path, monkeypatch)[1] == 0
     for replay in (False, True):
         back = IdentificationCampaign.load(path, replay=replay)
         got = back.status()

@@ -214,25 +214,6 @@ def test_a_replayed_answer_for_another_model_is_refused(tmp_path):
         IdentificationCampaign.load(tmp_path / "arm.npz")
 
 
-def test_a_campaign_the_policy_ended_is_restored_not_replayed(tmp_path, monkeypatch):
-    """A SySRs campaign whose schedule is over is saved with its state: loading restores
-    it (no replay) and it is done with reason "policy"."""
-    rng = np.random.default_rng(0)
-    K, n = 3, 6
-    truth = (rng.random((K, n)) < 0.5).astype(np.float32)
-    camp = IdentificationCampaign([f"m{i}" for i in range(K)],
-                                  items=[f"i{j}" for j in range(n)], policy="sysrs",
-                                  budget=K * n, seed=3, stop_when_confident=False)
-    while (req := camp.ask()) is not None:
-        camp.tell(req, truth[req.arm, req.index])
-    path = camp.save(tmp_path / "done.npz")
-    back, asked = _load_counting(path, monkeypatch)
-    assert asked == 0
-    st = back.status()
-    assert (st.done, st.reason, st.calls) == (True, "policy", camp.calls)
-    assert back.ask() is None and back.save(path) == path
-
-
 def test_a_resealed_state_whose_score_sums_disagree_a_little_is_replayed(tmp_path,
                                                                         monkeypatch):
     """A state whose score sum is off by 0.05 (digest recomputed, as a buggy writer

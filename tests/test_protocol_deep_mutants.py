@@ -8,7 +8,12 @@ import jax
 import numpy as np
 import pytest
 from test_anchors import FAST
-from test_runner_mutants import _captured_protocol, _fake_protocol, _protocol_matrix
+from test_runner_mutants import (
+    _captured_protocol,
+    _fake_protocol,
+    _logistic_split,
+    _protocol_matrix,
+)
 
 from jaxeval import ScoreMatrix
 from jaxeval.anchors import AUTO_CANDIDATES, Settings, _protocol, conformal_quantile
@@ -188,17 +193,11 @@ def test_kernel_half_residuals_are_crossfit_selected_residuals():
     import jax.numpy as jnp
 
     from jaxeval.anchors._methods import (
-        SplitData,
         crossfit_selected_residuals,
         validation_halves,
     )
 
-    rng = np.random.default_rng(3)
-    ability = rng.normal(size=(90, 1))
-    s = (rng.random((90, 30)) < 1 / (1 + np.exp(-ability - rng.normal(size=(1, 30)))))
-    s = s.astype(np.float32)
-    y = s.mean(1)
-    d = SplitData(*(jnp.asarray(a) for a in (s[:50], y[:50], s[50:70], y[50:70])))
+    s, d = _logistic_split(3, 90, 50)
     methods = ("random_ridge", "random_mean", "random_shrunk")
     cands = ("random_mean", "random_shrunk")
     ia, ib = (jnp.asarray(i) for i in validation_halves(20, 3))
@@ -220,18 +219,12 @@ def test_kernel_half_residuals_follow_each_halfs_own_pick():
     import jax.numpy as jnp
 
     from jaxeval.anchors._methods import (
-        SplitData,
         crossfit_selected_residuals,
         validation_halves,
     )
 
-    rng = np.random.default_rng(0)
-    ability = rng.normal(size=(70, 1))
-    s = (rng.random((70, 30)) < 1 / (1 + np.exp(-ability - rng.normal(size=(1, 30)))))
-    s = s.astype(np.float32)
-    y = s.mean(1)
     # few training models: the ridge map wins on one half, the plain mean on the other
-    d = SplitData(*(jnp.asarray(a) for a in (s[:14], y[:14], s[50:70], y[50:70])))
+    s, d = _logistic_split(0, 70, 14)
     cands = ("random_mean", "random_ridge")
     ia, ib = (jnp.asarray(i) for i in validation_halves(20, 0))
     key = jax.random.key(0)

@@ -231,6 +231,23 @@ def test_auto_chooses_by_cross_validation_below_auto_cv_below_only(monkeypatch):
             _protocol.evaluate_protocol(sm, 4, ("auto",), seeds=(1,), settings=st)
 
 
+def _logistic_split(seed, m, n_train, n_val=20, n=30):
+    """0/1 scores of ``m`` models x ``n`` items from a one-ability logistic model, and
+    the ``SplitData`` of its first ``n_train`` models (train) and the ``n_val`` after
+    position 50 (validation; the models from 70 on are the usual test models)."""
+    import jax.numpy as jnp
+
+    from jaxeval.anchors._methods import SplitData
+
+    rng = np.random.default_rng(seed)
+    ability = rng.normal(size=(m, 1))
+    s = (rng.random((m, n)) < 1 / (1 + np.exp(-ability - rng.normal(size=(1, n)))))
+    s = s.astype(np.float32)
+    y = s.mean(1)
+    return s, SplitData(*(jnp.asarray(a) for a in (s[:n_train], y[:n_train], s[50:50 + n_val],
+                                                   y[50:50 + n_val])))
+
+
 def test_the_unbiased_estimate_uses_the_candidate_cross_validation_picked_even_the_first():
     """``protocol_kernel``'s ``auto_pick`` (cross-validation's choice among the candidates
     present) sets the anchors of the unbiased estimate, position 0 included; only a
@@ -240,15 +257,9 @@ def test_the_unbiased_estimate_uses_the_candidate_cross_validation_picked_even_t
     import jax.numpy as jnp
 
     from jaxeval.anchors import Settings
-    from jaxeval.anchors._methods import SplitData
     from jaxeval.anchors._protocol import protocol_kernel
 
-    rng = np.random.default_rng(3)
-    ability = rng.normal(size=(90, 1))
-    s = (rng.random((90, 30)) < 1 / (1 + np.exp(-ability - rng.normal(size=(1, 30)))))
-    s = s.astype(np.float32)
-    y = s.mean(1)
-    d = SplitData(*(jnp.asarray(a) for a in (s[:50], y[:50], s[50:70], y[50:70])))
+    s, d = _logistic_split(3, 90, 50)
     methods = ("kmeans_ridge", "greedy_ridge")
     st = Settings(kmeans_iters=5, ridge_swaps=2)
     te = np.concatenate([s[70:], s[70:71]])  # the last test model repeats the first
@@ -261,7 +272,7 @@ def test_the_unbiased_estimate_uses_the_candidate_cross_validation_picked_even_t
 
     out = run(-1)
     best = int(out["dr_pick"])
-    val_mse = np.mean((np.clip(np.asarray(out["val"]), 0, 1) - y[50:70]) ** 2, axis=1)
+    val_mse = np.mean((np.clip(np.asarray(out["val"]), 0, 1) - np.asarray(d.y_val)) ** 2, axis=1)
     assert int(np.argmin(val_mse)) == best
     order = (methods[1 - best], methods[best])  # position 0: validation's loser
     first, second = run(0, order), run(1, order)
