@@ -893,9 +893,10 @@ def _load_table(what, value, sep, lm_eval, duplicate_names, prefix):
         if sep is not None:
             raise ValueError(f"--sep: only for a .csv / .tsv table, not with {flag}filter / "
                              f"{flag}metric / {flag}runs (lm-evaluation-harness output)")
-        if not (p.is_dir() or p.suffix.lower() in (".jsonl", ".json")):
+        if not (p.is_dir() or p.suffix.lower() in (".jsonl", ".json")
+                or p.name.lower().endswith(".jsonl.gz")):
             raise ValueError(f"{flag}metric / {flag}filter / {flag}runs: only for lm-evaluation-"
-                             f"harness output (a folder or .jsonl), not {value!r}")
+                             f"harness output (a folder, .jsonl or .jsonl.gz), not {value!r}")
         try:
             return jaxeval.load(value, **lm_eval)
         except (ValueError, TypeError) as e:

@@ -2,8 +2,8 @@
 
 ``load`` dispatches on the source: a bundled dataset name, a ``.npz`` file in
 the layout of the project's shared data, a long or wide CSV/Parquet table, or
-lm-evaluation-harness ``--log_samples`` output (one ``samples_*.jsonl`` file or
-a directory of runs).
+lm-evaluation-harness ``--log_samples`` output (one ``samples_*.jsonl`` file, plain or
+gzip-compressed, or a directory of runs).
 """
 
 from __future__ import annotations
@@ -129,8 +129,8 @@ def load(source: Any, **kwargs: Any) -> ScoreMatrix:
     Args:
       source: a bundled dataset name (see ``jaxeval.datasets.names()``), a path to
         ``.npz``, ``.csv``/``.tsv``, ``.parquet``, an lm-evaluation-harness
-        ``samples_*.jsonl`` file, or a directory of such runs; or a ScoreMatrix
-        (returned as is).
+        ``samples_*.jsonl`` (or ``.jsonl.gz``) file, or a directory of such runs; or a
+        ScoreMatrix (returned as is).
       **kwargs: passed to the format's loader (e.g. ``layout="long"`` for tables,
         ``metric="acc"`` for lm-evaluation-harness samples).
 
@@ -168,7 +168,7 @@ def load(source: Any, **kwargs: Any) -> ScoreMatrix:
             "nor an existing file or directory"
         )
     suffix = path.suffix.lower()
-    if path.is_dir() or suffix in (".jsonl", ".json"):
+    if path.is_dir() or suffix in (".jsonl", ".json") or path.name.lower().endswith(".jsonl.gz"):
         from jaxeval._lmeval import load_lm_eval
 
         return load_lm_eval(path, **kwargs)

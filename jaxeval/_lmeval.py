@@ -11,6 +11,8 @@ metric values as top-level fields (``"acc": 1.0``, ``"exact_match": 0.0``, ...).
 Rules:
 
 - One file is one model's row; the model is named after the folder holding it.
+- A samples file compressed with gzip (``samples_*.jsonl.gz``) is read like the
+  plain one.
 - A folder holding ``samples_*.jsonl`` files is one model; a folder of such
   folders is one model per subfolder. Rows are aligned on ``doc_id`` (on
   ``(task, doc_id)`` when several tasks are loaded, items then named
@@ -20,7 +22,8 @@ Rules:
   runs means the runs are not aligned and is refused.
 - The metric is ``metric=`` or else the first of :data:`DEFAULT_METRICS` present;
   values must be numbers in [0, 1] (``true``/``false`` are read as 1/0 and
-  recorded). Several filters per document need ``filter=``.
+  recorded). Several filters per document need ``filter=``; the documents of a run
+  with no line for the filter chosen are recorded.
 - Refused, naming the file (and line): corrupt JSON, a line without ``doc_id``,
   duplicate ``doc_id``, a missing, non-numeric, NaN or out-of-range metric, an
   empty file, several runs of one task for one model (unless ``runs="latest"``).
@@ -28,11 +31,13 @@ Rules:
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
 import re
 import warnings
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -54,27 +59,38 @@ DEFAULT_METRICS = (
     "mc1",
 )
 
-_NAME = re.compile(r"^samples_(?P<task>.+?)_(?P<ts>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl$",
-                   re.IGNORECASE)
+_NAME = re.compile(
+    r"^samples_(?P<task>.+?)_(?P<ts>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl(?:\.gz)?$", re.IGNORECASE)
 _BOOKKEEPING = {
     "doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "filter", "metrics",
     "doc_hash", "prompt_hash", "target_hash",
 }
 
 
+def is_samples_name(name: str) -> bool:
+    """Whether a file name ends as a samples file does (``.jsonl`` or ``.jsonl.gz``, in
+    any case)."""
+    return name.lower().endswith((".jsonl", ".jsonl.gz"))
+
+
 def _task_of(path: Path) -> tuple[str, str]:
     m = _NAME.match(path.name)
     if m:
         return m["task"], m["ts"]
-    stem = path.name[: -len(".jsonl")] if path.name.lower().endswith(".jsonl") else path.stem
+    low = path.name.lower()
+    cut = next((len(x) for x in (".jsonl.gz", ".jsonl") if low.endswith(x)), None)
+    stem = path.name[:-cut] if cut else path.stem
     return (stem[len("samples_"):] if stem.startswith("samples_") else stem), ""
 
 
 def _read_samples(path: Path) -> list[tuple[int, dict]]:
     out = []
     try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as e:
+        raw = path.read_bytes()
+        if path.name.lower().endswith(".gz"):
+            raw = gzip.decompress(raw)  # (a truncated or damaged one: EOFError, zlib.error)
+        text = raw.decode("utf-8-sig")
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: cannot read the file ({type(e).__name__}: {e})") from e
     # JSON Lines ends records at "\n" only: str.splitlines() would also split at
     # U+2028 / U+2029 / U+0085, which the harness writes unescaped inside strings
@@ -145,7 +161,14 @@ def _read_run(
                 f"{path}: no line has filter {filter!r}; field 'filter' takes values {filters}"
                 "; where tasks log different filters, name the task: filter={task: name}"
             )
+        docs = {o["doc_id"] for _, o in samples if isinstance(o["doc_id"], (int, str))}
         samples = [(ln, o) for ln, o in samples if str(o.get("filter", "none")) == filter]
+        kept = {o["doc_id"] for _, o in samples if isinstance(o["doc_id"], (int, str))}
+        if docs - kept:  # documents logged under other filters only: recorded, not lost
+            lost = sorted(docs - kept, key=lambda d: (isinstance(d, str), d))
+            flags.setdefault("filtered_out", []).append(
+                f"{len(lost)} doc_id(s) of {path} have no line with filter {filter!r} "
+                f"(e.g. {lost[:3]}): not read from that run")
     used = _pick_metric(path, samples, metric)
     values: dict[Any, float] = {}
     hashes: dict[Any, str] = {}
@@ -188,11 +211,12 @@ def _read_run(
 
 
 def _samples_files(folder: Path) -> list[Path]:
-    """The ``samples_*.jsonl`` files of a folder, the suffix in any case (sorted)."""
+    """The ``samples_*.jsonl`` (or ``.jsonl.gz``) files of a folder, the suffix in any
+    case (sorted)."""
     # (not is_dir() rather than is_file(): a dangling link is a samples file that
     # cannot be read, to be reported, not skipped)
     return sorted(f for f in folder.glob("samples_*")
-                  if f.name.lower().endswith(".jsonl") and not f.is_dir())
+                  if is_samples_name(f.name) and not f.is_dir())
 
 
 def _runs_in(folder: Path, task: Any, runs: str, dropped: list[str],
@@ -236,7 +260,7 @@ def load_lm_eval(
     """Load lm-evaluation-harness ``--log_samples`` output as a score matrix.
 
     Args:
-      path: one ``samples_<task>_<timestamp>.jsonl`` file (one model), a model's
+      path: one ``samples_<task>_<timestamp>.jsonl`` file (or ``.jsonl.gz``; one model), a model's
         output folder (one model, possibly several tasks), or a folder of model
         folders (one row per model).
       metric: the per-sample field to read (default: first of
@@ -284,9 +308,10 @@ def load_lm_eval(
     skipped: list[str] = []
     skipped_why = ""
     if path.is_file():
-        if not path.name.lower().endswith(".jsonl"):
+        if not is_samples_name(path.name):
             raise ValueError(
-                f"{path}: not a samples_*.jsonl file; lm-evaluation-harness results_*.json "
+                f"{path}: not a samples_*.jsonl (or .jsonl.gz) file; lm-evaluation-harness "
+                "results_*.json "
                 "files hold aggregates only. Run with --log_samples and pass the samples file "
                 "or the output folder (a table of scores of your own is read from .csv, .tsv, "
                 ".parquet or .npz, not JSON)"
@@ -350,9 +375,12 @@ def load_lm_eval(
     metrics_used: dict[str, str] = {}
     files: dict[str, list[str]] = {}
     if isinstance(filter, dict):
-        unknown = sorted(set(filter) - set(tasks))
+        # (an entry for a task the folder has but task= left out is not an error: one
+        # filter mapping may serve several task choices)
+        unknown = sorted(set(filter) - set(tasks) - present)
         if unknown:
-            raise ValueError(f"filter: no task {unknown} here; the tasks are {tasks}")
+            raise ValueError(f"filter: no task {unknown} in {path}; the tasks there are "
+                             f"{sorted(present | set(tasks))}")
     elif filter is not None and not isinstance(filter, str):
         raise TypeError(f"filter: expected a filter name or a {{task: filter}} mapping, got "
                         f"{type(filter).__name__}")
@@ -418,6 +446,7 @@ def load_lm_eval(
         )
     if flags.get("bool"):
         notes["conversions"].append("true/false metric values read as 1/0")
+    notes["conversions"].extend(flags.get("filtered_out", []))
     if dropped:
         notes["runs"] = "latest timestamp kept per (model, task)"
         notes["conversions"].append(

@@ -718,7 +718,8 @@ def test_campaign_new_history_from_lm_eval_with_filters(tmp_path, capsys, monkey
     assert main(base + ["--history-filter", "strict-match", "--sep", ";"]) == 2
     assert "--sep: only for a .csv / .tsv table" in capsys.readouterr().err
     assert main(base + ["--history-filter", "gsm9k=strict-match"]) == 2
-    assert "--history-filter: no task ['gsm9k'] here" in capsys.readouterr().err
+    assert ("--history-filter: no task ['gsm9k'] in runs; the tasks there are ['gsm8k']"
+            in capsys.readouterr().err)
     assert main(base + ["--history-filter", "strict-match", "--history-metric", "exact_match"]
                 ) == 0
     assert main(["campaign", "new", "d.npz", "--history", "runs", "--candidates", "x", "y",
