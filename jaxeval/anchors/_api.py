@@ -399,11 +399,17 @@ class AnchorPredictor:
           ``(estimate, lower, upper)`` for one model (numpy scalars, as :meth:`predict`
           returns for one model).
         """
-        if self.item_model is None:
+        if self.external_target:
             raise ValueError(
                 "predict_unbiased: this predictor was fitted on an external target (a "
                 "full-benchmark score); the unbiased estimate is for the row mean of the "
                 "matrix's items only"
+            )
+        if self.item_model is None:  # (a predictor built by hand, or a file cut short)
+            raise ValueError(
+                "predict_unbiased: this predictor has no item model (item_model=None) to "
+                "predict the items it does not observe; fit_anchors saves one with every "
+                "row-mean predictor"
             )
         x, _ = self._check_scores(anchor_scores)
         if x.shape[0] != 1:
@@ -524,7 +530,12 @@ class AnchorPredictor:
                 anchor_index = anchor_index.astype(np.int32)
                 leaves = [z[f"leaf_{i}"] for i in range(len(meta["param_keys"]))]
                 item_model = None
-                if "item_V" in z.files:
+                parts = [k for k in ("item_V", "item_c", "item_u_mean", "item_rho")
+                         if k in z.files]
+                if parts and len(parts) < 4:
+                    raise ValueError(f"the item model is cut: only {parts} of item_V, item_c, "
+                                     "item_u_mean and item_rho are saved")
+                if parts:
                     from jaxeval._factorization import ItemFactors
 
                     F = ItemFactors(z["item_V"], z["item_c"], z["item_u_mean"])
@@ -579,6 +590,16 @@ class AnchorPredictor:
             raise ValueError(f"radius: expected >= 0, got {self.radius}")
         if not 0 < self.alpha < 1:
             raise ValueError(f"alpha: expected a level in (0, 1), got {self.alpha}")
+        if self.method not in METHODS:
+            raise ValueError(f"method: {self.method!r} is not one of jaxeval.anchors.METHODS")
+        if not (np.isfinite(self.validation_mae_pp) and self.validation_mae_pp >= 0):
+            raise ValueError(f"validation_mae_pp: expected a finite value >= 0, got "
+                             f"{self.validation_mae_pp}")
+        if self.external_target and self.item_model is not None:
+            # predict_unbiased estimates the row mean: an external target's predictor
+            # never has the item model it uses (an edited or damaged file)
+            raise ValueError("external_target is True but the file holds an item model "
+                             "(only a predictor of the row-mean target has one)")
         for name, leaf in zip(_param_paths(self.params), jax.tree.leaves(self.params)):
             if not np.all(np.isfinite(np.asarray(leaf, np.float64))):
                 raise ValueError(f"params: {name} holds non-finite values (every prediction "
