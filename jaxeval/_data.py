@@ -566,6 +566,10 @@ class ScoreMatrix(FrozenState):
             sel = sel.reshape(1)
         if sel.dtype == object and sel.size and all(isinstance(x, str) for x in sel.ravel()):
             sel = sel.astype(str)  # names in an object array (a pandas Series or Index)
+        if sel.dtype.kind == "S" or (sel.dtype == object and sel.size and all(
+                isinstance(x, (str, bytes)) for x in sel.ravel())):
+            # byte-string names (HDF5 files) are decoded as the matrix's own were
+            sel = names_as_str(sel, what, self.source)
         if sel.ndim != 1:
             raise ValueError(f"{what}: expected a 1-D selection, got shape {sel.shape}")
         if sel.size == 0:
@@ -669,8 +673,9 @@ class ScoreMatrix(FrozenState):
 
         Args:
           sizes: group sizes as counts (ints) or fractions (floats summing to <= 1,
-            rounded cumulatively, so fractions summing to 1 use every model); any models
-            left over form one extra trailing group.
+            rounded cumulatively, halves to even as Python's ``round`` does, so
+            fractions summing to 1 use every model); any models left over form one
+            extra trailing group.
           seed: seed of ``np.random.default_rng`` for the permutation.
 
         Returns:
@@ -737,7 +742,8 @@ class ScoreMatrix(FrozenState):
 
         Args:
           n_train: number of training models (int) or their share of the models
-            (float in (0, 1)); the rest form the pool.
+            (float in (0, 1), ``round(n_train * m)`` models, halves to even); the rest
+            form the pool.
           seed: seed of ``np.random.default_rng`` for the permutation (the same
             permutation as :meth:`split` with one group).
 
