@@ -178,24 +178,6 @@ def test_npz_bool_scores_are_noted_as_converted(tmp_path):
     assert "bool 0/1 scores converted to float32" in sm.metadata["conversions"]
 
 
-def test_npz_is_source_and_theta_note_are_recorded(tmp_path):
-    p = tmp_path / "s.npz"
-    np.savez(p, scores=np.eye(3), is_source=np.array([True, False, True]),
-             theta_note=np.array("theta from a 2PL fit"))
-    md = load_npz(p).metadata
-    assert md["is_source"] == [True, False, True]
-    assert md["theta_note"] == "theta from a 2PL fit"
-
-
-def test_npz_duplicate_item_names_are_renamed_too(tmp_path):
-    p = tmp_path / "d.npz"
-    np.savez(p, scores=np.eye(3), models=np.array(["a", "b", "a"]),
-             items=np.array(["q", "r", "q"]))
-    sm = load_npz(p, duplicate_names="rename")
-    assert sm.models.tolist() == ["a", "b", "a#2"]
-    assert sm.items.tolist() == ["q", "r", "q#2"]
-
-
 def test_npz_bad_duplicate_names_argument_is_refused(tmp_path):
     p = tmp_path / "d.npz"
     np.savez(p, scores=np.eye(2), models=np.array(["a", "a"]))
