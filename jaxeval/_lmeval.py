@@ -83,14 +83,23 @@ def _task_of(path: Path) -> tuple[str, str]:
     return (stem[len("samples_"):] if stem.startswith("samples_") else stem), ""
 
 
-def _read_samples(path: Path) -> list[tuple[int, dict]]:
-    out = []
+def _raw(path: Path) -> bytes:
+    """A samples file's bytes, decompressed where it is a ``.gz`` file."""
     try:
         raw = path.read_bytes()
         if path.name.lower().endswith(".gz"):
             raw = gzip.decompress(raw)  # (a truncated or damaged one: EOFError, zlib.error)
+        return raw
+    except (OSError, EOFError, zlib.error) as e:
+        raise ValueError(f"{path}: cannot read the file ({type(e).__name__}: {e})") from e
+
+
+def _read_samples(path: Path) -> list[tuple[int, dict]]:
+    out = []
+    raw = _raw(path)
+    try:
         text = raw.decode("utf-8-sig")
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as e:
+    except UnicodeDecodeError as e:
         raise ValueError(f"{path}: cannot read the file ({type(e).__name__}: {e})") from e
     # JSON Lines ends records at "\n" only: str.splitlines() would also split at
     # U+2028 / U+2029 / U+0085, which the harness writes unescaped inside strings
@@ -165,10 +174,7 @@ def _read_run(
         samples = [(ln, o) for ln, o in samples if str(o.get("filter", "none")) == filter]
         kept = {o["doc_id"] for _, o in samples if isinstance(o["doc_id"], (int, str))}
         if docs - kept:  # documents logged under other filters only: recorded, not lost
-            lost = sorted(docs - kept, key=lambda d: (isinstance(d, str), d))
-            flags.setdefault("filtered_out", []).append(
-                f"{len(lost)} doc_id(s) of {path} have no line with filter {filter!r} "
-                f"(e.g. {lost[:3]}): not read from that run")
+            flags["lost"] = sorted(docs - kept, key=lambda d: (isinstance(d, str), d))
     used = _pick_metric(path, samples, metric)
     values: dict[Any, float] = {}
     hashes: dict[Any, str] = {}
@@ -220,13 +226,24 @@ def _samples_files(folder: Path) -> list[Path]:
 
 
 def _runs_in(folder: Path, task: Any, runs: str, dropped: list[str],
-             present: set[str]) -> dict[str, Path]:
+             present: set[str], copies: list[str]) -> dict[str, Path]:
     """{task: file} for the samples files of one model folder (older runs -> dropped).
 
     With ``task``, only those tasks; one this folder lacks is left out (its documents
     are then unobserved for this model, as without ``task``; :func:`load_lm_eval`
-    refuses a task no folder has). Every task found is added to ``present``."""
+    refuses a task no folder has). Every task found is added to ``present``. A
+    ``.jsonl.gz`` beside the plain file of the same name (``gzip -k``) is the same run:
+    read once, the copy listed in ``copies``, or refused where the two differ."""
     files = _samples_files(folder)
+    plain = {f.name.lower(): f for f in files if not f.name.lower().endswith(".gz")}
+    twins = {f: plain[f.name.lower()[:-3]] for f in files
+             if f.name.lower().endswith(".gz") and f.name.lower()[:-3] in plain}
+    for gz, twin in twins.items():
+        if _raw(gz) != _raw(twin):
+            raise ValueError(f"{gz}: a compressed copy of {twin.name} whose contents differ "
+                             "from it; keep one of the two")
+        copies.append(str(gz))
+    files = [f for f in files if f not in twins]
     by_task: dict[str, list[tuple[str, Path]]] = {}
     for f in files:
         t, ts = _task_of(f)
@@ -305,6 +322,7 @@ def load_lm_eval(
     # model name -> {task: file}
     dropped: list[str] = []
     present: set[str] = set()  # every task found in the model folders
+    copies: list[str] = []  # .jsonl.gz copies of plain samples files, not read twice
     skipped: list[str] = []
     skipped_why = ""
     if path.is_file():
@@ -322,7 +340,8 @@ def load_lm_eval(
         layout = {model or path.parent.name or "model_0": {t: path}}
     elif path.is_dir():
         if _samples_files(path):
-            layout = {model or path.name: _runs_in(path, task, runs, dropped, present)}
+            layout = {model or path.name: _runs_in(path, task, runs, dropped, present,
+                                                   copies)}
             skipped = sorted(d.name for d in path.iterdir()
                              if d.is_dir() and _samples_files(d))
             if skipped:
@@ -349,7 +368,8 @@ def load_lm_eval(
                     f"{path}: no samples_*.jsonl files here or in its subfolders "
                     "(run lm-evaluation-harness with --log_samples)"
                 )
-            layout = {d.name: _runs_in(d, task, runs, dropped, present) for d in subs}
+            layout = {d.name: _runs_in(d, task, runs, dropped, present, copies)
+                      for d in subs}
     else:
         raise FileNotFoundError(f"load_lm_eval: {str(path)!r} does not exist")
     if task is not None and path.is_dir():
@@ -374,6 +394,7 @@ def load_lm_eval(
     hash_of: dict[Any, tuple[str, Path]] = {}
     metrics_used: dict[str, str] = {}
     files: dict[str, list[str]] = {}
+    lost: dict[str, tuple[int, int, Any]] = {}
     if isinstance(filter, dict):
         # (an entry for a task the folder has but task= left out is not an error: one
         # filter mapping may serve several task choices)
@@ -389,6 +410,11 @@ def load_lm_eval(
         for t, f in sorted(per_task.items()):
             f_t = filter.get(t) if isinstance(filter, dict) else filter
             used, values, hashes = _read_run(f, metric, f_t, flags)
+            if "lost" in flags:  # per task: runs, documents, the first run's examples
+                runs_t, n_t, first = lost.get(t, (0, 0, None))
+                lost[t] = (runs_t + 1, n_t + len(flags["lost"]),
+                           first or (str(f), flags["lost"][:3], f_t))
+                del flags["lost"]
             if metrics_used.setdefault(t, used) != used:
                 raise ValueError(
                     f"{f}: default metric is '{used}' but other runs of task {t!r} use "
@@ -446,7 +472,14 @@ def load_lm_eval(
         )
     if flags.get("bool"):
         notes["conversions"].append("true/false metric values read as 1/0")
-    notes["conversions"].extend(flags.get("filtered_out", []))
+    for t, (runs_t, n_t, (f0, eg, f_t)) in sorted(lost.items()):
+        notes["conversions"].append(
+            f"task {t!r}: {n_t} doc_id(s) in {runs_t} run(s) have no line with filter "
+            f"{f_t!r} (e.g. {eg} in {f0}): not read from those runs")
+    if copies:
+        notes["conversions"].append(
+            f"{len(copies)} .jsonl.gz copies of plain samples files, the same contents, "
+            f"read once: {copies[:5]}{'...' if len(copies) > 5 else ''}")
     if dropped:
         notes["runs"] = "latest timestamp kept per (model, task)"
         notes["conversions"].append(
