@@ -142,10 +142,12 @@ def _identification_summary(study: Any, results: Mapping[str, Mapping[str, np.nd
         theta = r["theta"].astype(np.float64)  # [R, K]
         rec = r["checkpoints.recommended"]  # [R, C]
         calls = r["checkpoints.calls"]  # [R, C]
-        R, C = rec.shape
+        # one checkpoint per budget of the study, every field over the same replicates
+        R, C = (np.shape(rec)[0] if np.ndim(rec) else 0), len(info["budgets"])
         K, Q = study.num_arms, len(study.cs_kinds)
         rc, arms = "replicates, checkpoints", "arms"
         for field, want, dims in (
+                ("checkpoints.recommended", (R, C), rc),
                 ("theta", (R, K), f"replicates, {arms}"),
                 ("checkpoints.calls", (R, C), rc), ("checkpoints.status", (R, C), rc),
                 ("checkpoints.estimate", (R, C, K), f"{rc}, {arms}"),
