@@ -569,7 +569,11 @@ class ScoreMatrix(FrozenState):
         if sel.dtype.kind == "S" or (sel.dtype == object and sel.size and all(
                 isinstance(x, (str, bytes)) for x in sel.ravel())):
             # byte-string names (HDF5 files) are decoded as the matrix's own were
-            sel = names_as_str(sel, what, self.source)
+            try:
+                sel = names_as_str(sel, what, self.source)
+            except ValueError:
+                raise ValueError(f"{what}: the selection holds byte strings that are not "
+                                 "UTF-8") from None
         if sel.ndim != 1:
             raise ValueError(f"{what}: expected a 1-D selection, got shape {sel.shape}")
         if sel.size == 0:

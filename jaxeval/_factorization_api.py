@@ -865,20 +865,6 @@ def learn_lam0(
             f"data: learning lam0 with {folds} folds needs at least {2 * folds} models, "
             f"got {sm.n_models}"
         )
-    # checked here, not left to a fold's fit: no number of folds could get past them
-    empty = np.flatnonzero(~sm.mask.any(axis=1))
-    if empty.size:
-        raise ValueError(
-            f"data: {empty.size} model rows have no observed cell (e.g. "
-            f"{sm.models[empty[:3]].tolist()}); drop them before learning lam0"
-        )
-    thin = np.flatnonzero(sm.mask.sum(axis=0) < 2)
-    if thin.size:
-        raise ValueError(
-            f"data: {thin.size} items are observed in fewer than 2 model rows (e.g. "
-            f"{sm.items[thin[:3]].tolist()}): the fold that holds such a row out has no "
-            "score of the item to fit; drop them before learning lam0"
-        )
     try:
         cs = list(n_observed)
     except TypeError:
@@ -894,6 +880,20 @@ def learn_lam0(
     rank = check_int("rank", rank, 1)
     num_steps = check_int("num_steps", num_steps, 1)
     rho = _check_online_rho(rho)
+    # checked here, not left to a fold's fit: no number of folds could get past them
+    empty = np.flatnonzero(~sm.mask.any(axis=1))
+    if empty.size:
+        raise ValueError(
+            f"data: {empty.size} model row(s) have no observed cell (e.g. "
+            f"{sm.models[empty[:3]].tolist()}); drop them before learning lam0"
+        )
+    thin = np.flatnonzero(sm.mask.sum(axis=0) < 2)
+    if thin.size:
+        raise ValueError(
+            f"data: {thin.size} item(s) observed in fewer than 2 model rows (e.g. "
+            f"{sm.items[thin[:3]].tolist()}): some fold's fit would see no score of them, "
+            "whatever the folds; drop them before learning lam0"
+        )
     say = stage_printer("learn_lam0", progress)
     rng = np.random.default_rng([int(seed), 0x1A40])
     group = rng.permutation(sm.n_models) % folds

@@ -279,15 +279,17 @@ def test_learn_lam0_argument_checks():
     T[1:, 5] = np.nan  # item 5 seen by one model: a fold without it cannot be fitted,
     # whatever the folds: refused before any fit, naming it (no hint of more folds)
     for folds in (2, 3):
-        with pytest.raises(ValueError, match=r"^data: 1 items are observed in fewer than 2 "
-                                             r"model rows \(e.g. \['item_5'\]\): the fold .* drop "
-                                             r"them before learning lam0$"):
+        with pytest.raises(ValueError, match=r"^data: 1 item\(s\) observed in fewer than 2 "
+                                             r"model rows \(e.g. \['item_5'\]\): some fold's .* "
+                                             r"drop them before learning lam0$"):
             jaxeval.learn_lam0(T, rank=1, folds=folds, num_steps=5)
     T[1:, 5] = S[1:, 5]
     T[3] = np.nan  # a model with no observed cell
-    with pytest.raises(ValueError, match=r"^data: 1 model rows have no observed cell \(e.g. "
+    with pytest.raises(ValueError, match=r"^data: 1 model row\(s\) have no observed cell \(e.g. "
                                          r"\['model_3'\]\); drop them before learning lam0$"):
         jaxeval.learn_lam0(T, rank=1, num_steps=5)
+    with pytest.raises(ValueError, match=r"^rank: expected an integer >= 1, got 0"):
+        jaxeval.learn_lam0(T, rank=0, num_steps=5)  # the arguments are checked first
 
 
 def test_learn_lam0_fits_each_fold_with_the_rank_and_rho_given():
