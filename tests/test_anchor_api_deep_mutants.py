@@ -170,8 +170,8 @@ def test_a_validation_target_without_a_training_one_is_refused(sm):
 
 def test_load_refuses_a_cut_item_model_and_labels_that_disagree(sm, tmp_path):
     """A file with only some of the item model's arrays, one labelled external that holds
-    an item model, an unknown method or a NaN validation MAE is refused at load (each
-    loaded before, and predict_unbiased then blamed an external target)."""
+    an item model, a method that is no name or a negative validation MAE is refused at
+    load (each loaded before; predict_unbiased then blamed an external target)."""
     pred = fit_anchors(sm, 5, method="random_mean", seed=0, settings=FAST)
     path = pred.save(tmp_path / "p.npz")
     with np.load(path) as z:
@@ -183,12 +183,17 @@ def test_load_refuses_a_cut_item_model_and_labels_that_disagree(sm, tmp_path):
         AnchorPredictor.load(tmp_path / "cut.npz")
     for change, msg in (({"external_target": True}, "external_target is True but the file "
                                                      "holds an item model"),
-                        ({"method": "nope"}, "method: 'nope' is not one of"),
-                        ({"validation_mae_pp": float("nan")},
-                         "validation_mae_pp: expected a finite value >= 0, got nan")):
+                        ({"method": 5}, "method: expected a name, got 5"),
+                        ({"validation_mae_pp": -1.0}, r"validation_mae_pp: expected a finite "
+                                                      r"value >= 0 \(or NaN\), got -1.0")):
         bad = edited_npz(path, tmp_path / "bad.npz", **change)
         with pytest.raises(ValueError, match=msg):
             AnchorPredictor.load(bad)
+    # a label of one's own and no validation MAE (NaN) are what a hand-built predictor
+    # may have: saved, they load
+    own = dataclasses.replace(_by_hand(), method="my_weights", validation_mae_pp=np.nan)
+    back = AnchorPredictor.load(own.save(tmp_path / "own.npz"))
+    assert back.method == "my_weights" and np.isnan(back.validation_mae_pp)
 
 
 def test_predict_unbiased_without_an_item_model_says_so():

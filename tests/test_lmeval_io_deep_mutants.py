@@ -260,6 +260,24 @@ def test_lm_eval_documents_without_a_line_for_the_filter_are_recorded(tmp_path):
                                     _sample(1, 1.0, filt="s"), _sample(2, 1.0, filt="s")])
     sm = jaxeval.load(p, filter="f")
     assert sm.items.tolist() == ["0"]
-    assert (f"2 doc_id(s) of {p} have no line with filter 'f' (e.g. [1, 2]): not read from "
-            "that run") in sm.metadata["conversions"]
+    assert (f"task 'gsm': 2 doc_id(s) in 1 run(s) have no line with filter 'f' (e.g. [1, 2] "
+            f"in {p}): not read from those runs") in sm.metadata["conversions"]
     assert not any("filter" in c for c in jaxeval.load(p, filter="s").metadata["conversions"])
+
+
+def test_lm_eval_a_gzip_copy_beside_its_plain_file_is_one_run(tmp_path):
+    """``gzip -k`` keeps the plain file beside its copy: the two are one run, read once
+    and noted (not "2 runs of task"), and refused where their contents differ."""
+    import gzip
+
+    for model in ("m1", "m2"):
+        p = _run(tmp_path, model, "arc", [_sample(i, float(i % 2)) for i in range(4)])
+        p.with_name(p.name + ".gz").write_bytes(gzip.compress(p.read_bytes()))
+    sm = jaxeval.load(tmp_path)
+    assert sm.shape == (2, 4) and sm.mask.all()
+    note = [c for c in sm.metadata["conversions"] if ".jsonl.gz copies" in c]
+    assert len(note) == 1 and note[0].startswith("2 .jsonl.gz copies of plain samples files")
+    gz = tmp_path / "m2" / f"samples_arc_{TS}.jsonl.gz"
+    gz.write_bytes(gzip.compress(b"{}"))
+    _raises([re.escape(f"{gz}: a compressed copy of samples_arc_{TS}.jsonl whose contents "
+                       "differ from it")], jaxeval.load, tmp_path)
