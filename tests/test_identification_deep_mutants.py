@@ -19,6 +19,14 @@ from jaxeval import _identification as idn
 from jaxeval import _sampling as smp
 from jaxeval._factorization import ItemFactors
 
+# XLA:CPU crashed (segfaults, SIGABRT) compiling this file's programs in a test worker
+# that had compiled ~380 others first under the suite's cheap code generation (.ci/run's
+# first pass: three runs of 1c1a538 at the confident-stop test, and, with that test moved,
+# one run at the skip-separated test); each passes alone, and after the same tests in one
+# process. The file runs in the second pass, under XLA's default code generation, until
+# the cause is known (BUILD_NOTES.md, forty-ninth session).
+pytestmark = pytest.mark.default_codegen
+
 
 def _pool_data(pool, rows):
     """Real-data operands for ``pool`` (no predictions: zero item factors)."""
@@ -111,12 +119,6 @@ NG = 200
 GRADED = np.stack([np.full(NG, v, np.float32) for v in (0.9, 0.85, 0.1)])
 
 
-# XLA:CPU aborted (twice a segfault, once SIGABRT) compiling this test's program in a
-# test worker that had compiled ~380 others first under the suite's cheap code generation
-# (.ci/run's first pass, three runs of 1c1a538); it compiles and passes alone, and after
-# the same tests in one process. It runs in the second pass, under XLA's default code
-# generation, until the cause is known (BUILD_NOTES.md, forty-ninth session).
-@pytest.mark.default_codegen
 def test_the_confident_stop_reads_the_stop_kinds_bounds():
     """With ``stop_kind="hoeffding"`` listed second, the stop waits for the Hoeffding
     intervals to separate (EB's, the first kind, separate much earlier on these constant
