@@ -25,8 +25,9 @@ Rules:
   recorded). Several filters per document need ``filter=``; the documents of a run
   with no line for the filter chosen are recorded.
 - Refused, naming the file (and line): corrupt JSON, a line without ``doc_id``,
-  duplicate ``doc_id``, a missing, non-numeric, NaN or out-of-range metric, an
-  empty file, several runs of one task for one model (unless ``runs="latest"``).
+  duplicate ``doc_id`` (``0`` and ``"0"`` in one file included), a missing,
+  non-numeric, NaN or out-of-range metric, an empty file, several runs of one task for
+  one model (unless ``runs="latest"``).
 """
 
 from __future__ import annotations
@@ -179,6 +180,7 @@ def _read_run(
     values: dict[Any, float] = {}
     hashes: dict[Any, str] = {}
     lines: dict[Any, int] = {}
+    named: dict[str, Any] = {}
     for lineno, obj in samples:
         doc = obj["doc_id"]
         if isinstance(doc, bool) or not isinstance(doc, (int, str)):
@@ -188,6 +190,12 @@ def _read_run(
         if doc in lines:
             raise ValueError(
                 f"{path}, line {lineno}: duplicate doc_id {doc!r} (first on line {lines[doc]})"
+            )
+        twin = named.setdefault(str(doc), doc)
+        if twin != doc:  # 0 and "0": one item name, written as a number and as text
+            raise ValueError(
+                f"{path}, line {lineno}: doc_id {doc!r} names the same item as doc_id {twin!r} "
+                f"on line {lines[twin]} (a number on one line, text on the other)"
             )
         lines[doc] = lineno
         if used not in obj:

@@ -528,6 +528,17 @@ def test_lm_eval_doc_ids_written_as_numbers_and_text_are_refused(tmp_path):
     _raises([r"doc_id '0' both as 0 and as '0'", r"\['m1', 'm2'\]"], load_lm_eval, tmp_path)
     _raises([r"model='x' names the one model", "folder of model folders"], load_lm_eval,
             tmp_path, model="x")
+    # within one file the refusal names both lines, whichever form comes first
+    one = tmp_path / "one"
+    for first, second in [(0, "0"), ("-1", -1)]:
+        lines = [dict(_sample(0, 1.0, 1.0), doc_id=first), _sample(5, 1.0, 1.0),
+                 dict(_sample(0, 0.0, 0.0), doc_id=second)]
+        _run(one, "m", "arc_easy", lines)
+        _raises([rf"line 3: doc_id {second!r} names the same item as doc_id {first!r} on "
+                 r"line 1 \(a number on one line, text on the other\)"],
+                load_lm_eval, one / "m")
+    _run(one, "m", "arc_easy", [dict(_sample(7, 1.0, 1.0), doc_id="007"), _sample(7, 0.0, 0.0)])
+    assert load_lm_eval(one / "m").items.tolist() == ["7", "007"]  # two names: two items
 
 
 def test_load_refuses_options_for_a_score_matrix():
