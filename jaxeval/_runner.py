@@ -25,6 +25,7 @@ import inspect
 import math
 import sys
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -118,6 +119,57 @@ def _devices_key(devices) -> tuple:
     device 0), and a compiled plan is bound to its mesh's devices.
     """
     return tuple((d.platform, d.id) for d in devices)
+
+
+# XLA:CPU keeps each compiled program's machine code in memory mappings of its own
+# (about two dozen per program) for as long as a jit cache holds the program, and Linux
+# refuses a process more than vm.max_map_count mappings (65530 by default): past that,
+# XLA aborts mid-compilation ("LLVM ERROR: Unable to allocate section memory!") and the
+# process is lost. A long session that compiles thousands of configurations (a sweep
+# over datasets, k and methods) can get there, so before compiling, jaxeval clears
+# JAX's caches when the process holds more than this share of the limit, and warns.
+MAP_PRESSURE = 0.8
+
+
+def _max_map_count() -> int | None:
+    """``vm.max_map_count`` (Linux), or None where it cannot be read."""
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _maps_held() -> int | None:
+    """How many memory mappings this process holds (Linux), or None."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return None
+
+
+def relieve_map_pressure(where: str) -> bool:
+    """Clear JAX's compilation caches when this process nears Linux's mapping limit.
+
+    Returns whether it cleared them (with a ``RuntimeWarning`` naming ``where``); a
+    no-op where ``/proc`` cannot be read. The programs compile again when next used.
+    """
+    limit = _max_map_count()
+    held = _maps_held() if limit else None
+    if held is None or held <= MAP_PRESSURE * limit:
+        return False
+    jax.clear_caches()
+    warnings.warn(
+        f"{where}: this process held {held} memory mappings of the {limit} Linux allows "
+        "(vm.max_map_count), about two dozen per compiled XLA program JAX keeps; JAX's "
+        "compilation caches were cleared so that the next compilation cannot fail for "
+        "want of one (programs compile again when used). Raising vm.max_map_count keeps "
+        "them.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return True
 
 
 def _int_key(seed: int) -> jax.Array:
@@ -514,6 +566,7 @@ class ReplicatePlan:
             hit, cache_key = None, None
         if hit is not None:
             return hit
+        relieve_map_pressure("jaxeval: compiling a replicate program")
         if cache_key is not None and _weakly_held(self.replicate_fn):
             # (held weakly: the cached program must not keep its function alive; it is
             # dropped from the cache with the function, so the reference never dies

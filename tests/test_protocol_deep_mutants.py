@@ -255,3 +255,18 @@ def test_kernel_dr_pick_follows_the_candidates_order_not_the_methods():
         out = kernel(jax.random.key(0), d, jnp.asarray(s[45:]), 4, methods, FAST, 3, 0.1,
                      jnp.int32(pick), methods[::-1])
         assert int(out["dr_pick"]) == want
+
+
+def test_the_protocol_clears_jax_caches_near_the_mapping_limit(monkeypatch):
+    """Past ``MAP_PRESSURE`` of Linux's mapping limit, ``evaluate_protocol`` clears JAX's
+    caches before compiling (saying so) and still gives the same result."""
+    from jaxeval import _runner
+
+    sm = _protocol_matrix()
+    ref = _protocol.evaluate_protocol(sm, 4, ("random_mean",), seeds=(1,))
+    monkeypatch.setattr(_runner, "_max_map_count", lambda: 100)
+    monkeypatch.setattr(_runner, "_maps_held", lambda: 81)
+    with pytest.warns(RuntimeWarning, match=r"^evaluate_protocol: this process held 81 "
+                      r"memory mappings of the 100"):
+        r = _protocol.evaluate_protocol(sm, 4, ("random_mean",), seeds=(1,))
+    np.testing.assert_array_equal(r.mae_pp, ref.mae_pp)

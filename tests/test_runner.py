@@ -637,3 +637,51 @@ def test_results_take_the_shapes_the_program_returns_not_stale_cached_ones():
             "v"].shape == (1,)
     finally:
         _WIDTH = 2
+
+
+# ------------------------------------------------- the memory-mapping limit (Linux)
+def _pressure(monkeypatch, held, limit=1000):
+    monkeypatch.setattr(_runner, "_max_map_count", lambda: limit)
+    monkeypatch.setattr(_runner, "_maps_held", lambda: held)
+
+
+def test_relieve_map_pressure_clears_jax_caches_only_past_the_share_and_warns(monkeypatch):
+    f = jax.jit(lambda x: x + 1.0)
+    f(1.0)
+    assert f._cache_size() == 1
+    _pressure(monkeypatch, held=800)  # at 0.8 of the limit: kept
+    assert _runner.relieve_map_pressure("here") is False and f._cache_size() == 1
+    _pressure(monkeypatch, held=801)
+    with pytest.warns(RuntimeWarning, match=r"^here: this process held 801 memory mappings "
+                      r"of the 1000 Linux allows \(vm.max_map_count\)") as rec:
+        assert _runner.relieve_map_pressure("here") is True
+    assert len(rec) == 1 and "caches were cleared" in str(rec[0].message)
+    assert f._cache_size() == 0  # (and it still computes, compiled again)
+    assert float(f(2.0)) == 3.0 and f._cache_size() == 1
+    # where /proc cannot be read (not Linux): nothing happens
+    _pressure(monkeypatch, held=10**6, limit=None)
+    assert _runner.relieve_map_pressure("here") is False and f._cache_size() == 1
+    monkeypatch.setattr(_runner, "_max_map_count", lambda: 1000)
+    monkeypatch.setattr(_runner, "_maps_held", lambda: None)
+    assert _runner.relieve_map_pressure("here") is False and f._cache_size() == 1
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads Linux's /proc")
+def test_the_mapping_counts_are_read_from_proc():
+    assert _runner._max_map_count() == int(Path("/proc/sys/vm/max_map_count").read_text())
+    held = _runner._maps_held()
+    jax.jit(lambda x: jnp.sin(x) * 3.0)(np.ones(5, np.float32)).block_until_ready()
+    assert 0 < held <= _runner._maps_held()  # (a compiled program maps its code)
+
+
+def test_a_run_under_mapping_pressure_warns_and_gives_the_same_replicates(monkeypatch):
+    def fresh(key, V):  # (a new function: its plan is compiled in this test)
+        return toy(key, V)
+
+    ref = run_replicates(toy, 7, 40, operands=(V,), devices=jax.devices()[:1], progress=False)
+    _pressure(monkeypatch, held=900)
+    with pytest.warns(RuntimeWarning, match="compiling a replicate program: this process "
+                      "held 900 memory mappings"):
+        out = run_replicates(fresh, 7, 40, operands=(V,), devices=jax.devices()[:1],
+                             progress=False)
+    assert_tree_equal(out, ref)

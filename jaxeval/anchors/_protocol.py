@@ -43,7 +43,7 @@ import numpy as np
 
 from jaxeval._data import ScoreMatrix, as_score_matrix
 from jaxeval._metrics import kendall_tau_b, mae_pp
-from jaxeval._runner import _concrete_int, as_key, check_int
+from jaxeval._runner import _concrete_int, as_key, check_int, relieve_map_pressure
 from jaxeval.anchors._intervals import (
     conformal_quantile,
     dr_estimate,
@@ -355,6 +355,7 @@ def evaluate_protocol(
     y_te = np.stack([sp.test.true_score() for sp in splits]).astype(np.float64)
     keys = jnp.stack([as_key(int(s)) for s in seeds])  # all 64 bits of a seed count
     dr_m = 0 if external else int(dr_items)
+    relieve_map_pressure("evaluate_protocol")
     t0 = time.perf_counter()
     S = len(seeds)
     names = list(fit_names)
