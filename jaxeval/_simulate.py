@@ -959,7 +959,7 @@ def simulate_identification(
     seed: int = 0,
     batch_size: int = 1,
     n_train: int | None = None,
-    n_instances: int = 10,
+    n_instances: int | None = 10,
     instances: ArrayLike | None = None,
     instance_assignment: str = "random",
     cs_kinds: Sequence[str] = ("eb", "hoeffding"),
@@ -1025,7 +1025,8 @@ def simulate_identification(
         ``0``: none, for policies without predictions. A study definition's
         ``"n_train": 0`` means half instead).
       n_instances: instances drawn from the pool (real data; left at its default when
-        ``instances`` are given, or equal to their number).
+        ``instances`` are given, or equal to their number). ``None`` is the default
+        (what synthetic truth records in ``settings``).
       instances: the instances themselves instead of ``n_instances`` random draws: an
         ``[I, K]`` array of candidate-pool rows (as in a report's ``instances``) or of
         model names (each must be a pool model, i.e. not one of the ``n_train``
@@ -1168,6 +1169,8 @@ def simulate_identification(
         raise ValueError(
             f"instance_assignment must be 'random' or 'balanced', got {instance_assignment!r}"
         )
+    if n_instances is None:  # (as synthetic truth records it)
+        n_instances = _N_INSTANCES_DEFAULT
     n_instances = check_int("n_instances", n_instances, 1)
     if isinstance(data, SyntheticSpec):
         given = [k for k, v in (("factors", factors), ("n_train", n_train)) if v is not None]
@@ -1312,7 +1315,8 @@ def simulate_identification(
     settings = dict(
         policy=policy, data=data_name, K=K, n_items=n, budgets=list(budget_tuple),
         alpha=alpha, n_replicates=n_replicates, seed=seed, batch_size=batch_size,
-        n_train=n_train if truth == "real" else None, n_instances=len(instances),
+        n_train=n_train if truth == "real" else None,
+        n_instances=len(instances) if truth == "real" else None,
         instance_assignment=instance_assignment,
         cs_kinds=list(cs_kinds), stop_kind=stop_kind, mode=mode, eps=eps, a=a, scale=scale,
         rank=r, rho=float(rho), lam0=lam0, shrink=shrink, num_newton=num_newton, refit=refit,
@@ -1344,6 +1348,7 @@ def _check_instances(instances, K: int, pool: ScoreMatrix, train: ScoreMatrix | 
     ):  # pool rows held as Python objects (a pandas column, a list of mixed ints)
         arr = arr.astype(np.int64)
     if arr.dtype.kind in "USO":
+        arr = names_as_str(arr, "names", "instances")  # (byte strings decoded as UTF-8)
         names = {str(m): i for i, m in enumerate(pool.models)}
         missing = sorted({str(m) for m in arr.ravel()} - names.keys())
         if missing:
