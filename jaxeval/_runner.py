@@ -653,7 +653,8 @@ class ReplicatePlan:
         key_data = np.asarray(jax.random.key_data(key))
         # every range is checked before any is computed (a bad one late in the list used
         # to throw away the chunks before it)
-        ranges = [(int(lo), int(hi)) for lo, hi in ranges]
+        ranges = [(check_int(f"ranges[{i}] start", lo, 0), check_int(f"ranges[{i}] end", hi, 0))
+                  for i, (lo, hi) in enumerate(ranges)]
         for lo, hi in ranges:
             if not 0 <= lo < hi or hi - lo > self.chunk_size:
                 raise ValueError(
@@ -689,7 +690,9 @@ class ReplicatePlan:
         """Replicates ``start .. start + n_replicates - 1`` as numpy arrays."""
         if not isinstance(progress, (bool, np.bool_)):
             raise TypeError(f"progress: expected True or False, got {progress!r}")
-        if int(start) + int(n_replicates) > 2**32:
+        start = check_int("start", start, 0)
+        n_replicates = check_int("n_replicates", n_replicates, 1)
+        if start + n_replicates > 2**32:
             raise ValueError(f"start + n_replicates must stay at most 2**32 (replicate indices "
                              f"are uint32), got start={start} and n_replicates={n_replicates}")
         # chunk ends at start's lane block plus whole chunks: one dispatch per range
