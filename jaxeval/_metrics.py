@@ -58,10 +58,24 @@ def mae_pp(
       >>> float(mae_pp(jnp.array([0.5, 0.7]), jnp.array([0.6, 0.7])))  # doctest: +ELLIPSIS
       5.0...
     """
+    where = _bool_mask("mae_pp", where)
     _shapes_agree("mae_pp", pred=pred, true=true, where=where)
     pred = jnp.asarray(pred, dtype=jnp.float32)
     true = jnp.asarray(true, dtype=jnp.float32)
     return 100.0 * jnp.mean(jnp.abs(pred - true), axis=axis, where=where)
+
+
+def _bool_mask(fn: str, where: Any) -> Any:
+    """``where`` checked to be a bool mask (None passes): an integer mask combined by ``&``
+    dropped elements silently (``2 & 1 == 0``), a float one failed inside JAX naming
+    nothing; as NumPy's ``where=``, it takes bools only."""
+    if where is None:
+        return None
+    dtype = where.dtype if hasattr(where, "dtype") else np.asarray(where).dtype
+    if dtype != np.bool_:
+        raise TypeError(f"{fn}: where must be a bool mask, got dtype {dtype} (write "
+                        "where=mask != 0 to keep the non-zero elements)")
+    return jnp.asarray(where)
 
 
 def _shapes_agree(fn: str, **arrays: Any) -> None:
@@ -119,6 +133,7 @@ def kendall_tau_b(x: jax.Array, y: jax.Array, where: jax.Array | None = None) ->
         raise ValueError(f"kendall_tau_b: x and y must have the same shape, got x {x.shape} "
                          f"and y {y.shape}")
     if where is not None:
+        where = _bool_mask("kendall_tau_b", where)
         _shapes_agree("kendall_tau_b", x=x, where=where)
         if jnp.broadcast_shapes(x.shape, np.shape(where)) != x.shape:
             raise ValueError(f"kendall_tau_b: where {np.shape(where)} must broadcast to the "
