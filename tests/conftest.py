@@ -90,6 +90,40 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_codegen)
 
 
+# XLA:CPU keeps each compiled program's machine code in memory mappings of its own
+# (about two dozen per program) for as long as a jit cache holds the program, and Linux
+# refuses a process more than vm.max_map_count mappings (65530 by default): past that,
+# compilation aborts ("LLVM ERROR: Unable to allocate section memory!") or segfaults.
+# A test worker keeps the programs of every test it ran, ~170 mappings per test: a
+# worker segfaulted compiling its 389th test holding 64 631 (BUILD_NOTES.md, fiftieth
+# session). Past half the limit, JAX's caches are cleared between tests; the programs
+# compile again when a later test needs them. (jaxeval clears them itself past 80%, but
+# only before compiling a replicate program or running the anchor protocol.)
+def _max_map_count() -> int | None:
+    try:
+        return int(Path("/proc/sys/vm/max_map_count").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _maps_held() -> int:
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
+
+
+_MAP_LIMIT = _max_map_count()
+
+
+def pytest_runtest_teardown(item, nextitem):
+    if _MAP_LIMIT and _maps_held() > _MAP_LIMIT // 2:
+        import jax
+
+        jax.clear_caches()
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """Path to ../shared/data; tests that need it skip when it is absent."""

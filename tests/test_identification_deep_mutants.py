@@ -12,20 +12,11 @@ count the blocked refit is handed is pinned by the refit case of
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from test_identification import POOL, N, _data, _run
 
 from jaxeval import _identification as idn
 from jaxeval import _sampling as smp
 from jaxeval._factorization import ItemFactors
-
-# XLA:CPU crashed (segfaults, SIGABRT) compiling this file's programs in a test worker
-# that had compiled ~380 others first under the suite's cheap code generation (.ci/run's
-# first pass: three runs of 1c1a538 at the confident-stop test, and, with that test moved,
-# one run at the skip-separated test); each passes alone, and after the same tests in one
-# process. The file runs in the second pass, under XLA's default code generation, until
-# the cause is known (BUILD_NOTES.md, forty-ninth session).
-pytestmark = pytest.mark.default_codegen
 
 
 def _pool_data(pool, rows):
