@@ -262,16 +262,18 @@ def test_refinement_guard_scores_the_proxy_on_validation_models():
 
 def test_guarded_refinement_accepts_a_proposal_that_ties():
     """A step is rejected only when the validation MSE *rose*: with a constant proxy
-    every proposal ties and every one is accepted."""
+    every proposal ties and every one is accepted. The anchors returned are the earliest
+    of the tied sets (the documented rule), here the starting ones."""
     from jaxeval.anchors import refine_anchors
 
     rng = np.random.default_rng(2)
     s = jnp.asarray(rng.random((40, 12)) < 0.5, jnp.float32)
     y = s.mean(1)
     const = lambda key, x, t: (lambda v: jnp.mean(t) + 0.0 * v.sum())  # noqa: E731
-    _, tr = refine_anchors(jax.random.key(0), jnp.arange(4, dtype=jnp.int32), s[:25], y[:25],
+    a, tr = refine_anchors(jax.random.key(0), jnp.arange(4, dtype=jnp.int32), s[:25], y[:25],
                            s[25:], y[25:], const, num_swaps=4, guard=True)
-    assert np.asarray(tr.accepted).all()
+    assert np.asarray(tr.accepted).all() and (np.asarray(tr.incoming) >= 0).all()
+    assert np.asarray(a).tolist() == [0, 1, 2, 3]
 
 
 def test_greedy_ridge_penalty_is_relative_to_the_mean_column_sum_of_squares():

@@ -188,8 +188,8 @@ class RefineTrace(NamedTuple):
 
     val_mse: jax.Array  # proxy validation MSE on the anchors *before* the step's swap
     accepted: jax.Array  # bool: the anchors the step trained on were kept
-    outgoing: jax.Array  # int32 anchor removed by the proposed swap
-    incoming: jax.Array  # int32 item added by the proposed swap
+    outgoing: jax.Array  # int32 anchor the proposed swap removes (-1 incoming: no swap)
+    incoming: jax.Array  # int32 item added by the proposed swap; -1: none was left
 
 
 def refine_anchors(
@@ -214,8 +214,9 @@ def refine_anchors(
     With ``guard=True`` (our choice, off in the reference) a step first checks the
     proxy's validation MSE on the current anchors; when it rose above that of the last
     accepted set, the anchors revert and the rejected item is blocked, and the next
-    swap is proposed from the last accepted proxy's scores. The final anchors are
-    then the accepted set with the lowest validation MSE; without the guard, the
+    swap is proposed from the last accepted proxy's scores (a tie is accepted). The
+    final anchors are then the accepted set with the lowest validation MSE, the
+    earliest of several tied ones; without the guard, the
     anchors after the last swap (the reference rule). With the guard every one of the
     ``num_swaps`` proposals is scored (the last one after the loop, one more proxy fit).
     ``guard_score(anchors) ->
