@@ -292,11 +292,13 @@ def synthetic_matrix(
             raise ValueError(
                 f"synthetic_matrix: '{name}' must be finite" + (" and >= 0" if lo == 0 else "")
                 + f", got {v!r}")
-    if isinstance(gap, (int, float, np.number)) and not 0.0 <= float(gap) <= 1.0:
+    g = None if gap is None else _concrete(gap)  # (concrete arrays too, as the scales)
+    if g is not None and not (np.isfinite(g).all() and ((0.0 <= g) & (g <= 1.0)).all()):
         raise ValueError(f"synthetic_matrix: 'gap' must lie in [0, 1], got {gap!r}")
-    if isinstance(concentration, (int, float, np.number)) and not float(concentration) > 0:
+    c = None if concentration is None else _concrete(concentration)
+    if c is not None and not (np.isfinite(c).all() and (c > 0).all()):
         raise ValueError(
-            f"synthetic_matrix: 'concentration' must be > 0, got {concentration!r}"
+            f"synthetic_matrix: 'concentration' must be > 0 and finite, got {concentration!r}"
         )
     if concentration is not None and not graded:
         raise ValueError(
