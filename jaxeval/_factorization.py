@@ -212,6 +212,11 @@ def empirical_prior(U: jax.Array, item_factors: ItemFactors) -> tuple[ItemFactor
     the spread of the training ``u_i`` is usually far wider than ``1 / (2 rho_u)``
     and new models would be pulled too hard towards the mean.
 
+    A direction in which the training factors do not vary (all rows equal, say) keeps a
+    tiny ridge (``1e-6`` of the mean variance, or ``1e-12``) as its variance: it is
+    stretched by up to ``1e6`` and the prior pins new models to the training mean there,
+    which is what the data say; predictions are unchanged.
+
     Args:
       U: ``[m, r]`` training model factors (zero padded columns are allowed).
       item_factors: the fitted :class:`ItemFactors`.
@@ -238,12 +243,6 @@ def empirical_prior(U: jax.Array, item_factors: ItemFactors) -> tuple[ItemFactor
 
 
 # --------------------------------------------------------------------- online fit
-def _row_objective(u, V, c, s, m, u_mean, rho):
-    logits = V @ u + c
-    d = u - u_mean
-    return masked_bce(logits, s, m) + rho * jnp.dot(d, d)
-
-
 def _outer_items(V):
     """``[n, r*r]`` per-item outer products ``v_j v_j^T``, flattened.
 
@@ -255,7 +254,8 @@ def _outer_items(V):
 
 
 def _row_grad_hess(u, V, c, s, m, u_mean, rho, VV=None):
-    """Gradient and Hessian of the row objective in closed form."""
+    """Gradient and Hessian of the row objective ``masked_bce(V @ u + c, s, m) + rho *
+    ||u - u_mean||^2`` in closed form."""
     r = u.shape[0]
     if VV is None:
         VV = _outer_items(V)
