@@ -243,6 +243,14 @@ def empirical_prior(U: jax.Array, item_factors: ItemFactors) -> tuple[ItemFactor
 
 
 # --------------------------------------------------------------------- online fit
+def _row_objective(u, V, c, s, m, u_mean, rho):
+    """The online row objective (``benchmarks/bench_online_refit.py`` measures refits by
+    it; :func:`_row_grad_hess` is its gradient and Hessian)."""
+    logits = V @ u + c
+    d = u - u_mean
+    return masked_bce(logits, s, m) + rho * jnp.dot(d, d)
+
+
 def _outer_items(V):
     """``[n, r*r]`` per-item outer products ``v_j v_j^T``, flattened.
 

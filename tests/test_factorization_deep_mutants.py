@@ -331,3 +331,24 @@ def test_empirical_prior_of_training_factors_that_do_not_vary():
     np.testing.assert_allclose(np.asarray(fw.V), np.asarray(V) * 1e-6, rtol=1e-4)
     np.testing.assert_allclose(np.asarray(fw.u_mean), np.asarray(Uw[0]), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(Uw @ fw.V.T), np.asarray(U @ V.T), atol=1e-6)
+
+
+def test_the_row_objectives_derivatives_are_the_closed_form_ones():
+    """``_row_grad_hess`` is the gradient and Hessian of ``_row_objective`` (the objective
+    ``benchmarks/bench_online_refit.py`` measures refits by), soft targets and a mask."""
+    f = _item_factors(jax.random.key(3))
+    n, r = f.V.shape
+    rng = np.random.default_rng(4)
+    s = jnp.asarray(rng.uniform(size=n), jnp.float32)
+    m = jnp.asarray(rng.uniform(size=n) < 0.5)
+    u = jnp.asarray(rng.normal(size=r), jnp.float32)
+    obj = functools.partial(fz._row_objective, V=f.V, c=f.c, s=s, m=m, u_mean=f.u_mean,
+                            rho=0.7)
+    g, H = fz._row_grad_hess(u, f.V, f.c, s, m, f.u_mean, 0.7)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(jax.grad(obj)(u)), rtol=1e-4,
+                               atol=1e-5)
+    np.testing.assert_allclose(np.asarray(H), np.asarray(jax.hessian(obj)(u)), rtol=1e-4,
+                               atol=1e-5)
+    d = np.asarray(u - f.u_mean, np.float64)
+    bce = float(fz.masked_bce(f.V @ u + f.c, s, m))
+    assert float(obj(u)) == pytest.approx(bce + 0.7 * d @ d, rel=1e-5)
