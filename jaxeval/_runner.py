@@ -149,25 +149,47 @@ def _maps_held() -> int | None:
         return None
 
 
+_MAPS_AFTER_CLEAR: list[int] = []  # what a clear left: clear again only past it + 5%
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of a warning raised here that points at the first caller
+    outside jaxeval (the paths into this module differ in depth)."""
+    import os
+
+    pkg = os.path.dirname(os.path.abspath(__file__))
+    f, level = sys._getframe(1), 1
+    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(pkg + os.sep):
+        f, level = f.f_back, level + 1
+    return level
+
+
 def relieve_map_pressure(where: str) -> bool:
     """Clear JAX's compilation caches when this process nears Linux's mapping limit.
 
     Returns whether it cleared them (with a ``RuntimeWarning`` naming ``where``); a
     no-op where ``/proc`` cannot be read. The programs compile again when next used.
+    Where a clear freed little (the mappings are someone else's: memory-mapped files,
+    other libraries), it clears again only once the count has grown by another 5% of
+    the limit, not at every compilation.
     """
     limit = _max_map_count()
     held = _maps_held() if limit else None
     if held is None or held <= MAP_PRESSURE * limit:
         return False
+    if _MAPS_AFTER_CLEAR and held <= _MAPS_AFTER_CLEAR[-1] + 0.05 * limit:
+        return False
     jax.clear_caches()
+    after = _maps_held()
+    _MAPS_AFTER_CLEAR[:] = [held if after is None else after]
     warnings.warn(
         f"{where}: this process held {held} memory mappings of the {limit} Linux allows "
-        "(vm.max_map_count), about two dozen per compiled XLA program JAX keeps; JAX's "
-        "compilation caches were cleared so that the next compilation cannot fail for "
-        "want of one (programs compile again when used). Raising vm.max_map_count keeps "
-        "them.",
+        "(vm.max_map_count), about two dozen per compiled XLA program JAX keeps, and XLA "
+        f"aborts the process past the limit; JAX's compilation caches were cleared "
+        f"({after} mappings left; programs compile again when used). Raising "
+        "vm.max_map_count keeps them.",
         RuntimeWarning,
-        stacklevel=3,
+        stacklevel=_user_stacklevel(),
     )
     return True
 

@@ -1025,8 +1025,8 @@ def simulate_identification(
         ``0``: none, for policies without predictions. A study definition's
         ``"n_train": 0`` means half instead).
       n_instances: instances drawn from the pool (real data; left at its default when
-        ``instances`` are given, or equal to their number). ``None`` is the default
-        (what synthetic truth records in ``settings``).
+        ``instances`` are given, or equal to their number). ``None`` means the default
+        (10; what synthetic truth records in ``settings``).
       instances: the instances themselves instead of ``n_instances`` random draws: an
         ``[I, K]`` array of candidate-pool rows (as in a report's ``instances``) or of
         model names (each must be a pool model, i.e. not one of the ``n_train``
@@ -1348,7 +1348,11 @@ def _check_instances(instances, K: int, pool: ScoreMatrix, train: ScoreMatrix | 
     ):  # pool rows held as Python objects (a pandas column, a list of mixed ints)
         arr = arr.astype(np.int64)
     if arr.dtype.kind in "USO":
-        arr = names_as_str(arr, "names", "instances")  # (byte strings decoded as UTF-8)
+        try:  # (byte strings decoded as UTF-8)
+            arr = names_as_str(arr, "names", "instances")
+        except ValueError:
+            raise ValueError("instances: model names given as byte strings must be UTF-8")\
+                from None
         names = {str(m): i for i, m in enumerate(pool.models)}
         missing = sorted({str(m) for m in arr.ravel()} - names.keys())
         if missing:

@@ -255,8 +255,8 @@ def synthetic_matrix(
       item_scale: spread of item loadings around the general ability direction.
       difficulty_mean: mean item bias (0 puts mean accuracy near 50%).
       difficulty_scale: spread of item biases.
-      concentration: graded only: Beta concentration ``kappa`` of each score
-        around its probability; None returns the probabilities themselves.
+      concentration: graded only: Beta concentration ``kappa > 0`` (finite) of each
+        score around its probability; None returns the probabilities themselves.
       n_candidates: the gap rule (and ``best``, ``gap``) applies among the last
         ``n_candidates`` rows only, the first ``n_models - n_candidates`` being
         training models left as drawn (default: all rows are candidates).

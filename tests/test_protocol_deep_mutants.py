@@ -266,7 +266,9 @@ def test_the_protocol_clears_jax_caches_near_the_mapping_limit(monkeypatch):
     ref = _protocol.evaluate_protocol(sm, 4, ("random_mean",), seeds=(1,))
     monkeypatch.setattr(_runner, "_max_map_count", lambda: 100)
     monkeypatch.setattr(_runner, "_maps_held", lambda: 81)
+    monkeypatch.setattr(_runner, "_MAPS_AFTER_CLEAR", [])
     with pytest.warns(RuntimeWarning, match=r"^evaluate_protocol: this process held 81 "
-                      r"memory mappings of the 100"):
+                      r"memory mappings of the 100") as rec:
         r = _protocol.evaluate_protocol(sm, 4, ("random_mean",), seeds=(1,))
     np.testing.assert_array_equal(r.mae_pp, ref.mae_pp)
+    assert [w.filename for w in rec] == [__file__]

@@ -640,9 +640,10 @@ def test_results_take_the_shapes_the_program_returns_not_stale_cached_ones():
 
 
 # ------------------------------------------------- the memory-mapping limit (Linux)
-def _pressure(monkeypatch, held, limit=1000):
+def _pressure(monkeypatch, held, limit=1000, cleared=None):
     monkeypatch.setattr(_runner, "_max_map_count", lambda: limit)
     monkeypatch.setattr(_runner, "_maps_held", lambda: held)
+    monkeypatch.setattr(_runner, "_MAPS_AFTER_CLEAR", [] if cleared is None else [cleared])
 
 
 def test_relieve_map_pressure_clears_jax_caches_only_past_the_share_and_warns(monkeypatch):
@@ -655,9 +656,20 @@ def test_relieve_map_pressure_clears_jax_caches_only_past_the_share_and_warns(mo
     with pytest.warns(RuntimeWarning, match=r"^here: this process held 801 memory mappings "
                       r"of the 1000 Linux allows \(vm.max_map_count\)") as rec:
         assert _runner.relieve_map_pressure("here") is True
-    assert len(rec) == 1 and "caches were cleared" in str(rec[0].message)
+    assert len(rec) == 1 and "caches were cleared (801 mappings left" in str(rec[0].message)
+    assert rec[0].filename == __file__  # (pointed at the caller outside jaxeval)
     assert f._cache_size() == 0  # (and it still computes, compiled again)
     assert float(f(2.0)) == 3.0 and f._cache_size() == 1
+    # a clear that freed nothing (the mappings are not JAX's) is not repeated at every
+    # compilation: only once the count grew by another 5% of the limit
+    f(1.0)
+    _pressure(monkeypatch, held=850, cleared=801)
+    assert _runner.relieve_map_pressure("here") is False and f._cache_size() == 1
+    _pressure(monkeypatch, held=852, cleared=801)
+    with pytest.warns(RuntimeWarning, match="held 852"):
+        assert _runner.relieve_map_pressure("here") is True
+    assert f._cache_size() == 0 and _runner._MAPS_AFTER_CLEAR == [852]
+    f(1.0)
     # where /proc cannot be read (not Linux): nothing happens
     _pressure(monkeypatch, held=10**6, limit=None)
     assert _runner.relieve_map_pressure("here") is False and f._cache_size() == 1
@@ -681,7 +693,8 @@ def test_a_run_under_mapping_pressure_warns_and_gives_the_same_replicates(monkey
     ref = run_replicates(toy, 7, 40, operands=(V,), devices=jax.devices()[:1], progress=False)
     _pressure(monkeypatch, held=900)
     with pytest.warns(RuntimeWarning, match="compiling a replicate program: this process "
-                      "held 900 memory mappings"):
+                      "held 900 memory mappings") as rec:
         out = run_replicates(fresh, 7, 40, operands=(V,), devices=jax.devices()[:1],
                              progress=False)
     assert_tree_equal(out, ref)
+    assert [w.filename for w in rec] == [__file__]  # (the call above, not jaxeval's code)

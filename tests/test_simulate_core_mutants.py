@@ -219,6 +219,6 @@ def test_instances_given_as_byte_string_names_are_decoded():
     for names in (np.array([[b"m3", b"m1"]]), np.array([[b"m3", "m1"]], dtype=object)):
         rep = simulate_identification(sm, "uniform", instances=names, **_KW)
         np.testing.assert_array_equal(rep.instances, as_text.instances)
-    with pytest.raises(ValueError, match="instances: field 'names' holds byte strings that "
-                       "are not UTF-8"):
+    with pytest.raises(ValueError, match="^instances: model names given as byte strings "
+                       "must be UTF-8$"):
         simulate_identification(sm, "uniform", instances=np.array([[b"m3", b"\xff"]]), **_KW)
