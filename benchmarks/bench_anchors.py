@@ -40,6 +40,7 @@ os.environ.setdefault("NPROC", "32")
 import argparse
 import dataclasses
 import json
+import re
 import time
 from pathlib import Path
 
@@ -125,8 +126,10 @@ def _coverage_band(r: dict) -> tuple[float, float]:
 
     n_te = r["n_test"]
     n_cal = n_te
-    if r.get("auto_choice") == "cv":
-        n_cal = 5 * ((r["n_models"] - n_te) // 5)
+    if r.get("auto_choice") == "cv":  # the folds its settings text names (5 by default)
+        folds = re.search(r"\bauto_folds=(\d+)", r.get("settings") or "")
+        folds = int(folds.group(1)) if folds else 5
+        n_cal = folds * ((r["n_models"] - n_te) // folds)
     elif r.get("auto_calibration") == "validation halves":
         n_cal = 2 * (n_te // 2)
     return conformal_tolerance(n_cal, n_te, len(r["seeds"]), 0.1)
@@ -138,7 +141,7 @@ def _seed_maes(paths, pick, missing_ok: bool = False) -> dict:
     Every record of a cell contributes its seeds (later files and lines win for a seed
     they repeat), so give only files whose records are meant to be pooled."""
     out = {}
-    for path in [paths] if isinstance(paths, str) else paths:
+    for path in [paths] if isinstance(paths, (str, Path)) else paths:
         if missing_ok and not Path(path).exists():
             continue
         for line in Path(path).read_text().splitlines():
@@ -258,7 +261,7 @@ def summary_table(paths, sparseeval_from=None) -> str:
            "SparseEval MAE | `auto` τ-b vs best baseline τ-b | `auto` τ-b ≥ SPEC best τ? | "
            "`auto` 90% coverage (n test; expected ± 2 sd) | "
            "unbiased DR MAE / cov / width (pp) |", "|---|---|---|---|---|---|---|---|---|---|"]
-    met = n_spec = tau_wins = n_out = tau_spec = tau_tie = 0
+    met = n_spec = tau_wins = n_out = tau_spec = tau_tie = n_rows = 0
     for c in order:
         r = recs[c]
         names = r["methods"]
@@ -267,6 +270,7 @@ def summary_table(paths, sparseeval_from=None) -> str:
         cov = {m: np.asarray(r["coverage"][i]) for i, m in enumerate(names)}
         if "auto" not in mae:
             continue
+        n_rows += 1  # (the rows shown: a cell without auto has none)
         best = r.get("spec_best")
         ok = "–"
         if best:
@@ -307,10 +311,10 @@ def summary_table(paths, sparseeval_from=None) -> str:
             f"| {drs} |"
         )
     out.append(f"\nSPEC rows met: {met} of {n_spec}; `auto` τ-b ≥ best baseline's on "
-               f"{tau_wins} of {len(order)} rows, ≥ the SPEC row's best τ-b on {tau_spec} of "
+               f"{tau_wins} of {n_rows} rows, ≥ the SPEC row's best τ-b on {tau_spec} of "
                f"{n_spec} (tied at two decimals on {tau_tie}); `auto` coverage outside its "
                "2-sd band "
-               f"(marked !) on {n_out} of {len(order)} rows.")
+               f"(marked !) on {n_out} of {n_rows} rows.")
     return "\n".join(out)
 
 
@@ -376,11 +380,12 @@ def calibration_table(before: str, after: str, grid=None) -> str:
     """Markdown: ``auto`` per cell in two results files (say, before and after a change of
     its interval's calibration): MAE, coverage against its band, mean width, and the
     faithful SparseEval's MAE on the same seeds from an ``anchors_grid.py`` file."""
-    def cells(path):
-        out = {}
-        for line in Path(path).read_text().splitlines():
-            r = json.loads(line)
-            out[(r["dataset"], r["k"])] = r  # newest record of a cell wins
+    def cells(path):  # merged method by method, as summary_table does
+        out = merged_records(path)
+        for c, r in out.items():
+            if "auto" not in r["methods"]:
+                raise ValueError(f"{path}: cell {c} has no record of 'auto' (methods "
+                                 f"{r['methods']}); calibration_table compares auto")
         return out
 
     old, new = cells(before), cells(after)
