@@ -397,6 +397,8 @@ class IdentificationReport:
           edges: increasing finite gap edges ``[B + 1]`` instead, e.g. the edges of
             another policy's report, so that several policies run on the same instances
             are binned alike. Replicates outside ``[edges[0], edges[-1]]`` are in no bin.
+            Two equal edges ``[g, g]`` are one bin of the gap ``g`` (the bin this method
+            returns when every gap is equal).
 
         Returns:
           ``B`` bins, smallest gaps first. Quantile edges that coincide (many equal
@@ -430,7 +432,9 @@ class IdentificationReport:
                 e = np.array([e[0], e[0]])
         else:
             e = np.asarray(edges, np.float64)
-            if e.ndim != 1 or e.size < 2 or not np.isfinite(e).all() or (np.diff(e) <= 0).any():
+            one = e.shape == (2,) and e[0] == e[1]  # (the single bin of equal gaps)
+            if (e.ndim != 1 or e.size < 2 or not np.isfinite(e).all()
+                    or ((np.diff(e) <= 0).any() and not one)):
                 raise ValueError(
                     "edges: expected at least two increasing finite gap values, got "
                     f"{np.asarray(edges).tolist()!r}")
