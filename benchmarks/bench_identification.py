@@ -67,6 +67,8 @@ def print_table(curves, policies):
     print("| dataset | K | median gap | " + " | ".join(policies) + " |")
     print("|---|---|---|" + "---|" * len(policies))
     for ds, kk in keys:
+        if not any(f"{ds}/{kk}/{p}" in curves for p in policies):
+            continue  # (a panel of other policies only: no row of "not run" and a NaN gap)
         cells, gap = [], float("nan")
         for p in policies:
             c = curves.get(f"{ds}/{kk}/{p}")

@@ -401,6 +401,13 @@ def test_print_table_cells_gap_and_not_run(capsys):
         "| musr | 10 | 0.013 | 21.4% (10.0%) | >max (50.0%) |",
         "| ifeval | 50 | 0.046 | not run | 50.0% (25.0%) |",
     ]
+    # a panel of none of the policies asked for has no row (it showed "not run" in every
+    # cell and a NaN gap)
+    bi.print_table(curves, ["ucbe"])
+    assert capsys.readouterr().out.splitlines()[2:] == [
+        "| ifeval | 10 | 0.300 | 5.0% (4.0%) |",
+        "| musr | 10 | 0.013 | 21.4% (10.0%) |",
+    ]
 
 
 def test_gap_bins_when_every_instance_has_the_same_gap():
