@@ -752,6 +752,11 @@ def fit_method(
             c.setdefault("se_start", (use_km, anchors, *paths))
         return c["se"]
 
+    if anchors_only:
+        if method not in PATH_METHODS:
+            raise ValueError(f"anchors_only: for {PATH_METHODS}, got {method!r}")
+        return {"random_mlp": lambda: sh.a_rand, "sparseeval": sparseeval,
+                "greedy_mlp": greedy, "greedy_mlp_ens": greedy}[method]()
     if method == "random_mean":
         return Fitted(sh.a_rand, "weighted_mean", {"w": _uniform(k, dt)})
     if method == "anchor_points":
@@ -763,11 +768,6 @@ def fit_method(
         return _fit_ridge_map(sh.a_rand, d)
     if method == "kmeans_ridge":
         return _fit_ridge_map(sh.a_km, d)
-    if anchors_only:
-        if method not in PATH_METHODS:
-            raise ValueError(f"anchors_only: for {PATH_METHODS}, got {method!r}")
-        return {"random_mlp": lambda: sh.a_rand, "sparseeval": sparseeval,
-                "greedy_mlp": greedy, "greedy_mlp_ens": greedy}[method]()
     if method == "random_mlp":
         return _fit_mlp_map(jax.random.fold_in(key, _K_FINAL), sh.a_rand, d, st, c, method)
     if method == "sparseeval":
