@@ -11,7 +11,7 @@ term at a time. Reported per (sequence, quality, dataset):
   true mean (the bounds are running intersections, so this is the miscoverage at any stopping
   time, data-dependent or not);
 - ``miss@tau``: miscoverage at the data-dependent stopping time ``tau`` = first time the EB
-  interval is narrower than 0.1;
+  interval is at most 0.1 wide;
 - mean width after 5%, 10%, 25% and 50% of the items;
 - with lam = plug-in (lam0 = 1, shrink = 10) and lam = 0 (the latter only for good and
   adversarial predictions: at lam = 0 the predictions only move the centre);
@@ -105,7 +105,9 @@ def simulate(
     """One replicate: draw all ``n`` items of row ``s`` without replacement in random order.
 
     Returns a dict with, per kind, ``miss`` (interval ever excluded theta), ``miss_stop``
-    (excluded theta at the stopping time), ``width`` at each checkpoint (number of terms),
+    (excluded theta at the stopping time: the first step where the first of ``kinds``,
+    EB in :func:`main`, is at most ``stop_width`` wide), ``width`` at each checkpoint
+    (number of terms),
     ``final_width`` (after the last term, before finalize), ``final_exact_width`` and
     ``final_exact_err`` (width after :func:`finalize`, and its centre's distance to theta), and
     ``est_err`` ``[3, checkpoints]``: signed errors of the naive pooled estimate, the mean of
@@ -141,7 +143,7 @@ def simulate(
         bnds = [q.bounds(st) for q, st in zip(seqs, states, strict=True)]
         out = jnp.stack([(theta < lw) | (theta > up) for lw, up in bnds])
         miss = miss | out
-        w_eb = bnds[0][1] - bnds[0][0]
+        w_eb = bnds[0][1] - bnds[0][0]  # (the first kind's: EB's in main)
         stop_now = (~stopped) & (w_eb <= stop_width)
         miss_stop = jnp.where(stop_now, out, miss_stop)
         stopped = stopped | stop_now
@@ -290,7 +292,7 @@ def main() -> None:
         else:
             try:
                 train, rows = real_rows(ds)
-            except Exception as e:  # noqa: BLE001
+            except (OSError, ValueError) as e:  # (a file not there, an incomplete matrix)
                 print(f"| {ds} | skipped: {e} |")
                 continue
         good_all = calibrated_predictions(train, rows)
