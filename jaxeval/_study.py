@@ -1082,6 +1082,11 @@ def _check_manifest(p: Path, m: dict) -> None:
         if key in m and not isinstance(m[key], typ):
             raise StudyFolderError(f"{p}: manifest entry {key!r} is not a {typ.__name__}; "
                                    "the folder's manifest was damaged")
+    rng = m["range"]
+    if not (len(rng) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in rng)
+            and 0 <= rng[0] < rng[1]):
+        raise StudyFolderError(f"{p}: manifest entry 'range' must be two integers lo < hi "
+                               f"from 0, got {rng!r}; the folder's manifest was damaged")
     if _hash_json(m["config"]) != m["study_hash"]:
         raise StudyFolderError(
             f"{p}: the manifest's config does not match the study it was created for "
@@ -1189,7 +1194,7 @@ def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [prefix or "<root>"]
 
 
-def _describe_diff(old: dict, new: dict) -> str:
+def _describe_diff(old: dict, new: dict, where: tuple[str, str] = ("there", "here")) -> str:
     keys = _diff_keys(old, new)
     parts = []
     for k in keys[:5]:
@@ -1197,7 +1202,7 @@ def _describe_diff(old: dict, new: dict) -> str:
         for part in k.split("."):
             ov = ov.get(part) if isinstance(ov, dict) else None
             nv = nv.get(part) if isinstance(nv, dict) else None
-        parts.append(f"{k!r} is {json.dumps(ov)} there but {json.dumps(nv)} here")
+        parts.append(f"{k!r} is {json.dumps(ov)} {where[0]} but {json.dumps(nv)} {where[1]}")
     return "; ".join(parts)
 
 
@@ -1917,7 +1922,8 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
         kb = _merge_key(m["config"])
         if ka != kb:
             raise StudyFolderError(
-                f"{d} holds a different study than {dirs[0]}: {_describe_diff(ka, kb)}"
+                f"{d} holds a different study than {dirs[0]}: "
+                f"{_describe_diff(ka, kb, (f'in {dirs[0]}', f'in {d}'))}"
             )
         if m.get("data_sha256") != ref.get("data_sha256"):
             raise StudyFolderError(f"{d} was computed on different data than {dirs[0]}")
@@ -2015,6 +2021,7 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
         names = manifest["task_names"]
         cov = {t: _covered(manifest, t) for t in names}
         manifest["complete"] = all(not _gaps(cov[t], 0, study.n_units) for t in names)
+        manifest["range_complete"] = manifest["complete"]  # (its range: the whole study)
         _atomic_write_json(out / STUDY_FILE, cfg)
         _atomic_write_json(out / MANIFEST_FILE, manifest)
     return out

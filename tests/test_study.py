@@ -297,7 +297,8 @@ def test_merge_of_independent_ranges_equals_one_run(tmp_path, toy_reference):
         replicate_range=(130, 300),
         progress=False,
     )
-    with pytest.raises(StudyFolderError, match="'seed' is 3 there but 9 here"):
+    with pytest.raises(StudyFolderError, match=f"'seed' is 3 in {tmp_path / 'p0'} but 9 in "
+                       f"{tmp_path / 'q'}"):
         merge_studies([tmp_path / "p0", tmp_path / "q"], tmp_path / "bad2")
     with pytest.raises(StudyFolderError, match="not empty"):
         merge_studies([tmp_path / "p0", tmp_path / "p1"], tmp_path / "all")
