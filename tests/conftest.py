@@ -99,32 +99,22 @@ def pytest_collection_modifyitems(config, items):
 # session). Past half the limit, JAX's caches are cleared between tests; the programs
 # compile again when a later test needs them. (jaxeval clears them itself past 80%, but
 # only before compiling a replicate program or running the anchor protocol.)
-def _max_map_count() -> int | None:
-    try:
-        return int(Path("/proc/sys/vm/max_map_count").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _maps_held() -> int:
-    try:
-        with open("/proc/self/maps", "rb") as f:
-            return sum(1 for _ in f)
-    except OSError:
-        return 0
-
-
-_MAP_LIMIT = _max_map_count()
 _MAP_CHECK_EVERY = 8  # tests (reading /proc/self/maps takes ~50 ms at 30 000 mappings)
 _tests_run = 0
 
 
+@pytest.hookimpl(trylast=True)  # (after the test's fixtures, monkeypatches included, end)
 def pytest_runtest_teardown(item, nextitem):
     global _tests_run
     _tests_run += 1
-    if _MAP_LIMIT and _tests_run % _MAP_CHECK_EVERY == 0 and _maps_held() > _MAP_LIMIT // 2:
-        import jax
+    if _tests_run % _MAP_CHECK_EVERY:
+        return
+    import jax
 
+    from jaxeval._runner import _maps_held, _max_map_count  # (None where /proc is not)
+
+    limit, held = _max_map_count(), _maps_held()
+    if limit and held is not None and held > limit // 2:
         jax.clear_caches()
 
 

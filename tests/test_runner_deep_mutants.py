@@ -2,15 +2,13 @@
 types, progress lines, buffer fitting, the plan cache): each test fails on a plausible
 bug the rest of the suite let through."""
 
-import collections
 import io
 import re
-import weakref
 
 import jax
 import numpy as np
 import pytest
-from test_runner_mutants import _key_data, _uniform
+from test_runner_mutants import _key_data, _uniform, small_cache  # noqa: F401 (fixture)
 
 from jaxeval import _runner
 from jaxeval._runner import ReplicatePlan, capped_chunk, check_int, run_replicates
@@ -141,15 +139,6 @@ def test_refitted_buffers_hold_every_replicate_of_a_run_with_a_partial_last_chun
 
 
 # ------------------------------------------------------------------ the plan cache
-@pytest.fixture
-def small_cache(monkeypatch):
-    """Empty plan caches of their own, holding at most two programs."""
-    monkeypatch.setattr(_runner, "_PLAN_CACHE_SIZE", 2)
-    monkeypatch.setattr(_runner, "_PLANS", weakref.WeakKeyDictionary())
-    monkeypatch.setattr(_runner, "_PLAN_CACHE", collections.OrderedDict())
-    monkeypatch.setattr(_runner, "_PLAN_ORDER", collections.OrderedDict())
-
-
 def _adder(c):
     return lambda key: jax.random.uniform(key) + c
 
@@ -162,7 +151,8 @@ class _Shift:
         return jax.random.uniform(key) + self.c
 
 
-def test_plan_cache_keeps_the_recently_used_and_fills_up(small_cache):
+@pytest.mark.usefixtures("small_cache")
+def test_plan_cache_keeps_the_recently_used_and_fills_up():
     """A program used again is the most recent: the one left unused is dropped when a
     third comes, and the cache holds its full two."""
     f0, f1, f2 = (_adder(c) for c in range(3))
@@ -172,7 +162,8 @@ def test_plan_cache_keeps_the_recently_used_and_fills_up(small_cache):
     assert _runner._PLANS.get(f0) and _runner._PLANS.get(f2) and not _runner._PLANS.get(f1)
 
 
-def test_strongly_held_plans_are_bounded_and_listed(small_cache):
+@pytest.mark.usefixtures("small_cache")
+def test_strongly_held_plans_are_bounded_and_listed():
     """Bound methods' programs are held strongly, under the same bound: the oldest is
     dropped, and ``_cached_plans`` lists those held."""
     objs = [_Shift(float(c)) for c in range(3)]
@@ -181,7 +172,8 @@ def test_strongly_held_plans_are_bounded_and_listed(small_cache):
     assert len(_runner._PLAN_CACHE) == 2 and len(_runner._cached_plans()) == 2
 
 
-def test_a_bound_method_compiles_once(small_cache):
+@pytest.mark.usefixtures("small_cache")
+def test_a_bound_method_compiles_once():
     """A bound method is a new object at every attribute access: its program is found
     again all the same (it used to be held by the dead first object)."""
     obj = _Shift(1.0)

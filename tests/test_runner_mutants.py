@@ -1,7 +1,9 @@
 """Gaps a mutation review of the replicate runner and the anchor evaluation protocol
 found: each test fails on a plausible bug the rest of the suite let through."""
 
+import collections
 import io
+import weakref
 
 import jax
 import numpy as np
@@ -311,16 +313,18 @@ def test_plan_cache_tells_index_calls_and_lane_widths_apart():
                                                                   (8, False)]
 
 
-def test_plan_cache_drops_the_least_recently_used(monkeypatch):
-    """At most ``_PLAN_CACHE_SIZE`` programs are held, the least recently used dropped.
-    (Run on empty caches of its own: the suite's compiled programs stay cached.)"""
-    import collections
-    import weakref
-
+@pytest.fixture
+def small_cache(monkeypatch):
+    """Empty plan caches of their own, holding at most two programs (the suite's compiled
+    programs stay cached in the real ones)."""
     monkeypatch.setattr(_runner, "_PLAN_CACHE_SIZE", 2)
     monkeypatch.setattr(_runner, "_PLANS", weakref.WeakKeyDictionary())
     monkeypatch.setattr(_runner, "_PLAN_CACHE", collections.OrderedDict())
     monkeypatch.setattr(_runner, "_PLAN_ORDER", collections.OrderedDict())
+
+
+def test_plan_cache_drops_the_least_recently_used(small_cache):
+    """At most ``_PLAN_CACHE_SIZE`` programs are held, the least recently used dropped."""
 
     def make(c):
         return lambda key: jax.random.uniform(key) + c
