@@ -241,16 +241,13 @@ def _runs_in(folder: Path, task: Any, runs: str, dropped: list[str],
     are then unobserved for this model, as without ``task``; :func:`load_lm_eval`
     refuses a task no folder has). Every task found is added to ``present``. A
     ``.jsonl.gz`` beside the plain file of the same name (``gzip -k``) is the same run:
-    read once, the copy listed in ``copies``, or refused where the two differ."""
+    read once, the copy listed in ``copies``, or refused where the two differ. Only the
+    copies of the files read are compared (a task not asked for, or an older run dropped,
+    is not opened)."""
     files = _samples_files(folder)
     plain = {f.name.lower(): f for f in files if not f.name.lower().endswith(".gz")}
     twins = {f: plain[f.name.lower()[:-3]] for f in files
              if f.name.lower().endswith(".gz") and f.name.lower()[:-3] in plain}
-    for gz, twin in twins.items():
-        if _raw(gz) != _raw(twin):
-            raise ValueError(f"{gz}: a compressed copy of {twin.name} whose contents differ "
-                             "from it; keep one of the two")
-        copies.append(str(gz))
     files = [f for f in files if f not in twins]
     by_task: dict[str, list[tuple[str, Path]]] = {}
     for f in files:
@@ -269,6 +266,14 @@ def _runs_in(folder: Path, task: Any, runs: str, dropped: list[str],
             )
         out[t] = max(lst, key=lambda x: (x[0], x[1].name))[1]
         dropped.extend(str(p) for _, p in lst if p != out[t])
+    kept = set(out.values())
+    for gz, twin in twins.items():
+        if twin not in kept:
+            continue
+        if _raw(gz) != _raw(twin):
+            raise ValueError(f"{gz}: a compressed copy of {twin.name} whose contents differ "
+                             "from it; keep one of the two")
+        copies.append(str(gz))
     return out
 
 
