@@ -281,3 +281,26 @@ def test_lm_eval_a_gzip_copy_beside_its_plain_file_is_one_run(tmp_path):
     gz.write_bytes(gzip.compress(b"{}"))
     _raises([re.escape(f"{gz}: a compressed copy of samples_arc_{TS}.jsonl whose contents "
                        "differ from it")], jaxeval.load, tmp_path)
+
+
+def test_lm_eval_compares_only_the_gzip_copies_of_the_files_it_reads(tmp_path):
+    """A compressed copy is checked against its plain file only where that file is read:
+    a damaged copy of a task not asked for, or of an older run that ``runs='latest'``
+    drops, does not stop the load (nor is it listed as a copy read once)."""
+    import gzip
+
+    p = _run(tmp_path, "m", "arc", [_sample(i, float(i % 2)) for i in range(4)])
+    p.with_name(p.name + ".gz").write_bytes(gzip.compress(p.read_bytes()))
+    other = _run(tmp_path, "m", "gsm", [_sample(i, 1.0) for i in range(3)])
+    other.with_name(other.name + ".gz").write_bytes(b"not gzip")
+    old = _run(tmp_path, "m", "arc", [_sample(i, 0.0) for i in range(4)],
+               ts="2024-01-01T00-00-00.000000")
+    old.with_name(old.name + ".gz").write_bytes(gzip.compress(b"{}"))
+    sm = jaxeval.load(tmp_path / "m", task="arc", runs="latest")
+    assert sm.shape == (1, 4) and sm.scores[0].tolist() == [0.0, 1.0, 0.0, 1.0]
+    note = [c for c in sm.metadata["conversions"] if ".jsonl.gz copies" in c]
+    assert note == [f"1 .jsonl.gz copies of plain samples files, the same contents, read "
+                    f"once: {[str(p) + '.gz']}"]
+    # the damaged copy of the task read is still refused
+    with pytest.raises(ValueError, match="cannot read the file"):
+        jaxeval.load(tmp_path / "m", task="gsm", runs="latest")
