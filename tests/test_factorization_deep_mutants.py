@@ -352,3 +352,37 @@ def test_the_row_objectives_derivatives_are_the_closed_form_ones():
     d = np.asarray(u - f.u_mean, np.float64)
     bce = float(fz.masked_bce(f.V @ u + f.c, s, m))
     assert float(obj(u)) == pytest.approx(bce + 0.7 * d @ d, rel=1e-5)
+
+
+def test_select_factors_never_chooses_a_fit_that_failed(monkeypatch):
+    """A fit that hit a non-finite value keeps its last finite factors (finite held-out
+    loss), but its status says it failed: the grid scores it ``inf`` (so the selection,
+    the grid's minimiser, never takes it), however good its held-out loss looks. The fit
+    is replaced by one whose grid point ``rho = 1`` fails with the better factors."""
+    real = fz.fit_factors
+
+    def fit(key, scores, mask, *, rho_u, **kw):
+        res = real(key, scores, mask, rho_u=rho_u, **kw)
+        # the failed fit (rho 1) predicts the held-out cells perfectly; rho 10 does not
+        good = jnp.where(scores > 0.5, 20.0, -20.0)
+        failed = rho_u < 2.0
+        U = jnp.where(failed, jnp.ones_like(res.U), res.U)
+        V = jnp.where(failed, good.T[:, :1] * jnp.ones_like(res.item_factors.V),
+                      res.item_factors.V)
+        return res._replace(U=U, item_factors=res.item_factors._replace(V=V),
+                            status=jnp.where(failed, fz.STATUS_NONFINITE, res.status))
+
+    monkeypatch.setattr(fz, "fit_factors", fit)
+    S = jnp.tile((jnp.arange(12) % 2).astype(jnp.float32), (8, 1))  # every row the same
+    grid = functools.partial(fz._heldout_grid.__wrapped__, rank=1, num_steps=20,
+                             learning_rate=jnp.float32(0.05))
+    held = fz.holdout_mask(jax.random.key(3), jnp.ones_like(S, bool), 0.3)
+    ll, _, st = grid(jax.random.key(0), S, jnp.ones_like(S, bool), held,
+                     jnp.asarray([1.0, 10.0]), jnp.asarray([1.0, 10.0]))
+    assert np.asarray(st).tolist() == [fz.STATUS_NONFINITE, fz.STATUS_OK]
+    assert np.isinf(float(ll[0])) and np.isfinite(float(ll[1]))
+    # the failed fit's factors would have won by their held-out loss
+    U = jnp.ones((8, 1))
+    V = jnp.where(S[0] > 0.5, 20.0, -20.0)[:, None]
+    f = fz.ItemFactors(V, jnp.zeros(12), jnp.ones(1))
+    assert float(fz.heldout_log_loss(U, f, S, held)) < float(ll[1])
