@@ -48,6 +48,12 @@ def main(argv=None):
                     help="Config.item_block (0: whole rows, no blocks)")
     ap.add_argument("--time", action="store_true", help="also time one run of each program")
     args = ap.parse_args(argv)
+    if args.item_block < 0:
+        ap.error(f"--item-block: must be 0 (whole rows) or a positive block size, got "
+                 f"{args.item_block}")
+    for name in ("R", "K", "calls"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name}: must be at least 1, got {getattr(args, name)}")
 
     print(f"R = {args.R} replicates, K = {args.K}, policy {args.policy}, synthetic truth "
           f"(rank 4), budget {args.calls} calls, kinds eb+hoeffding, item_block "

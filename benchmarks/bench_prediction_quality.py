@@ -41,6 +41,11 @@ def main(argv=None):
     ap.add_argument("--rank", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    bad = [f for f in args.fracs if not 0.0 < f < 1.0]
+    if bad:
+        ap.error(f"--fracs: each share of items observed must lie in (0, 1), got {bad}")
+    if args.top < 1:
+        ap.error(f"--top: must be at least 1, got {args.top}")
 
     rng = np.random.default_rng(args.seed)
     print("| dataset | n | " + " | ".join(

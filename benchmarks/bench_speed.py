@@ -59,7 +59,9 @@ from jaxeval import _identification as idn  # noqa: E402
 
 def _compile_jax(policy, data, params, K, n, budgets, b, reps, chunk, seed, order_table=None,
                  cs_kinds=("eb",)):
-    """Compile once for ``chunk`` replicates (and warm up); returns a timing closure."""
+    """Compile once for ``chunk`` replicates (and warm up); returns the compile seconds
+    and a timing closure. ``reps`` is rounded up to whole chunks (``--reps 100 --chunk
+    64`` runs 128); the closure returns the count it ran, which the rates use."""
     cfg = idn.Config(policy, num_arms=K, num_items=n, budgets=budgets, batch_size=b,
                      cs_kinds=cs_kinds, order_table=order_table)
     base = jax.random.key(seed)
@@ -106,6 +108,12 @@ def main(argv=None):
                     help="interleaved timing rounds (figures are medians over rounds)")
     ap.add_argument("--out", default="/tmp/bench_speed.json")
     args = ap.parse_args(argv)
+    for name in ("K", "reps", "chunk", "np_reps", "be_reps", "be_reps_b1", "rounds", "rank"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            ap.error(f"--{name.replace('_', '-')}: must be at least 1, got {v}")
+    if not 0.0 < args.max_frac <= 1.0:
+        ap.error(f"--max-frac: must lie in (0, 1], got {args.max_frac}")
 
     prob = speed_problem(args.dataset, K=args.K, max_frac=args.max_frac, seed=args.seed,
                          rank=args.rank)

@@ -59,8 +59,10 @@ def _fmt(calls, total):
 
 
 def _ratio(x, u):
+    """``x / u`` of two calls-to-95% figures, the unreached cases spelled out as in
+    ``bench_tuning``: ``<1`` where only ``x`` reaches 95%, ``-`` where neither does."""
     if not np.isfinite(u):
-        return "-"
+        return "<1" if np.isfinite(x) else "-"
     return f"{x / u:.2f}" if np.isfinite(x) else ">max"
 
 

@@ -86,6 +86,9 @@ def speed_problem(dataset: str = "ifeval", *, K: int = 10, max_frac: float = 0.2
     train, pool = sm.split([sm.n_models // 2], seed=seed)
     pool_s = np.asarray(pool.scores, np.float32)
     n = pool_s.shape[1]
+    if not 2 <= K <= pool_s.shape[0]:
+        raise ValueError(f"K: a candidate set of {dataset!r} holds 2 to {pool_s.shape[0]} "
+                         f"models (its report pool), got {K}")
     rng = np.random.default_rng(seed)
     instances = np.stack([rng.choice(pool_s.shape[0], K, replace=False) for _ in range(10)])
     fracs = [f for f in DEFAULT_BUDGET_FRACTIONS if f <= max_frac + 1e-12]
