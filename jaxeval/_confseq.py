@@ -61,7 +61,8 @@ Kinds:
   one ``prod (1 + l'_k (e_g - Y_k))``, with predictable aGRAPA bets
   ``l = clip((mu - m) / (v + (mu - m)^2), 0, 1 / (2 (m - lo)))`` (mirrored for the upper side),
   ``mu`` a predictable inverse-variance weighted running mean of the terms (the centre counts
-  as one pseudo-observation) and ``v = w_k^2 s2`` as above. If ``theta`` is in cell ``g`` each
+  as one pseudo-observation) and ``v = w_k^2 s2`` with ``s2`` as in EB but measured about
+  ``mu`` rather than the centre. If ``theta`` is in cell ``g`` each
   process is dominated by a non-negative martingale at ``theta`` (testing at the cell's far
   edge only lowers the capital, and the cap keeps every factor positive), so by Ville's
   inequality the cell is ever rejected (running maximum of the log capital
@@ -164,7 +165,8 @@ def finalize(
     another reduction, can differ from it by rounding (none for 0/1 scores, whose sums
     are exact; up to ``n`` ulps of the mean for graded ones), so the exact interval gets
     a rounding margin (:data:`NUM_TOL`, or what the caller passes: the identification
-    loop adds the worst-case ``n * 2**-24 * exact``).
+    loop adds the worst-case ``n * 2**-24 * exact``). The margin must be ``>= 0`` (a
+    concrete negative one is refused; a traced one is the caller's to keep so).
 
     Example:
       >>> import jax.numpy as jnp
@@ -175,6 +177,13 @@ def finalize(
     """
     done = jnp.asarray(done, bool)
     exact = _f(exact_value)
+    try:
+        concrete = np.asarray(margin, np.float64)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        concrete = None
+    if concrete is not None and not np.all(concrete >= 0):
+        raise ValueError(f"confseq.finalize: margin must be >= 0 (the interval "
+                         f"[exact - margin, exact + margin]), got {margin!r}")
     margin = _f(margin)
     lo = jnp.clip(exact - margin, 0.0, 1.0)
     hi = jnp.clip(exact + margin, 0.0, 1.0)
@@ -458,10 +467,21 @@ def get(name: str, *, grid_size: int = 128, truncation: float = 0.5) -> ConfSeq:
     if name != "betting":
         grid_size, truncation = 0, 0.0
     else:
-        if int(grid_size) < 2:
-            raise ValueError(f"confseq.get: grid_size must be >= 2, got {grid_size!r}")
-        if not 0.0 < float(truncation) < 1.0:
-            raise ValueError(f"confseq.get: truncation must be in (0, 1), got {truncation!r}")
+        from jaxeval._runner import check_int
+
+        try:
+            grid_size = check_int("confseq.get: grid_size", grid_size, 2)
+        except TypeError as e:  # (a float, None, a string: one kind of error for all)
+            raise ValueError(str(e)) from None
+        try:
+            ok = isinstance(truncation, (int, float, np.integer, np.floating)) \
+                and not isinstance(truncation, (bool, np.bool_)) \
+                and 0.0 < float(truncation) < 1.0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(f"confseq.get: truncation must be a number in (0, 1), got "
+                             f"{truncation!r}")
     key = (name, int(grid_size), float(truncation))
     if key not in _CACHE:
         if name == "eb":

@@ -278,7 +278,7 @@ def plugin_lambda(
     the variance-optimal ``lam* = Cov_U(S, S_hat) / Var_U(S_hat)``; the returned value is
     ``w * lam_hat + (1 - w) * lam0`` with ``w = k / (k + shrink)`` (``k`` = number of pairs),
     clipped to [0, 1]. While the predictions have (almost) no spread on the past pairs
-    (``Var < min_var``) the slope is undefined and ``lam0`` is returned. Use it before a
+    (``Var <= min_var``) the slope is undefined and ``lam0`` is returned. Use it before a
     draw (or before a batch) and freeze it for that draw: it depends on the past only, so the
     DR term stays unbiased.
 
