@@ -76,6 +76,11 @@ def load_npz(
             raise ValueError(f"{src}: field 'metadata_json' must hold a JSON object")
         notes = saved
         notes.setdefault("conversions", [])
+        conv = notes["conversions"]
+        if not (isinstance(conv, list) and all(isinstance(c, str) for c in conv)):
+            raise ValueError(f"{src}: field 'metadata_json': its 'conversions' must be a list "
+                             f"of strings, got {str(conv)[:60]!r}; the file was damaged or "
+                             "written by hand")
         if name is None and "source" in data and str(data["source"]) != "<array>":
             src = str(data["source"])  # a saved name; an in-memory matrix keeps the path
         notes["file"] = str(path)

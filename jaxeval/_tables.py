@@ -147,14 +147,17 @@ def _read_cells(path: Path, sep: str | None, model_col: str = "model"
             # keeps that index as metadata, not as a column: make it the first column.
             # An unnamed integer index beside a column of names (the model column, or a
             # first column of text) is the row numbers of a filtered or shuffled
-            # DataFrame, not data: dropped (it would otherwise become an item). With only
-            # numeric columns it may be the model ids: kept as the model column.
-            names_col = model_col in [str(c) for c in df.columns] or (
+            # DataFrame, not data: dropped (it would otherwise become an item); so is a
+            # named one ("row") beside the model column itself. With only numeric
+            # columns it may be the model ids: kept as the model column.
+            has_model = model_col in [str(c) for c in df.columns]
+            names_col = has_model or (
                 df.shape[1] > 0 and not pd.api.types.is_numeric_dtype(df.iloc[:, 0])
                 and not pd.api.types.is_bool_dtype(df.iloc[:, 0]))
-            unnamed_rows = (df.index.name is None and pd.api.types.is_integer_dtype(df.index)
-                            and names_col)
-            df = df.reset_index(drop=unnamed_rows)
+            row_numbers = (pd.api.types.is_integer_dtype(df.index) and names_col
+                           and (df.index.name is None
+                                or (has_model and str(df.index.name) != model_col)))
+            df = df.reset_index(drop=row_numbers)
         header = [str(c) for c in df.columns]
         _check_header(header, src)
         body = df.astype(object).where(df.notna(), "").values.tolist()
