@@ -1,0 +1,181 @@
+"""Gaps a mutation review of the file loaders (``jaxeval._io``: ``load_npz``/``load``;
+``jaxeval._tables``: ``load_table``) found: each test fails on a plausible bug the rest of
+the suite let through."""
+
+import json
+
+import numpy as np
+import pytest
+from test_loaders import _raises, _write
+
+from jaxeval._io import load_npz
+from jaxeval._tables import load_table
+
+
+# ------------------------------------------------------------------------ npz
+def test_npz_duplicate_names_accepts_only_error_or_rename(tmp_path):
+    p = tmp_path / "d.npz"
+    np.savez(p, scores=np.eye(2), models=np.array(["a", "b"]))
+    for bad in ("keep", "ignore", None):
+        _raises([r"duplicate_names must be 'error' or 'rename', got " + repr(bad)],
+                load_npz, p, duplicate_names=bad)
+
+
+def test_npz_metadata_json_that_is_not_an_object_is_refused_naming_the_field(tmp_path):
+    p = tmp_path / "m.npz"
+    np.savez(p, scores=np.eye(2), metadata_json=np.array(json.dumps(["a", "list"])))
+    _raises([str(p), "field 'metadata_json' must hold a JSON object"], load_npz, p)
+    np.savez(p, scores=np.eye(2), metadata_json=np.array("{not json"))
+    _raises([str(p), "field 'metadata_json' is not valid JSON"], load_npz, p)
+
+
+def test_npz_uint8_scores_are_noted_as_converted(tmp_path):
+    p = tmp_path / "u.npz"
+    np.savez(p, scores=np.array([[1, 0], [0, 1]], np.uint8))
+    sm = load_npz(p)
+    assert sm.scores.dtype == np.float32 and sm.scores.tolist() == [[1.0, 0.0], [0.0, 1.0]]
+    assert "uint8 0/1 scores converted to float32" in sm.metadata["conversions"]
+    f = tmp_path / "f.npz"
+    np.savez(f, scores=np.eye(2, dtype=np.float32))
+    assert not any("converted to float32" in c for c in load_npz(f).metadata["conversions"])
+
+
+def test_npz_is_source_array_and_theta_note_are_kept_in_the_metadata(tmp_path):
+    p = tmp_path / "s.npz"
+    np.savez(p, scores=np.eye(3), is_source=np.array([True, False, True]),
+             theta_note=np.array("theta from the 2PL fit"))
+    md = load_npz(p).metadata
+    assert md["is_source"] == [True, False, True]  # a list, one flag per model
+    assert md["theta_note"] == "theta from the 2PL fit"
+
+
+def test_npz_repeated_item_names_are_refused_or_renamed(tmp_path):
+    p = tmp_path / "i.npz"
+    np.savez(p, scores=np.eye(3), models=np.array(["a", "b", "c"]),
+             items=np.array(["q", "r", "q"]))
+    _raises([str(p), "field 'items' has duplicate names", r"\['q'\]",
+             "duplicate_names='rename'"], load_npz, p)
+    sm = load_npz(p, duplicate_names="rename")
+    assert sm.items.tolist() == ["q", "r", "q#2"] and sm.models.tolist() == ["a", "b", "c"]
+    assert any("1 repeated 'items' names" in c for c in sm.metadata["conversions"])
+
+
+# ------------------------------------------------------------------- tables
+def test_a_tab_separated_table_read_with_commas_gets_the_tab_hint(tmp_path):
+    """Read with ',' a tab-separated table whose cells hold a decimal comma has rows of
+    different lengths: the refusal says to pass sep='\\t'."""
+    p = _write(tmp_path / "t.csv", "model\tq1\tq2\na\t0,5\t1\nb\t0\t1\n")
+    _raises([r"malformed table", r"pass sep='\\t'"], load_table, p)
+
+
+def test_a_wide_table_with_an_item_named_score_stays_wide(tmp_path):
+    """``auto`` is long only when the header has all three of model, item and score."""
+    p = _write(tmp_path / "w.csv", "model,score,q2\na,1,0\nb,0.5,1\n")
+    sm = load_table(p)
+    assert sm.metadata["format"] == "table (wide)"
+    assert sm.items.tolist() == ["score", "q2"] and sm.scores.tolist() == [[1, 0], [0.5, 1]]
+
+
+def test_a_long_table_model_name_of_spaces_is_refused_as_empty(tmp_path):
+    p = _write(tmp_path / "l.csv", "model,item,score\nm1,q1,1\n  ,q2,0\n")
+    _raises([str(p), r"line 3: empty 'model'"], load_table, p)
+
+
+def test_a_long_table_target_left_empty_on_every_row_of_a_model_is_nan(tmp_path):
+    """An unknown target (empty on all of a model's rows) is the same on all of them:
+    NaN for that model, not a "differs" refusal."""
+    p = _write(tmp_path / "l.csv", "model,item,score,t\na,q1,1,0.5\na,q2,0,0.5\nb,q1,1,\n"
+               "b,q2,1,\n")
+    sm = load_table(p, target_col="t")
+    assert sm.target[0] == pytest.approx(0.5) and np.isnan(sm.target[1])
+
+
+def test_a_long_table_with_one_absent_pair_records_it(tmp_path):
+    p = _write(tmp_path / "l.csv", "model,item,score\na,q1,1\na,q2,0\nb,q1,1\n")
+    sm = load_table(p)
+    assert sm.mask.tolist() == [[True, True], [True, False]]
+    assert ("1 (model, item) pairs absent from the table: unobserved (mask=False)"
+            in sm.metadata["conversions"])
+
+
+def test_an_unnamed_first_column_of_model_names_is_not_noted_as_ignored(tmp_path):
+    """An empty first header over the model names (to_csv of a model-indexed frame) is
+    the model column: no "unnamed first column ignored" record; beside a 'model' column
+    it is an index and is noted."""
+    sm = load_table(_write(tmp_path / "a.csv", ",q1,q2\nm1,1,0\nm2,0,1\n"))
+    assert sm.models.tolist() == ["m1", "m2"] and sm.items.tolist() == ["q1", "q2"]
+    assert not any("unnamed first column" in c for c in sm.metadata["conversions"])
+    sm = load_table(_write(tmp_path / "b.csv", ",model,q1\n0,m1,1\n1,m2,0\n"))
+    assert sm.models.tolist() == ["m1", "m2"] and sm.items.tolist() == ["q1"]
+    assert any("unnamed first column ignored" in c for c in sm.metadata["conversions"])
+
+
+def test_wide_items_keep_the_file_s_column_order(tmp_path):
+    p = _write(tmp_path / "w.csv", "model,zeta,alpha,mid\na,1,0,0.25\nb,0,1,0.75\n")
+    sm = load_table(p)
+    assert sm.items.tolist() == ["zeta", "alpha", "mid"]
+    np.testing.assert_array_equal(sm.scores, [[1, 0, 0.25], [0, 1, 0.75]])
+    long = load_table(_write(tmp_path / "l.csv", "model,item,score\na,zeta,1\na,alpha,0\n"))
+    assert long.items.tolist() == ["zeta", "alpha"]  # first appearance, not sorted
+
+
+def test_a_cell_too_long_for_the_csv_module_still_names_its_line(tmp_path):
+    """A cell over the csv module's field limit (131072 characters) leaves the line
+    positions to be counted from the records: line 1 is the header."""
+    long_name = "x" * 140_000
+    p = _write(tmp_path / "l.csv", f"model,item,score\na,{long_name},1\nb,q,2\n")
+    _raises([str(p), r"line 3: field 'score' must lie in \[0, 1\], got 2.0"], load_table, p)
+
+
+def test_a_first_header_that_only_starts_like_an_items_header_is_not_transposed(tmp_path):
+    """The transposed-table refusal is for a whole header such as 'item' or 'doc_id';
+    'docker_image' or 'examplesLLM' naming the models is read as the model column."""
+    for head in ("docker_image", "examplesLLM", "tasker"):
+        p = _write(tmp_path / "w.csv", f"{head},q1,q2\nimg-a,1,0\nimg-b,0,1\n")
+        sm = load_table(p)
+        assert sm.models.tolist() == ["img-a", "img-b"] and sm.items.tolist() == ["q1", "q2"]
+
+
+def test_a_parquet_index_named_model_is_the_model_column_even_beside_text_cells(tmp_path):
+    """An integer index named 'model' (a pivot's, of model ids) is the model column, not
+    row numbers to drop, when the first column holds its scores as text."""
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    df = pd.DataFrame({"q1": ["1", "0"], "q2": [0.5, 1.0]},
+                      index=pd.Index([101, 205], name="model"))
+    df.to_parquet(tmp_path / "m.parquet")
+    sm = load_table(tmp_path / "m.parquet")
+    assert sm.models.tolist() == ["101", "205"] and sm.items.tolist() == ["q1", "q2"]
+    assert sm.scores.tolist() == [[1.0, 0.5], [0.0, 1.0]]
+
+
+def test_a_named_integer_index_beside_the_model_column_is_row_numbers(tmp_path):
+    """A DataFrame with a model column and an integer index named, say, 'row' (a
+    filtered frame's numbers, kept by to_parquet) loads as the model column's table: the
+    index is not read as a scored item (before, it was an item 'row' of 0s and 1s, or a
+    refusal of 'row' as a score outside [0, 1])."""
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    for rows in ([0, 1], [3, 7]):
+        df = pd.DataFrame({"model": ["a", "b"], "q1": [1.0, 0.0]},
+                          index=pd.Index(rows, name="row"))
+        df.to_parquet(tmp_path / "r.parquet")
+        sm = load_table(tmp_path / "r.parquet")
+        assert sm.models.tolist() == ["a", "b"] and sm.items.tolist() == ["q1"]
+        assert sm.scores.tolist() == [[1.0], [0.0]]
+
+
+def test_npz_metadata_json_with_conversions_not_a_list_is_refused(tmp_path):
+    """The saved ``conversions`` entry must be a list of strings (the ScoreMatrix contract
+    lists what the loader converted there): a string was a bare AttributeError on the
+    uint8 note, a null was kept as ``None``."""
+    p = tmp_path / "c.npz"
+    for bad in ('"x"', "null", "[1]"):
+        np.savez(p, scores=np.eye(2, dtype=np.uint8),
+                 metadata_json=np.array(f'{{"conversions": {bad}}}'))
+        _raises([str(p), "field 'metadata_json': its 'conversions' must be a list of "
+                 "strings"], load_npz, p)
+    np.savez(p, scores=np.eye(2, dtype=np.uint8),
+             metadata_json=np.array('{"conversions": ["kept"]}'))
+    conv = load_npz(p).metadata["conversions"]
+    assert conv[0] == "kept" and conv[1].startswith("uint8 0/1 scores converted")
