@@ -194,7 +194,7 @@ def _peers(sm, pool_s, rep, kw, fracs, args, b):
 
     budgets = rep.budgets.tolist()
     out = {}
-    n_lrf = args.lrf_reps or args.reps
+    n_lrf = args.reps if args.lrf_reps is None else args.lrf_reps
     correct = np.zeros((n_lrf, len(budgets)), bool)
     spent = np.zeros((n_lrf, len(budgets)))
     t0 = time.perf_counter()
@@ -246,7 +246,7 @@ def same_orders_check(rep, pool_s, *, a, batch_size, seed):
     Returns:
       dict: ``replicates``, ``identical`` (replicates equal at every checkpoint),
       ``checkpoints_differing`` (recommendation or calls) and the first differing
-      replicate (or None).
+      replicate (or None: else its checkpoints, both sides' recommendations and calls).
     """
     R = rep.recommended.shape[0]
     budgets = rep.budgets.tolist()
@@ -262,13 +262,18 @@ def same_orders_check(rep, pool_s, *, a, batch_size, seed):
         differing += int(bad.sum())
         if bad.any() and first is None:
             first = dict(replicate=r, checkpoints=np.nonzero(bad)[0].tolist(),
-                         banditeval=rec.tolist(), jaxeval=rep.recommended[r].tolist())
+                         banditeval=rec.tolist(), jaxeval=rep.recommended[r].tolist(),
+                         banditeval_calls=np.asarray(calls).tolist(),
+                         jaxeval_calls=np.asarray(rep.calls[r]).tolist())
     return dict(replicates=R, identical=identical, checkpoints_differing=differing,
                 checkpoints=R * len(budgets), first_difference=first)
 
 
 def two_proportion_p(k1, n1, k2, n2) -> float:
-    """Two-sided p-value of the pooled two-proportion z-test (1.0 when degenerate)."""
+    """Two-sided p-value of the pooled two-proportion z-test (1.0 when degenerate: an
+    empty sample, or no successes or no failures in the two pooled)."""
+    if n1 <= 0 or n2 <= 0:
+        return 1.0
     p = (k1 + k2) / (n1 + n2)
     if p <= 0.0 or p >= 1.0:
         return 1.0
@@ -278,8 +283,12 @@ def two_proportion_p(k1, n1, k2, n2) -> float:
 
 def calls_to(acc, fracs, target):
     """First budget fraction where the accuracy reaches ``target``, linear interpolation
-    (``fracs``: the calls spent at each checkpoint as a share of ``K * n``)."""
+    (``fracs``: the calls spent at each checkpoint as a share of ``K * n``). A NaN
+    accuracy is refused (it would read as "never reached")."""
     acc = np.asarray(acc, float)
+    if np.isnan(acc).any():
+        raise ValueError(f"calls_to: acc holds NaN at checkpoint(s) "
+                         f"{np.nonzero(np.isnan(acc))[0].tolist()}")
     hit = np.nonzero(acc >= target - 1e-12)[0]
     if hit.size == 0:
         return math.inf
@@ -315,6 +324,11 @@ def main(argv=None):
                          "check that every recommendation and call count is the same; exit "
                          "status 1 if any differs")
     args = ap.parse_args(argv)
+    for name in ("reps", "lrf_reps", "instances"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            ap.error(f"--{name.replace('_', '-')}: must be at least 1, got {v}"
+                     + (" (leave --lrf off to skip UCB-E-LRF)" if name == "lrf_reps" else ""))
 
     if not have_banditeval():
         print("banditeval (and torch) not installed: pip install banditeval==0.1.1 "

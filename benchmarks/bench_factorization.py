@@ -180,7 +180,7 @@ def rank_curve(name, train, ranks, rhos, steps, lr, seed):
                 f"rank {r}",
                 rhos[k],
                 log_loss(P[k][test], s_test) if ok else np.inf,
-                auc(P[k][test], s_test),
+                auc(P[k][test], s_test) if ok else np.nan,  # (a failed fit's frozen iterate)
             )
         )
     return rows, time.perf_counter() - t0
@@ -209,7 +209,7 @@ def new_model_curve(train, new, rank, rho, steps, lr, seed, counts=(0, 8, 32, 12
     truth = Sn.mean(1)
     order = np.argsort(np.random.default_rng(seed).uniform(size=(K, n)), axis=1)
     out = []
-    for k in list(counts) + [n]:
+    for k in [c for c in counts if c < n] + [n]:  # (a count of n or more is the "all" row)
         obs = np.zeros((K, n), bool)
         np.put_along_axis(obs, order[:, :k], True, axis=1)
         u, _ = fz.update_model_factors(f, Sn, obs, jnp.tile(f.u_mean, (K, 1)), 0.5, num_newton=5)
@@ -222,7 +222,7 @@ def new_model_curve(train, new, rank, rho, steps, lr, seed, counts=(0, 8, 32, 12
             "pooled": np.where(obs, Sn, p).mean(1),
             "model mean": p.mean(1),
             "1PL pooled": np.where(obs, Sn, p1).mean(1),
-            "sample mean": (np.where(obs, Sn, 0).sum(1) / max(k, 1)) if k else np.full(K, np.nan),
+            "sample mean": (np.where(obs, Sn, 0).sum(1) / k) if k else np.full(K, np.nan),
         }
         row = {}
         for key, e in est.items():
