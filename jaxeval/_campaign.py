@@ -962,6 +962,7 @@ class IdentificationCampaign:
                     candidates=self.candidates.tolist(), items=self.items.tolist(),
                     jax_version=jax.__version__, platform=jax.default_backend(),
                     policy_done=bool(done),
+                    answers_sha256=_digest(arms, lens, idx, val),
                     state=_state_stamp(layout, len(self._log), self._inputs_digest(),
                                        _digest(arms, lens, idx, val, done, *leaves)))
         state = {f"state_{i}": x for i, x in enumerate(leaves)}
@@ -1099,7 +1100,8 @@ class IdentificationCampaign:
         version and platform wrote it, nothing was edited since (checksums) and it
         agrees with the answers (each model's draw order, count, last item and score
         sum, the total calls); otherwise every answer is replayed through the kernel, as
-        ``replay=True`` asks.
+        ``replay=True`` asks. A file whose answers, settings, seed, item factors or names
+        changed since it was saved (its checksums) is replayed with a warning saying so.
 
         Args:
           path: the file :meth:`save` wrote (``.npz`` may be left out).
@@ -1142,21 +1144,31 @@ class IdentificationCampaign:
         except (TypeError, ValueError, KeyError) as e:
             raise ValueError(f"{path}: not a usable saved campaign ({e})") from None
         starts = np.concatenate([[0], np.cumsum(arrays["lens"])])
-        if not replay and self._restore(meta, arrays, starts):
+        edited = self._edited(meta, arrays)
+        if edited:
+            warnings.warn(f"{path}: {edited} (checksums differ: edited by hand, or damaged); "
+                          "its answers are replayed", stacklevel=2)
+        elif not replay and self._restore(meta, arrays, starts):
             self.path = path
             return self
+        same = (meta.get("jax_version") == jax.__version__
+                and meta.get("platform") == jax.default_backend())
         for j, arm in enumerate(arrays["arms"]):
             req = self.ask()
             sl = slice(starts[j], starts[j + 1])
             if req is None or req.arm != int(arm) or not np.array_equal(
                 req.index, arrays["index"][sl]
             ):
+                why = (edited if edited else
+                       f"saved with jax {meta.get('jax_version', '?')} on "
+                       f"{meta.get('platform', '?')}, the same as now: a damaged file?"
+                       if same else
+                       f"saved with jax {meta.get('jax_version', '?')} on "
+                       f"{meta.get('platform', '?')}, now jax {jax.__version__} on "
+                       f"{jax.default_backend()}; or a damaged file")
                 msg = (
-                    f"{path}: saved answer {j} of {arrays['arms'].size} does not replay (saved "
-                    f"with jax {meta.get('jax_version', '?')} on "
-                    f"{meta.get('platform', '?')}, now jax {jax.__version__} on "
-                    f"{jax.default_backend()}; or a damaged file). "
-                    "IdentificationCampaign.saved_scores(path) reads every answer"
+                    f"{path}: saved answer {j} of {arrays['arms'].size} does not replay "
+                    f"({why}). IdentificationCampaign.saved_scores(path) reads every answer"
                 )
                 if strict:
                     raise ValueError(msg + "; load(path, strict=False) continues from it")
@@ -1178,6 +1190,25 @@ class IdentificationCampaign:
             self.ask()  # the policy's last steps, which drew nothing (SySRs' last rejections)
         self.path = path
         return self
+
+    def _edited(self, meta: dict, arrays: dict) -> str:
+        """What of a saved campaign changed since :meth:`save` wrote it ("" when nothing
+        did, or the file is too old to tell): its answers (their checksum), or its
+        settings, seed, item factors or names (the checksum of the state's inputs, when
+        the same jaxeval wrote it)."""
+        from jaxeval import __version__
+
+        what = []
+        stamp = meta.get("state")
+        if (isinstance(stamp, dict) and stamp.get("jaxeval") == __version__
+                and isinstance(stamp.get("inputs"), str)
+                and stamp["inputs"] != self._inputs_digest()):
+            what.append("settings, seed, item factors or names")
+        saved = meta.get("answers_sha256")
+        if isinstance(saved, str) and saved != _digest(
+                *(arrays[k] for k in ("arms", "lens", "index", "scores"))):
+            what.append("answers")
+        return f"the file's {' and '.join(what)} changed since it was saved" if what else ""
 
     def _inputs_digest(self) -> str:
         """A hash of what the kernel state derives from besides the answers: settings,
