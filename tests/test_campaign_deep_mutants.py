@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import re
+import warnings
 
 import jax
 import numpy as np
@@ -261,3 +262,57 @@ def test_a_given_rho_overrides_the_fits():
     lr = jaxeval.fit_factorization(hist, rank=2, rho=1.0, seed=0, num_steps=20)
     camp = IdentificationCampaign(["x", "y"], hist, factors=lr, rho=2.5, budget=10)
     assert camp.settings["rho"] == 2.5
+
+
+def test_a_campaign_file_edited_since_it_was_saved_is_said_so(tmp_path):
+    """The file keeps a checksum of its answers and of the state's inputs: an edited score
+    (the last one: it replays without a conflict) loads with a warning that the answers
+    changed since the save, and an edited budget that stops the replay says the settings
+    changed, not that another JAX or platform wrote the file."""
+    camp, path, arrays = _saved(tmp_path)
+    meta = json.loads(str(arrays["meta"]))
+    assert meta["answers_sha256"] == jaxeval._data.array_digest(
+        *(arrays[k] for k in ("arms", "lens", "index", "scores")))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        IdentificationCampaign.load(path)  # unedited: restored, no warning
+    scores = arrays["scores"].copy()
+    scores[-1] = 1.0 - scores[-1]
+    np.savez(tmp_path / "last.npz", **{**arrays, "scores": scores})
+    with pytest.warns(UserWarning, match=re.escape(
+            "last.npz: the file's answers changed since it was saved (checksums differ: "
+            "edited by hand, or damaged); its answers are replayed")):
+        got = IdentificationCampaign.load(tmp_path / "last.npz")
+    assert got.calls == camp.calls
+    np.testing.assert_array_equal(got.scores().scores[got.scores().mask],
+                                  IdentificationCampaign.saved_scores(tmp_path / "last.npz")
+                                  .scores[got.scores().mask])
+    meta["settings"]["budget"] = 4  # below the 8 calls answered
+    np.savez(tmp_path / "budget.npz", **{**arrays, "meta": np.asarray(json.dumps(meta))})
+    with pytest.warns(UserWarning, match="the file's settings, seed, item factors or names "
+                                         "changed since it was saved"), \
+            pytest.raises(ValueError, match=re.escape(
+                "saved answer 2 of 4 does not replay (the file's settings, seed, item "
+                "factors or names changed since it was saved)")):
+        IdentificationCampaign.load(tmp_path / "budget.npz")
+
+
+def test_a_replay_failure_of_an_unedited_file_names_the_versions(tmp_path, monkeypatch):
+    """Where nothing says the file was edited, a replay that asks something else names
+    the JAX version and platform: "the same as now" when they are (a damaged file?)."""
+    _, path, arrays = _saved(tmp_path)
+    meta = json.loads(str(arrays["meta"]))
+    del meta["answers_sha256"]  # a file from before the answers' checksum
+    index = arrays["index"].copy()
+    index[[0, 1]] = index[[1, 0]]  # the first answer's items in another order
+    np.savez(tmp_path / "old.npz", **{**arrays, "index": index,
+                                      "meta": np.asarray(json.dumps(meta))})
+    with pytest.raises(ValueError, match=re.escape(
+            f"saved answer 0 of 4 does not replay (saved with jax {jax.__version__} on "
+            f"{jax.default_backend()}, the same as now: a damaged file?)")):
+        IdentificationCampaign.load(tmp_path / "old.npz")
+    monkeypatch.setattr(jax, "__version__", "0.0.1")
+    with pytest.raises(ValueError, match=re.escape(
+            f"(saved with jax {meta['jax_version']} on {meta['platform']}, now jax 0.0.1 on "
+            f"{jax.default_backend()}; or a damaged file)")):
+        IdentificationCampaign.load(tmp_path / "old.npz")
