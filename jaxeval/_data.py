@@ -545,10 +545,16 @@ class ScoreMatrix(FrozenState):
         """
         if not self.is_complete:
             rows = np.flatnonzero(~self.mask.all(axis=1))
+            if rows.size < self.n_models:
+                fix = "restrict to complete rows with .take(models=...) first"
+            else:  # (no complete row to keep: the items all of them answered, if any)
+                cols = int(self.mask.all(axis=0).sum())
+                fix = (f"no model row is complete; keep the {cols} item(s) every model "
+                       "answered with .take(items=sm.mask.all(axis=0))" if cols else
+                       "no model row is complete and no item was answered by every model")
             raise ValueError(
                 f"{self.source}: {what} needs a fully observed matrix, but {rows.size} model "
-                f"rows have missing cells (e.g. {self.models[rows[:3]].tolist()}); "
-                "restrict to complete rows with .take(models=...) first"
+                f"rows have missing cells (e.g. {self.models[rows[:3]].tolist()}); {fix}"
             )
         return self
 
@@ -556,6 +562,7 @@ class ScoreMatrix(FrozenState):
     def _index(self, sel: Any, names: np.ndarray, what: str) -> np.ndarray:
         if sel is None:
             return np.arange(names.size)
+        orig = sel
         if isinstance(sel, range):
             sel = np.arange(sel.start, sel.stop, sel.step, dtype=np.int64)
         try:
@@ -586,7 +593,11 @@ class ScoreMatrix(FrozenState):
             lookup = {name: i for i, name in enumerate(names.tolist())}
             missing = [s for s in sel.tolist() if s not in lookup]
             if missing:
-                raise KeyError(f"{self.source}: unknown {what} names {missing[:5]}")
+                one = {"models": "model", "items": "item"}.get(what, what)
+                mixed = (" (a selection mixing names and indices is read as names: give "
+                         "one or the other)" if isinstance(orig, (list, tuple)) and any(
+                             isinstance(x, (int, np.integer)) for x in orig) else "")
+                raise KeyError(f"{self.source}: unknown {one} names {missing[:5]}{mixed}")
             idx = np.array([lookup[s] for s in sel.tolist()], dtype=np.int64)
         elif sel.dtype.kind in "iu":
             idx = sel.astype(np.int64)

@@ -2107,7 +2107,9 @@ def _real_problem(study: IdentificationStudy, needs_pred: bool):
     except PoolError as e:
         key = {"K": "num_arms"}.get(e.arg, e.arg)
         msg = str(e).removeprefix(f"{e.arg}: ")  # (the key heads the message once)
-        raise StudyConfigError(key, f"{sm.source}: {msg}") from None
+        # (the file the study names: a matrix saved from a CSV keeps the CSV's name)
+        where = study.data.npz if study.data.npz is not None else sm.source
+        raise StudyConfigError(key, f"{where}: {msg}") from None
 
     inst = draw_instances(pool.n_models, study.num_arms, study.n_instances, study.seed)
     acc = pool.accuracy()
