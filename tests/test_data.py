@@ -68,7 +68,7 @@ def test_take_drop_duplicates_and_accuracy():
     np.testing.assert_allclose(d.true_score(), [0.1, 0.3])
     t = sm.take(models=["c", "a"], items=[3, 0])
     assert t.scores.tolist() == [[1, 0], [1, 1]]
-    with pytest.raises(KeyError, match="unknown models"):
+    with pytest.raises(KeyError, match="unknown model names"):
         sm.take(models=["zz"])
 
 

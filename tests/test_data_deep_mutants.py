@@ -2,6 +2,8 @@
 tests/test_data_mutants.py): each test fails on a plausible bug of the ScoreMatrix
 container, its selections, splits, dedup, notes and files that the suite let through."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -142,7 +144,7 @@ def test_take_index_bounds_and_errors_name_the_axis():
         sm.take(models=[3])
     with pytest.raises(IndexError, match="items index out of range for 3 items"):
         sm.take(items=[-4])
-    with pytest.raises(KeyError, match=r"unknown items names \['q'\]"):
+    with pytest.raises(KeyError, match=r"unknown item names \['q'\]"):
         sm.take(items=["x", "q"])
     with pytest.raises(ValueError, match=r"models mask has shape \(2,\), expected \(3,\)"):
         sm.take(models=np.array([True, False]))
@@ -244,7 +246,7 @@ def test_take_reads_byte_string_names_as_the_matrix_does():
     assert sm.models.tolist() == ["a", "b", "c"]
     assert sm.take(models=np.array([b"c", b"a"])).models.tolist() == ["c", "a"]
     assert sm.take(items=np.array([b"y"], dtype=object)).items.tolist() == ["y"]
-    with pytest.raises(KeyError, match=r"unknown models names \['q'\]"):
+    with pytest.raises(KeyError, match=r"unknown model names \['q'\]"):
         sm.take(models=[b"q"])
 
 
@@ -254,3 +256,35 @@ def test_shares_round_halves_to_even_as_documented():
     sm = ScoreMatrix(np.eye(10))
     assert [g.n_models for g in sm.split([0.25])] == [2, 8]
     assert sm.take(models=range(5)).split_pool(0.5)[0].n_models == 2
+
+
+def test_unknown_names_mixed_with_indices_are_said_to_be_read_as_names():
+    """``take(models=[0, "name"])`` reads every entry as a name (NumPy makes the list
+    text): the error says so, and speaks of model names in the singular."""
+    sm = ScoreMatrix(np.eye(3, dtype=np.float32), models=["a", "b", "c"])
+    with pytest.raises(KeyError, match=re.escape(
+            "unknown model names ['0'] (a selection mixing names and indices is read as "
+            "names: give one or the other)")):
+        sm.take(models=[0, "b"])
+    with pytest.raises(KeyError) as e:
+        sm.take(models=["z", "b"])
+    assert e.value.args[0] == "<array>: unknown model names ['z']"
+
+
+def test_require_complete_suggests_only_a_fix_that_exists():
+    """With no complete model row, "restrict to complete rows" is impossible: the error
+    says how many items every model answered (or that none was)."""
+    mask = np.array([[1, 1, 0], [1, 0, 1], [1, 1, 1]], bool)
+    sm = ScoreMatrix(np.eye(3, dtype=np.float32), mask=mask)
+    with pytest.raises(ValueError, match=r"restrict to complete rows with \.take\(models="):
+        sm.require_complete("the fit")
+    sm = ScoreMatrix(np.eye(3, dtype=np.float32)[:2], mask=mask[:2])  # no complete row
+    with pytest.raises(ValueError, match=re.escape(
+            "no model row is complete; keep the 1 item(s) every model answered with "
+            ".take(items=sm.mask.all(axis=0))")):
+        sm.require_complete("the fit")
+    sm = ScoreMatrix(np.eye(3, dtype=np.float32)[:2],
+                     mask=np.array([[0, 1, 1], [1, 0, 0]], bool))
+    with pytest.raises(ValueError, match="no model row is complete and no item was "
+                                         "answered by every model"):
+        sm.require_complete("the fit")

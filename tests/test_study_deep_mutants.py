@@ -3,6 +3,7 @@ the manifest's fields and how merge and resume compare them, the range arithmeti
 each test fails on a plausible bug the rest of the suite let through."""
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -229,3 +230,23 @@ def test_a_manifest_range_that_is_not_two_increasing_integers_is_refused(folders
     with pytest.raises(StudyFolderError, match=r"manifest entry 'range' (must be two integers "
                        r"lo < hi from 0|is missing or not a list)"):
         study_status(a)
+
+
+def test_a_pool_error_names_the_file_the_study_names(tmp_path):
+    """A matrix written by ``to_npz`` from a CSV keeps the CSV's name as its source; an
+    error about the study's data names the .npz the study gives, not that CSV."""
+    import jaxeval
+
+    mask = np.ones((8, 10), bool)
+    mask[:, 0] = False  # every model has a missing cell
+    scores = (np.random.default_rng(0).random((8, 10)) < 0.5).astype(np.float32)
+    sm = jaxeval.ScoreMatrix(scores, mask=mask, source="mine.csv",
+                             models=[f"m{i}" for i in range(8)])
+    data = sm.to_npz(tmp_path / "saved.npz")
+    assert jaxeval.load(data).source == "mine.csv"
+    s = study_from_dict({"kind": "identification", "data": {"npz": str(data)}, "num_arms": 2,
+                         "budgets": [0.5], "n_replicates": 4, "chunk_size": 4, "lanes": 4,
+                         "cs_kinds": ["hoeffding"], "policies": ["uniform"]})
+    with pytest.raises(StudyConfigError, match=re.escape(
+            f"data: {data}: the simulation needs the full truth")):
+        run_study(s, tmp_path / "out", progress=False)
