@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -416,6 +416,10 @@ class IdentificationCampaign:
             raise ValueError(f"policy: expected one of {_policies.POLICIES}, got {policy!r}")
         if isinstance(candidates, (str, bytes)):
             raise TypeError("candidates: expected a sequence of model names, got one string")
+        if not isinstance(candidates, Iterable):  # (a count: K is the number of names)
+            raise TypeError(f"candidates: expected a sequence of model names, got "
+                            f"{type(candidates).__name__} {candidates!r} (the candidates "
+                            "are named: their number is K)")
         for name, v in (("candidates", candidates), ("items", items)):
             if isinstance(v, (set, frozenset)):  # no order: the same seed, other requests
                 raise TypeError(f"{name}: expected an ordered sequence of names, got a "

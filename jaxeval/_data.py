@@ -239,9 +239,9 @@ def as_score_matrix(data: Any, what: str, *, row_prefix: str | None = None,
         raise TypeError(f"{what}: expected a ScoreMatrix, got a Split (pass split.train, "
                         "split.validation or split.test)")
     frame = _is_frame(data)
-    if not frame and (data is None or isinstance(data, (str, bytes, Mapping))):
-        hint = f" (jaxeval.load({data!r}) reads a bundled dataset)" if isinstance(
-            data, str) else ""
+    if not frame and (data is None or isinstance(data, (str, bytes, os.PathLike, Mapping))):
+        hint = f" (jaxeval.load({str(data)!r}) reads that file or bundled dataset)" if \
+            isinstance(data, (str, os.PathLike)) else ""
         raise TypeError(f"{what}: expected a ScoreMatrix, a pandas DataFrame or a 2-D array "
                         f"of scores, got {type(data).__name__}{hint}")
     if frame:
