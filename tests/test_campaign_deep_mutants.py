@@ -316,3 +316,17 @@ def test_a_replay_failure_of_an_unedited_file_names_the_versions(tmp_path, monke
             f"(saved with jax {meta['jax_version']} on {meta['platform']}, now jax 0.0.1 on "
             f"{jax.default_backend()}; or a damaged file)")):
         IdentificationCampaign.load(tmp_path / "old.npz")
+
+
+def test_a_count_for_candidates_and_a_path_for_history_are_explained(tmp_path):
+    """``IdentificationCampaign(3, ...)`` names the candidates argument (not "'int' object
+    is not iterable"); a file path as history points at jaxeval.load for that file."""
+    with pytest.raises(TypeError, match=r"^candidates: expected a sequence of model names, "
+                                        r"got int 3 \(the candidates are named"):
+        IdentificationCampaign(3)
+    for path in ("mine.csv", tmp_path / "mine.npz"):
+        with pytest.raises(TypeError, match=re.escape(
+                f"history: expected a ScoreMatrix, a pandas DataFrame or a 2-D array of "
+                f"scores, got {type(path).__name__} (jaxeval.load({str(path)!r}) reads that "
+                "file or bundled dataset)")):
+            IdentificationCampaign(["a", "b"], path)
