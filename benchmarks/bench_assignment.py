@@ -45,7 +45,10 @@ def main(argv=None):
                 row[f"{assign}/{pol}"] = (rep.calls_to(0.95, fraction=True),
                                           rep.calls_to(0.90, fraction=True),
                                           round(time.time() - t, 1))
-            row[f"{assign}/ratio"] = row[f"{assign}/pulse_ucb"][0] / row[f"{assign}/ucbe"][0]
+            # the ratio's cell as bench_tuning writes it (<1, >max, -: one or both never
+            # reach 95%), so that the JSON holds no 0 from x / inf nor a bare NaN
+            row[f"{assign}/ratio"] = bt._ratio(row[f"{assign}/pulse_ucb"][0],
+                                               row[f"{assign}/ucbe"][0])
         out[ds] = row
         print(ds, json.dumps(row), flush=True)
     with open(args.out, "w") as fh:

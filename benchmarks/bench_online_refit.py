@@ -11,7 +11,9 @@ candidates each observed one item at a time from ``u_mean`` with one refit per i
 (online rho 0.5, as PULSE at b = 1), 150 items; every 10 items the objective gap to a
 30-step Newton MAP and the largest |p_online - p_MAP|. ``speed``: `pulse_ucb` on IFEval,
 K = 10, 256 replicates (lanes 256), budget to 20% of K·n, factors fixed, three timed
-calls after a warm-up (the trial steps patched in before ``jaxeval`` is imported).
+calls after a warm-up (the trial steps patched into ``jaxeval._factorization`` before
+the first call is traced: ``refit_row``'s defaults and the module's trial steps are read
+when a program is traced).
 """
 
 from __future__ import annotations
@@ -99,8 +101,14 @@ def main(argv=None):
     sp.add_argument("--steps", default="1,0")
     args = ap.parse_args(argv)
     if args.what == "lag":
-        lag([(int(c.split(",")[0]), float(c.split(",")[1])) for c in args.configs],
-            [_floats(s) for s in args.steps])
+        configs = []
+        for c in args.configs:
+            try:
+                rank, rho = c.split(",")
+                configs.append((int(rank), float(rho)))
+            except ValueError:
+                lg.error(f"--configs: expected rank,rho pairs such as 16,0.3; got {c!r}")
+        lag(configs, [_floats(s) for s in args.steps])
     else:
         speed(_floats(args.steps))
     return 0
