@@ -90,8 +90,9 @@ def main(argv=None):
         ap.error("--requests: need at least 2 (the first one compiles)")
 
     sm = jaxeval.load(args.dataset).drop_duplicates()
-    if args.K >= sm.n_models:
-        ap.error(f"--K: {args.dataset} has {sm.n_models} distinct models")
+    if not 2 <= args.K < sm.n_models:
+        ap.error(f"--K: {args.dataset} has {sm.n_models} distinct models: K must lie in "
+                 f"[2, {sm.n_models - 1}] (at least one stays history), got {args.K}")
     hist, cands = sm.split([sm.n_models - args.K], seed=args.seed)
     t0 = time.perf_counter()
     lr = jaxeval.fit_factorization(hist, seed=args.seed)

@@ -65,10 +65,19 @@ def replicate(key, data, params):
     return idn.run_identification(key, data, params, config)
 
 
-def measure(chunk: int, n_dev: int) -> dict:
-    plan = ReplicatePlan(
+def _plan(chunk: int, n_dev: int) -> ReplicatePlan:
+    return ReplicatePlan(
         replicate, chunk, devices=jax.devices()[:n_dev], operands=(data, params), lanes=args.lanes
     )
+
+
+def measure_chunk(chunk: int, n_dev: int) -> int:
+    """The chunk size a plan asked for ``chunk`` runs (rounded to whole lanes)."""
+    return _plan(chunk, n_dev).chunk_size
+
+
+def measure(chunk: int, n_dev: int) -> dict:
+    plan = _plan(chunk, n_dev)
     key = plan._global(np.asarray(jax.random.key_data(jax.random.key(0))), plan._rep)
     idx = plan._global(np.arange(plan.chunk_size, dtype=np.uint32), plan._split)
     t0 = time.perf_counter()
@@ -127,18 +136,21 @@ by_dev = []
 if not args.memory_only:
     print(f"device sweep (chunk {args.device_chunk}):")
     for d in args.devices:
-        hit = next((x for x in by_chunk if d == 1 and x["chunk"] == args.device_chunk), None)
+        # (the 1-device row of the chunk sweep at the same chunk, as it was rounded)
+        hit = next((x for x in by_chunk if d == 1 and x["chunk"] == measure_chunk(
+            args.device_chunk, 1)), None)
         by_dev.append(hit or measure(args.device_chunk, d))
-    base = by_dev[0]["replicates_per_s"]
+    base = by_dev[0]
     for r in by_dev:
-        print(f"  {r['devices']} device(s): {r['replicates_per_s'] / base:5.2f}x the 1-device rate")
+        ratio = r["replicates_per_s"] / base["replicates_per_s"]
+        print(f"  {r['devices']} device(s): {ratio:5.2f}x the {base['devices']}-device rate")
 
 # memory: fit bytes = a + b * chunk on the 1-device sweep
 ch = np.array([r["chunk"] for r in by_chunk], float)
 tot = np.array([r["temp_bytes"] + r["output_bytes"] + r["argument_bytes"] for r in by_chunk], float)
 b, a = np.polyfit(ch, tot, 1) if len(ch) > 1 else (tot[0] / ch[0], 0.0)
 budget = args.memory_gib * 2**30
-largest = int((budget - a) / b) if b > 0 else None
+largest = int((budget - a) / b) if b > 0 else None  # (None: memory does not grow)
 per_rep_out = by_chunk[0]["output_bytes_per_replicate"]
 study_out = per_rep_out * args.study_replicates
 print("memory of one chunk program (temp + arguments + outputs):")
@@ -146,7 +158,9 @@ for r, t in zip(by_chunk, tot):
     print(f"  chunk {r['chunk']:>6}: {t / 2**20:9.2f} MiB")
 print(
     f"  fit: {a / 2**20:.2f} MiB fixed + {b / 2**10:.2f} KiB per replicate in the chunk "
-    f"-> the largest chunk within {args.memory_gib:g} GiB is ~{largest:,} replicates"
+    + (f"-> the largest chunk within {args.memory_gib:g} GiB is ~{largest:,} replicates"
+       if largest is not None else
+       "-> memory does not grow with the chunk here: no largest chunk follows from the fit")
 )
 print(
     f"  a study of R={args.study_replicates:,} replicates stores {per_rep_out / 2**10:.1f} KiB "

@@ -26,6 +26,7 @@ import numpy as np
 
 import jaxeval
 from jaxeval import _identification as idn
+from jaxeval._policies import PREDICTION_POLICIES
 
 
 def one(sm, policy, K, args, skip, factors):
@@ -33,7 +34,7 @@ def one(sm, policy, K, args, skip, factors):
     rep = jaxeval.simulate_identification(
         sm, policy, K=K, mode="confidence", n_replicates=args.reps, n_instances=n_inst,
         seed=args.seed, batch_size=args.batch, alpha=args.alpha, cs_kinds=("eb",),
-        skip_separated=skip, factors=factors if policy in ("pulse_ucb", "pulse") else None)
+        skip_separated=skip, factors=factors if policy in PREDICTION_POLICIES else None)
     calls = rep.calls[:, -1].astype(float) / (K * rep.settings["n_items"])
     # a run ends confident, or with every arm it may still pull fully evaluated (exact
     # means): a wrong final recommendation is a wrong confident stop or an interval
@@ -67,7 +68,7 @@ def main(argv=None):
     for ds in args.datasets:
         sm = bt.load(ds)
         f = bt._factors(sm, args.seed, 8) if any(
-            p in ("pulse_ucb", "pulse") for p in args.policies) else None
+            p in PREDICTION_POLICIES for p in args.policies) else None
         for K in args.K:
             for pol in args.policies:
                 t = time.time()
