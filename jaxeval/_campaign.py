@@ -449,6 +449,13 @@ class IdentificationCampaign:
                     f"candidates: {known[:5]} already have scores in history; drop them "
                     "from history (history.take(models=...)) or from candidates"
                 )
+        if history is None and factors is None and policy in _policies.PREDICTION_POLICIES:
+            # (before the item names: a history would give those too)
+            raise ValueError(
+                f"history: policy {policy!r} predicts unseen items from models "
+                "already scored; give history (or factors), or use a policy without "
+                "predictions: 'ucbe', 'sysrs' or 'uniform'"
+            )
         if items is None:
             if history is None:
                 raise ValueError("items: give the benchmark's item names or a history")
@@ -535,13 +542,7 @@ class IdentificationCampaign:
             # the rows the fits use (computed once for the factorization and the prior)
             hist = (_fit_history(history) if history is not None
                     and (factors is None or learn_prior) else None)
-            if factors is None:
-                if history is None:
-                    raise ValueError(
-                        f"history: policy {policy!r} predicts unseen items from models "
-                        "already scored; give history (or factors), or use a policy without "
-                        "predictions: 'ucbe', 'sysrs' or 'uniform'"
-                    )
+            if factors is None:  # (so history is given: checked above)
                 from jaxeval._factorization_api import fit_factorization
 
                 if progress:

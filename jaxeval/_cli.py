@@ -723,6 +723,8 @@ def _new_campaign(args: argparse.Namespace):
         msg = msg.replace("drop them from history (history.take(models=...)) or from "
                           "candidates", "pass --exclude-candidates to drop them from "
                           "--history, or leave them out of the candidates")
+        msg = msg.replace("give history (or factors), or use a policy without predictions",
+                          "give --history, or a --policy without predictions")
         if msg != str(e):
             raise ValueError(msg) from None
         raise
