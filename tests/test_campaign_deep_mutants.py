@@ -330,3 +330,16 @@ def test_a_count_for_candidates_and_a_path_for_history_are_explained(tmp_path):
                 f"scores, got {type(path).__name__} (jaxeval.load({str(path)!r}) reads that "
                 "file or bundled dataset)")):
             IdentificationCampaign(["a", "b"], path)
+
+
+def test_a_prediction_policy_without_history_is_refused_before_the_item_names():
+    """Without history or items, a prediction policy's first error is the missing
+    history (which would give the items too); a policy without predictions asks for the
+    item names."""
+    with pytest.raises(ValueError, match=r"^history: policy 'pulse' predicts unseen items"):
+        IdentificationCampaign(["a", "b"], policy="pulse")
+    with pytest.raises(ValueError, match=r"^history: policy 'naive' predicts unseen items"):
+        IdentificationCampaign(["a", "b"], items=["q0", "q1"], policy="naive")
+    with pytest.raises(ValueError, match=r"^items: give the benchmark's item names or a "
+                                         r"history$"):
+        IdentificationCampaign(["a", "b"], policy="sysrs")

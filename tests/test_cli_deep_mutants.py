@@ -408,3 +408,21 @@ def test_file_errors_name_the_flag_as_typed(tmp_path, capsys, monkeypatch):
                  "--out", "p.npz"]) == 2
     assert "error: --out: p.npz exists" in capsys.readouterr().err
     assert Path("p.npz").read_bytes() == b"taken"
+
+
+def test_campaign_new_without_history_for_a_prediction_policy_says_so_first(tmp_path, capsys,
+                                                                           monkeypatch):
+    """The default policy predicts from a history: without one, the error names
+    --history and the --policy way out (and no --factors option, which the command lacks),
+    before asking for item names a history would also give."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["campaign", "new", "c.npz", "--candidates", "a", "b"]) == 2
+    err = capsys.readouterr().err
+    assert ("jaxeval campaign: error: --history: policy 'pulse_ucb' predicts unseen items "
+            "from models already scored; give --history, or a --policy without "
+            "predictions: 'ucbe', 'sysrs' or 'uniform'") in err, err
+    assert main(["campaign", "new", "c.npz", "--candidates", "a", "b", "--policy",
+                 "ucbe"]) == 2
+    assert "error: --items-file: give the benchmark's item names or a history" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "c.npz").exists()
