@@ -937,9 +937,10 @@ def _read_json(path: str, what: str):
         raise ValueError(f"{what}: cannot read {path} as JSON ({e})") from None
 
 
-def _by_name(scores, names: np.ndarray, what: str, allowed=None) -> np.ndarray:
+def _by_name(scores, names: np.ndarray, what: str, allowed=None, hint: str = ""
+             ) -> np.ndarray:
     """Scores of ``names`` from a ``{item: score}`` mapping whose keys must be exactly
-    ``allowed`` (default ``names``)."""
+    ``allowed`` (default ``names``); ``hint`` ends the message about keys not allowed."""
     missing = [n for n in names.tolist() if n not in scores]
     if missing:
         raise ValueError(f"{what}: no score for {len(missing)} item(s), e.g. {missing[:5]}")
@@ -947,7 +948,7 @@ def _by_name(scores, names: np.ndarray, what: str, allowed=None) -> np.ndarray:
     extra = sorted(set(scores) - allowed)
     if extra:
         raise ValueError(f"{what}: {len(extra)} item(s) that were not asked for, e.g. "
-                         f"{extra[:5]} (give exactly the requested items)")
+                         f"{extra[:5]} (give exactly the requested items{hint})")
     vals = [scores[n] for n in names.tolist()]
     bad = [n for n, v in zip(names.tolist(), vals) if not isinstance(v, (int, float))]
     if bad:  # (JSON true / false are 1 / 0, as in numpy)
@@ -1013,8 +1014,17 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
     extra = (np.asarray(pred.extra_items(args.extra, seed=extra_seed)).astype(str)
              if args.extra else np.zeros(0, str))
     if isinstance(scores, dict):
-        x = _by_name(scores, pred.anchor_items, "scores",
-                     set(pred.anchor_items.tolist()) | set(extra.tolist()))
+        # keys that are items of the benchmark but not asked for: extra items of another
+        # --extra / --extra-seed than the ones given to `anchors items`
+        asked = set(pred.anchor_items.tolist()) | set(extra.tolist())
+        others = set(scores) - asked
+        hint = ""
+        if others and others <= set(np.asarray(pred.items).astype(str).tolist()):
+            hint = ("; they are items of the benchmark: pass the --extra M and --extra-seed "
+                    "given to `jaxeval anchors items`" if args.extra else
+                    "; they are items of the benchmark: for extra items pass --extra M "
+                    "(and --extra-seed) as given to `jaxeval anchors items`")
+        x = _by_name(scores, pred.anchor_items, "scores (anchor items)", asked, hint)
     elif args.extra:
         raise ValueError("scores: with --extra give a mapping {item: score}")
     else:
@@ -1032,8 +1042,7 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
            "level": 1 - float(pred.alpha)}
     if args.extra:
         e_u, l_u, h_u = pred.predict_unbiased(
-            x, extra, _by_name(scores, extra, "scores (extra items)",
-                               set(pred.anchor_items.tolist()) | set(extra.tolist())))
+            x, extra, _by_name(scores, extra, "scores (extra items)", asked))
         res.update(unbiased={"estimate": float(e_u), "lower": float(l_u),
                              "upper": float(h_u), "extra_items": int(args.extra)})
     print(json.dumps(res))
