@@ -426,3 +426,36 @@ def test_campaign_new_without_history_for_a_prediction_policy_says_so_first(tmp_
     assert "error: --items-file: give the benchmark's item names or a history" in \
         capsys.readouterr().err
     assert not (tmp_path / "c.npz").exists()
+
+
+def test_anchors_predict_says_which_items_are_missing_or_from_another_extra_draw(
+        predictor_file, tmp_path, capsys, monkeypatch):  # noqa: F811
+    """The scores of `anchors items --extra` alone lack the anchors: the error says the
+    missing ones are the anchor items. Scores of extra items given without --extra, or
+    under another --extra-seed, are items of the benchmark: the error says which options
+    must match the ones given to `anchors items`."""
+    monkeypatch.chdir(tmp_path)
+    pred = jaxeval.AnchorPredictor.load(predictor_file)
+    anchors = pred.anchor_items.tolist()
+    extra = np.asarray(pred.extra_items(4, seed=1)).astype(str).tolist()
+    Path("extra.json").write_text(json.dumps({n: 1.0 for n in extra}))
+    assert main(["anchors", "predict", str(predictor_file), "extra.json", "--extra", "4",
+                 "--extra-seed", "1"]) == 2
+    assert "scores (anchor items): no score for 3 item(s)" in capsys.readouterr().err
+    Path("all.json").write_text(json.dumps({n: 1.0 for n in anchors + extra}))
+    assert main(["anchors", "predict", str(predictor_file), "all.json"]) == 2
+    assert ("that were not asked for, e.g. " in (err := capsys.readouterr().err)
+            and "they are items of the benchmark: for extra items pass --extra M (and "
+            "--extra-seed) as given to `jaxeval anchors items`" in err), err
+    other = set(np.asarray(pred.extra_items(4, seed=2)).astype(str).tolist())
+    assert other != set(extra)
+    assert main(["anchors", "predict", str(predictor_file), "all.json", "--extra", "4",
+                 "--extra-seed", "2"]) == 2
+    assert ("they are items of the benchmark: pass the --extra M and --extra-seed given to "
+            "`jaxeval anchors items`") in capsys.readouterr().err
+    Path("alien.json").write_text(json.dumps({**{n: 1.0 for n in anchors}, "zz": 1.0}))
+    assert main(["anchors", "predict", str(predictor_file), "alien.json"]) == 2
+    err = capsys.readouterr().err
+    assert "(give exactly the requested items)" in err and "items of the benchmark" not in err
+    assert main(["anchors", "predict", str(predictor_file), "all.json", "--extra", "4",
+                 "--extra-seed", "1"]) == 0
