@@ -420,6 +420,7 @@ class ScoreMatrix(FrozenState):
             raise ValueError(
                 f"{src}: field 'scores' must lie in [0, 1]; found {float(scores[i, j])!r} at "
                 f"row {i}, column {j} (range {float(obs.min())!r}..{float(obs.max())!r})"
+                + out_of_unit_hint(float(obs.min()), float(obs.max()))
             )
         scores = np.where(mask, scores, 0.0).astype(np.float32)
         models = (

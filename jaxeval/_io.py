@@ -37,6 +37,44 @@ def open_npz(path: str | os.PathLike):
     return z
 
 
+#: Other names people give the options of :func:`load` (the table separator above all).
+_OPTION_ALIASES = {"separator": "sep", "seperator": "sep", "delimiter": "sep",
+                   "delim": "sep", "metrics": "metric", "tasks": "task"}
+
+
+def _options(fn: Any, kwargs: dict, what: str) -> dict:
+    """``kwargs`` when ``fn`` takes every one of them; else a TypeError naming the one it
+    does not take, the options it does, and the likely intended one."""
+    import difflib
+    import inspect
+
+    names = [p for p in inspect.signature(fn).parameters if p != "path"]
+    for k in kwargs:
+        if k not in names:
+            guess = _OPTION_ALIASES.get(k) or next(iter(
+                difflib.get_close_matches(k, names, n=1, cutoff=0.6)), None)
+            raise TypeError(f"load: {what} files take no option {k!r}"
+                            + (f" (did you mean {guess}=?)" if guess in names else "")
+                            + f"; their options: {', '.join(names)}")
+    return kwargs
+
+
+def _saved_kind(data: dict) -> str | None:
+    """``"campaign"`` or ``"anchors"`` for a file jaxeval saved as such (its ``meta``
+    entry names the format), else None."""
+    if "meta" not in data:
+        return None
+    try:
+        fmt = json.loads(str(data["meta"])).get("format", "")
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(fmt, str) and fmt.startswith("jaxeval.campaign/"):
+        return "campaign"
+    if isinstance(fmt, str) and fmt.startswith("jaxeval.anchors/"):
+        return "anchors"
+    return None
+
+
 def load_npz(
     path: str | os.PathLike, *, name: str | None = None, duplicate_names: str = "error"
 ) -> ScoreMatrix:
@@ -63,6 +101,14 @@ def load_npz(
             data = {k: z[k] for k in z.files}
     except NPZ_READ_ERRORS as e:
         raise ValueError(f"{src}: not a readable .npz file ({type(e).__name__}: {e})") from e
+    kind = _saved_kind(data)
+    if kind == "campaign":
+        raise ValueError(f"{src}: a saved IdentificationCampaign, not a score matrix; "
+                         "IdentificationCampaign.saved_scores(path) reads its answers as one "
+                         "(`jaxeval campaign export` on the command line)")
+    if kind == "anchors":
+        raise ValueError(f"{src}: a saved AnchorPredictor, not a score matrix "
+                         "(AnchorPredictor.load reads it)")
     if "scores" not in data:
         raise ValueError(f"{src}: missing field 'scores' (fields present: {sorted(data)})")
     scores = data["scores"]
@@ -176,11 +222,13 @@ def load(source: Any, **kwargs: Any) -> ScoreMatrix:
     if path.is_dir() or suffix in (".jsonl", ".json") or path.name.lower().endswith(".jsonl.gz"):
         from jaxeval._lmeval import load_lm_eval
 
-        return load_lm_eval(path, **kwargs)
+        return load_lm_eval(path, **_options(load_lm_eval, kwargs, "lm-evaluation-harness"))
     if suffix == ".npz":
-        return load_npz(path, **kwargs)
+        return load_npz(path, **_options(load_npz, kwargs, ".npz"))
     if suffix in (".csv", ".tsv", ".parquet", ".pq"):
         from jaxeval._tables import load_table
 
-        return load_table(path, **kwargs)
-    raise ValueError(f"load: cannot tell the format of {str(path)!r} from suffix {suffix!r}")
+        return load_table(path, **_options(load_table, kwargs, f"{suffix} table"))
+    raise ValueError(f"load: cannot tell the format of {str(path)!r} from suffix {suffix!r} "
+                     "(read: .npz, .csv, .tsv, .parquet, .pq, and lm-evaluation-harness "
+                     "samples_*.jsonl(.gz) files or folders)")

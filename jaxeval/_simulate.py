@@ -926,7 +926,13 @@ def _canonical_budgets(budgets, fractions, total, warn=True):
         budgets = [max(1, int(round(f * total))) for f in fr]
     arr = np.asarray(budgets)
     if arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"budgets must be a non-empty 1-D sequence of integers, got {budgets!r}")
+        hint = ""
+        if (arr.ndim == 1 and arr.size and np.issubdtype(arr.dtype, np.floating)
+                and np.any(arr != np.round(arr))):
+            hint = ("; budgets are counts of LLM calls: shares of K*n (as a study's "
+                    "budgets) go in budget_fractions=")
+        raise ValueError(f"budgets must be a non-empty 1-D sequence of integers, got "
+                         f"{budgets!r}{hint}")
     if arr.min() < 1 or arr.max() > total:
         raise ValueError(
             f"budgets must lie in [1, K*n] = [1, {total}] LLM calls, got min {arr.min()} "
