@@ -3,6 +3,8 @@
 the suite let through."""
 
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -179,3 +181,58 @@ def test_npz_metadata_json_with_conversions_not_a_list_is_refused(tmp_path):
              metadata_json=np.array('{"conversions": ["kept"]}'))
     conv = load_npz(p).metadata["conversions"]
     assert conv[0] == "kept" and conv[1].startswith("uint8 0/1 scores converted")
+
+
+# ------------------------------------------------------------- messages a user met
+def test_load_names_an_option_its_file_kind_does_not_take(tmp_path):
+    """A misspelt option names the likely one and lists the kind's options (it was
+    Python's bare "unexpected keyword argument")."""
+    import jaxeval
+
+    p = _write(tmp_path / "w.csv", "model,q1\na,1\nb,0\n")
+    for bad, guess in (("seperator", "sep"), ("delimiter", "sep"), ("layot", "layout")):
+        with pytest.raises(TypeError, match=re.escape(
+                f"load: .csv table files take no option {bad!r} (did you mean {guess}=?); "
+                "their options: layout, model_col, item_col, score_col, target_col, sep, "
+                "name")):
+            jaxeval.load(p, **{bad: ";"})
+    q = tmp_path / "s.npz"
+    np.savez(q, scores=np.eye(2))
+    with pytest.raises(TypeError, match=re.escape(
+            "load: .npz files take no option 'metric'; their options: name, "
+            "duplicate_names")):
+        jaxeval.load(q, metric="acc")
+    assert jaxeval.load(p, sep=",").shape == (2, 1)
+
+
+def test_load_lists_the_suffixes_it_reads():
+    import jaxeval
+
+    _raises([re.escape("from suffix '.py' (read: .npz, .csv, .tsv, .parquet, .pq, and "
+                       "lm-evaluation-harness samples_*.jsonl(.gz) files or folders)")],
+            jaxeval.load, Path(__file__))  # (a .py file: read by no loader)
+
+
+def test_a_saved_campaign_or_predictor_read_as_a_matrix_says_what_it_is(tmp_path):
+    """The .npz files jaxeval saves for a campaign or an anchor predictor are named as
+    such, with the call that reads them (was "field 'scores' must be 2-D")."""
+    for fmt, what, how in (
+            ("jaxeval.campaign/1", "a saved IdentificationCampaign",
+             "IdentificationCampaign.saved_scores(path) reads its answers"),
+            ("jaxeval.anchors/1", "a saved AnchorPredictor", "AnchorPredictor.load reads it")):
+        p = tmp_path / "x.npz"
+        np.savez(p, meta=np.asarray(json.dumps({"format": fmt})), scores=np.zeros(4))
+        _raises([re.escape(f"{p}: {what}, not a score matrix"), re.escape(how)], load_npz, p)
+    p = tmp_path / "y.npz"  # a 'meta' entry of another program: read as data
+    np.savez(p, meta=np.asarray("not json"), scores=np.eye(2))
+    assert load_npz(p).shape == (2, 2)
+
+
+def test_scores_in_percent_get_the_percent_hint():
+    from jaxeval import ScoreMatrix
+
+    _raises([re.escape("(range 0.0..87.5) (percent? divide by 100 first)")],
+            ScoreMatrix, np.array([[0.0, 87.5], [50.0, 25.0]]))
+    with pytest.raises(ValueError) as e:
+        ScoreMatrix(np.array([[0.0, 870.0]]))
+    assert str(e.value).endswith("(range 0.0..870.0)")

@@ -100,6 +100,15 @@ def test_budgets_from_fractions_round_to_nearest_and_come_sorted():
     with pytest.raises(ValueError, match="budgets must be a non-empty 1-D sequence of integers"):
         simulate_identification(_small_matrix(), "ucbe", K=3, n_replicates=4,
                                 budgets=[10.0, 20.0])
+    # shares of K*n given as budgets: pointed at budget_fractions
+    with pytest.raises(ValueError, match=r"got \[0\.5, 2\.0\]; budgets are counts of LLM "
+                                         r"calls: shares of K\*n \(as a study's budgets\) "
+                                         r"go in budget_fractions=$"):
+        simulate_identification(_small_matrix(), "ucbe", K=3, n_replicates=4,
+                                budgets=[0.5, 2.0])
+    with pytest.raises(ValueError, match=r"got \[10\.0, 20\.0\]$"):  # no hint: whole calls
+        simulate_identification(_small_matrix(), "ucbe", K=3, n_replicates=4,
+                                budgets=[10.0, 20.0])
     with pytest.raises(ValueError, match=r"budgets must lie in \[1, K\*n\] = \[1, 60\] LLM "
                                          "calls, got min 0 and max 10"):
         simulate_identification(_small_matrix(), "ucbe", K=3, n_replicates=4, budgets=[0, 10])
