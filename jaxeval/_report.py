@@ -215,18 +215,28 @@ def _identification_summary(study: Any, results: Mapping[str, Mapping[str, np.nd
         top = -np.sort(-theta, axis=1)
         gaps.append(top[:, 0] - top[:, 1])
     info["median_top2_gap"] = float(np.median(np.concatenate(gaps)))
-    return {
+    out = {
         "kind": "identification",
         "name": study.name,
         "dataset": study.data.describe(),
         "num_arms": study.num_arms,
         "alpha": study.alpha,
         "nominal_coverage": 1.0 - study.alpha,
-        "replicates": study.n_replicates,
+        # the replicates summarised (fewer than planned in partial results)
+        "replicates": min(e["replicates"] for e in policies.values()),
         "budget_fractions": list(study.budgets),
         "problem": info,
         "policies": policies,
     }
+    return _planned(out, study)
+
+
+def _planned(out: dict, study: Any) -> dict:
+    """``out`` with ``replicates_planned`` where it summarises fewer replicates than the
+    study plans (results loaded with ``allow_partial=True``)."""
+    if out["replicates"] != study.n_replicates:
+        out["replicates_planned"] = study.n_replicates
+    return out
 
 
 # ============================================================ anchors
@@ -294,15 +304,16 @@ def _replicate_summary(study: Any, results: Mapping[str, Mapping[str, np.ndarray
                 fields[k]["components_shown"] = _SHOWN  # of prod(shape[1:])
         else:
             skipped[k] = f"dtype {v.dtype}" if v.size else "empty"
+    rows = {int(v.shape[0]) for v in r.values() if np.ndim(v)}
     out = {
         "kind": "replicates",
         "name": study.name,
-        "replicates": study.n_replicates,
+        "replicates": min(rows) if rows else study.n_replicates,
         "fields": fields,
     }
     if skipped:
         out["skipped_fields"] = skipped
-    return out
+    return _planned(out, study)
 
 
 #: Components of a vector field a replicates summary shows (means and sds).
@@ -360,7 +371,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         prob = summary["problem"]
         lines.append(
             f"Identification study {summary['name']!r} on {summary['dataset']}: "
-            f"K={summary['num_arms']}, n={prob.get('items')}, {summary['replicates']} replicates, "
+            f"K={summary['num_arms']}, n={prob.get('items')}, {_reps(summary)}, "
             f"alpha={summary['alpha']}"
         )
         if "training_models" in prob:
@@ -415,7 +426,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
                 "others: " + "; ".join(undefined) + ")"
             )
     else:
-        lines.append(f"Replicate study {summary['name']!r}: {summary['replicates']} replicates")
+        lines.append(f"Replicate study {summary['name']!r}: {_reps(summary)}")
         for k, v in summary["fields"].items():
             more = (f" (first {v['components_shown']} components)"
                     if "components_shown" in v else "")
@@ -484,10 +495,20 @@ def _bottom_legend(fig: Any, ax: Any) -> None:
     fig.tight_layout(rect=(0, (0.2 * rows + 0.05) / h, 1, 1 - 0.3 / h))
 
 
+def _reps(s: Mapping[str, Any]) -> str:
+    """``"200 replicates"``, or ``"120 of 200 replicates"`` for partial results."""
+    planned = s.get("replicates_planned")
+    return (f"{s['replicates']} replicates" if planned is None
+            else f"{s['replicates']} of {planned} replicates")
+
+
 def _budget_axis(ax: Any, fr: np.ndarray) -> None:
-    """Log x axis of budgets in % of K·n, with plain-number ticks inside the data range."""
+    """Log x axis of budgets in % of K·n, with plain-number ticks inside the data range
+    (the budgets themselves where no round number lies inside it)."""
     ax.set_xscale("log")
     ticks = [t for t in (0.5, 1, 2, 5, 10, 20, 50, 100) if fr.min() * 0.99 <= t <= fr.max() * 1.01]
+    if not ticks:  # (e.g. budgets of 3% and 4%)
+        ticks = sorted({float(f"{t:.3g}") for t in fr})
     ax.set_xticks(ticks)
     ax.set_xticklabels([f"{t:g}" for t in ticks])
     ax.minorticks_off()
@@ -508,7 +529,7 @@ def _identification_plots(s: Mapping[str, Any], out: Path) -> list[Path]:
 
     paths = []
     fr = np.asarray(s["budget_fractions"]) * 100
-    title = f"{s['dataset']}, K={s['num_arms']}, {s['replicates']} replicates"
+    title = f"{s['dataset']}, K={s['num_arms']}, {_reps(s)}"
 
     # 1. accuracy vs calls
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
