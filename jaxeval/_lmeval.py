@@ -81,7 +81,8 @@ def _task_of(path: Path) -> tuple[str, str]:
     low = path.name.lower()
     cut = next((len(x) for x in (".jsonl.gz", ".jsonl") if low.endswith(x)), None)
     stem = path.name[:-cut] if cut else path.stem
-    return (stem[len("samples_"):] if stem.startswith("samples_") else stem), ""
+    # (the prefix in any case, as _NAME and _samples_files read it)
+    return (stem[len("samples_"):] if stem.lower().startswith("samples_") else stem), ""
 
 
 def _raw(path: Path) -> bytes:
@@ -225,12 +226,12 @@ def _read_run(
 
 
 def _samples_files(folder: Path) -> list[Path]:
-    """The ``samples_*.jsonl`` (or ``.jsonl.gz``) files of a folder, the suffix in any
-    case (sorted)."""
+    """The ``samples_*.jsonl`` (or ``.jsonl.gz``) files of a folder, the prefix and
+    suffix in any case, as a single file's name is read (sorted)."""
     # (not is_dir() rather than is_file(): a dangling link is a samples file that
     # cannot be read, to be reported, not skipped)
-    return sorted(f for f in folder.glob("samples_*")
-                  if is_samples_name(f.name) and not f.is_dir())
+    return sorted(f for f in folder.iterdir() if f.name.lower().startswith("samples_")
+                  and is_samples_name(f.name) and not f.is_dir())
 
 
 def _runs_in(folder: Path, task: Any, runs: str, dropped: list[str],
