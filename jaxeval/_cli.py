@@ -171,7 +171,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="the models to compare")
     cn.add_argument("--candidates-file", metavar="FILE",
                     help="the models to compare, one name per line (# starts a comment "
-                    "line)")
+                    "line); with --candidates too, both lists are compared (those of --candidates "
+                    "first)")
     cn.add_argument("--history", metavar="DATA",
                     help="models already scored on the benchmark: a bundled name or a file "
                     "jaxeval.load reads (needed by pulse_ucb, pulse and naive)")
@@ -226,7 +227,8 @@ def _parser() -> argparse.ArgumentParser:
              "jaxeval campaign tell c.npz scores.json --step 3", csub)
     ct.add_argument("file", help="the campaign file")
     ct.add_argument("answers", help="a JSON file ('-' = stdin): a list of scores in the "
-                    "request's order or an object {item: score}")
+                    "request's order or an object {item: score}; scores are numbers in "
+                    "[0, 1] (true / false read as 1 / 0; text such as \"1\" is refused)")
     ct.add_argument("--step", type=int, required=True,
                     help="the request's step as `ask` printed it (refused if it is not the "
                     "pending request: a repeated tell never files scores under another)")
