@@ -46,7 +46,8 @@ def main(argv=None):
                                           rep.calls_to(0.90, fraction=True),
                                           round(time.time() - t, 1))
             # the ratio's cell as bench_tuning writes it (<1, >max, -: one or both never
-            # reach 95%), so that the JSON holds no 0 from x / inf nor a bare NaN
+            # reach 95%), not the 0 of x / inf nor a NaN (a calls-to figure never reached
+            # is still written as Infinity)
             row[f"{assign}/ratio"] = bt._ratio(row[f"{assign}/pulse_ucb"][0],
                                                row[f"{assign}/ucbe"][0])
         out[ds] = row

@@ -1156,8 +1156,12 @@ class IdentificationCampaign:
         elif not replay and self._restore(meta, arrays, starts):
             self.path = path
             return self
-        same = (meta.get("jax_version") == jax.__version__
-                and meta.get("platform") == jax.default_backend())
+        from jaxeval import __version__
+
+        stamp = meta.get("state") if isinstance(meta.get("state"), dict) else {}
+        then = (f"jaxeval {stamp.get('jaxeval', '?')}, jax {meta.get('jax_version', '?')} on "
+                f"{meta.get('platform', '?')}")
+        now = f"jaxeval {__version__}, jax {jax.__version__} on {jax.default_backend()}"
         for j, arm in enumerate(arrays["arms"]):
             req = self.ask()
             sl = slice(starts[j], starts[j + 1])
@@ -1165,12 +1169,9 @@ class IdentificationCampaign:
                 req.index, arrays["index"][sl]
             ):
                 why = (edited if edited else
-                       f"saved with jax {meta.get('jax_version', '?')} on "
-                       f"{meta.get('platform', '?')}, the same as now: a damaged file?"
-                       if same else
-                       f"saved with jax {meta.get('jax_version', '?')} on "
-                       f"{meta.get('platform', '?')}, now jax {jax.__version__} on "
-                       f"{jax.default_backend()}; or a damaged file")
+                       f"saved with {then}, the same as now: another build of this "
+                       "jaxeval version, or a damaged file?" if then == now else
+                       f"saved with {then}, now {now}; or a damaged file")
                 msg = (
                     f"{path}: saved answer {j} of {arrays['arms'].size} does not replay "
                     f"({why}). IdentificationCampaign.saved_scores(path) reads every answer"

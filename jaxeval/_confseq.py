@@ -473,11 +473,12 @@ def get(name: str, *, grid_size: int = 128, truncation: float = 0.5) -> ConfSeq:
             grid_size = check_int("confseq.get: grid_size", grid_size, 2)
         except TypeError as e:  # (a float, None, a string: one kind of error for all)
             raise ValueError(str(e)) from None
-        try:
-            ok = isinstance(truncation, (int, float, np.integer, np.floating)) \
-                and not isinstance(truncation, (bool, np.bool_)) \
+        try:  # a Python or NumPy real, or a concrete 0-d real array (NumPy or JAX)
+            dt = np.asarray(truncation).dtype if np.ndim(truncation) == 0 else None
+            ok = dt is not None and dt.kind in "iuf" and not isinstance(truncation, str) \
                 and 0.0 < float(truncation) < 1.0
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, jax.errors.ConcretizationTypeError,
+                jax.errors.TracerArrayConversionError):
             ok = False
         if not ok:
             raise ValueError(f"confseq.get: truncation must be a number in (0, 1), got "

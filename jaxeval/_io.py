@@ -121,12 +121,11 @@ def load_npz(
         if not isinstance(saved, dict):
             raise ValueError(f"{src}: field 'metadata_json' must hold a JSON object")
         notes = saved
-        notes.setdefault("conversions", [])
-        conv = notes["conversions"]
-        if not (isinstance(conv, list) and all(isinstance(c, str) for c in conv)):
-            raise ValueError(f"{src}: field 'metadata_json': its 'conversions' must be a list "
-                             f"of strings, got {str(conv)[:60]!r}; the file was damaged or "
-                             "written by hand")
+        # (a list of notes, as the loaders write it; a matrix built by hand may have
+        # saved None, one string or other values there: kept, as text)
+        conv = notes.get("conversions")
+        notes["conversions"] = ([] if conv is None else [str(c) for c in conv]
+                                if isinstance(conv, list) else [str(conv)])
         if name is None and "source" in data and str(data["source"]) != "<array>":
             src = str(data["source"])  # a saved name; an in-memory matrix keeps the path
         notes["file"] = str(path)

@@ -230,7 +230,11 @@ def _samples_files(folder: Path) -> list[Path]:
     suffix in any case, as a single file's name is read (sorted)."""
     # (not is_dir() rather than is_file(): a dangling link is a samples file that
     # cannot be read, to be reported, not skipped)
-    return sorted(f for f in folder.iterdir() if f.name.lower().startswith("samples_")
+    try:
+        entries = list(folder.iterdir())
+    except OSError:  # (an unreadable folder beside the model folders holds no samples)
+        return []
+    return sorted(f for f in entries if f.name.lower().startswith("samples_")
                   and is_samples_name(f.name) and not f.is_dir())
 
 

@@ -125,7 +125,8 @@ def _check_header(header: list[str], src: str) -> None:
         )
 
 
-def _read_cells(path: Path, sep: str | None, model_col: str = "model"
+def _read_cells(path: Path, sep: str | None, model_col: str = "model",
+                data_cols: tuple[str | None, ...] = ("item", "score")
                 ) -> tuple[list[str], list[list[Any]], list[str]]:
     """Header and body rows of the file, every cell as text (CSV) or value (Parquet),
     and where each body row is, for messages (``line 7``; ``row 5`` of a Parquet
@@ -148,7 +149,8 @@ def _read_cells(path: Path, sep: str | None, model_col: str = "model"
             # An unnamed integer index beside a column of names (the model column, or a
             # first column of text) is the row numbers of a filtered or shuffled
             # DataFrame, not data: dropped (it would otherwise become an item); so is a
-            # named one ("row") beside the model column itself. With only numeric
+            # named one ("row") beside the model column itself, unless its name is one of
+            # the table's columns (a long table indexed by "item"). With only numeric
             # columns it may be the model ids: kept as the model column.
             has_model = model_col in [str(c) for c in df.columns]
             names_col = has_model or (
@@ -156,7 +158,8 @@ def _read_cells(path: Path, sep: str | None, model_col: str = "model"
                 and not pd.api.types.is_bool_dtype(df.iloc[:, 0]))
             row_numbers = (pd.api.types.is_integer_dtype(df.index) and names_col
                            and (df.index.name is None
-                                or (has_model and str(df.index.name) != model_col)))
+                                or (has_model and str(df.index.name) != model_col
+                                    and str(df.index.name) not in data_cols)))
             df = df.reset_index(drop=row_numbers)
         header = [str(c) for c in df.columns]
         _check_header(header, src)
@@ -295,7 +298,7 @@ def load_table(
     src = name or str(path)
     if layout not in ("auto", "long", "wide"):
         raise ValueError(f"load_table: layout must be 'auto', 'long' or 'wide', got {layout!r}")
-    header, rows, where = _read_cells(path, sep, model_col)
+    header, rows, where = _read_cells(path, sep, model_col, (item_col, score_col, target_col))
     if not rows:
         raise ValueError(f"{src}: the table has a header but no rows")
     guessed = layout == "auto"
