@@ -299,7 +299,8 @@ def test_a_campaign_file_edited_since_it_was_saved_is_said_so(tmp_path):
 
 def test_a_replay_failure_of_an_unedited_file_names_the_versions(tmp_path, monkeypatch):
     """Where nothing says the file was edited, a replay that asks something else names
-    the JAX version and platform: "the same as now" when they are (a damaged file?)."""
+    the jaxeval and JAX versions and the platform: "the same as now" when they are (another
+    build, or a damaged file?), else then and now."""
     _, path, arrays = _saved(tmp_path)
     meta = json.loads(str(arrays["meta"]))
     del meta["answers_sha256"]  # a file from before the answers' checksum
@@ -307,15 +308,24 @@ def test_a_replay_failure_of_an_unedited_file_names_the_versions(tmp_path, monke
     index[[0, 1]] = index[[1, 0]]  # the first answer's items in another order
     np.savez(tmp_path / "old.npz", **{**arrays, "index": index,
                                       "meta": np.asarray(json.dumps(meta))})
+    now = f"jaxeval {jaxeval.__version__}, jax {jax.__version__} on {jax.default_backend()}"
     with pytest.raises(ValueError, match=re.escape(
-            f"saved answer 0 of 4 does not replay (saved with jax {jax.__version__} on "
-            f"{jax.default_backend()}, the same as now: a damaged file?)")):
+            f"saved answer 0 of 4 does not replay (saved with {now}, the same as now: another "
+            "build of this jaxeval version, or a damaged file?)")):
         IdentificationCampaign.load(tmp_path / "old.npz")
     monkeypatch.setattr(jax, "__version__", "0.0.1")
     with pytest.raises(ValueError, match=re.escape(
-            f"(saved with jax {meta['jax_version']} on {meta['platform']}, now jax 0.0.1 on "
+            f"(saved with {now}, now jaxeval {jaxeval.__version__}, jax 0.0.1 on "
             f"{jax.default_backend()}; or a damaged file)")):
         IdentificationCampaign.load(tmp_path / "old.npz")
+    monkeypatch.undo()
+    meta["state"]["jaxeval"] = "0.0.9"  # another jaxeval wrote it: not "the same"
+    np.savez(tmp_path / "other.npz", **{**arrays, "index": index,
+                                        "meta": np.asarray(json.dumps(meta))})
+    with pytest.raises(ValueError, match=re.escape(
+            f"(saved with jaxeval 0.0.9, jax {jax.__version__} on {jax.default_backend()}, "
+            f"now {now}; or a damaged file)")):
+        IdentificationCampaign.load(tmp_path / "other.npz")
 
 
 def test_a_count_for_candidates_and_a_path_for_history_are_explained(tmp_path):

@@ -149,3 +149,14 @@ def test_lambda_stats_invalid_pairs_leave_every_moment_unchanged():
         plugin_lambda(st, lam0=0.0, shrink=0.0), plugin_lambda(ref, lam0=0.0, shrink=0.0),
         atol=1e-6,
     )
+
+
+def test_get_takes_a_concrete_zero_d_truncation():
+    """A 0-d NumPy or JAX array is a number here, as 0-d integer arrays are for
+    grid_size; a 1-d one is not."""
+    want = cs_mod.get("betting", truncation=0.3)
+    for t in (np.array(0.3), jnp.array(0.3, jnp.float32), np.float32(0.3)):
+        got = cs_mod.get("betting", truncation=t)
+        assert got.init((1,)).logk_lo.shape == want.init((1,)).logk_lo.shape
+    with pytest.raises(ValueError, match="truncation must be a number in"):
+        cs_mod.get("betting", truncation=np.array([0.3]))

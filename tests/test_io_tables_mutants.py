@@ -167,20 +167,34 @@ def test_a_named_integer_index_beside_the_model_column_is_row_numbers(tmp_path):
         assert sm.scores.tolist() == [[1.0], [0.0]]
 
 
-def test_npz_metadata_json_with_conversions_not_a_list_is_refused(tmp_path):
-    """The saved ``conversions`` entry must be a list of strings (the ScoreMatrix contract
-    lists what the loader converted there): a string was a bare AttributeError on the
-    uint8 note, a null was kept as ``None``."""
+def test_a_long_parquet_table_indexed_by_its_item_column_keeps_it(tmp_path):
+    """``df.set_index("item").to_parquet()`` of a long table: the index named like the
+    item column is that column, not row numbers to drop."""
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    df = pd.DataFrame({"model": ["a", "a", "b", "b"], "item": [10, 11, 10, 11],
+                       "score": [1.0, 0.0, 0.5, 1.0]}).set_index("item")
+    df.to_parquet(tmp_path / "l.parquet")
+    sm = load_table(tmp_path / "l.parquet")
+    assert sm.items.tolist() == ["10", "11"] and sm.scores.tolist() == [[1.0, 0.0], [0.5, 1.0]]
+
+
+def test_npz_saved_conversions_of_any_form_load_as_a_list_of_text(tmp_path):
+    """The ScoreMatrix contract lists what the loader converted in
+    ``metadata['conversions']``: a saved entry that is a string, null or a list of other
+    values (a matrix built by hand and saved by ``to_npz``) loads as a list of strings
+    (a string was a bare AttributeError on the uint8 note; null was kept as None)."""
+    from jaxeval import ScoreMatrix
+
     p = tmp_path / "c.npz"
-    for bad in ('"x"', "null", "[1]"):
+    for saved, want in (('"x"', ["x"]), ("null", []), ("[1]", ["1"]), ('["kept"]', ["kept"])):
         np.savez(p, scores=np.eye(2, dtype=np.uint8),
-                 metadata_json=np.array(f'{{"conversions": {bad}}}'))
-        _raises([str(p), "field 'metadata_json': its 'conversions' must be a list of "
-                 "strings"], load_npz, p)
-    np.savez(p, scores=np.eye(2, dtype=np.uint8),
-             metadata_json=np.array('{"conversions": ["kept"]}'))
-    conv = load_npz(p).metadata["conversions"]
-    assert conv[0] == "kept" and conv[1].startswith("uint8 0/1 scores converted")
+                 metadata_json=np.array(f'{{"conversions": {saved}}}'))
+        conv = load_npz(p).metadata["conversions"]
+        assert conv[:-1] == want and conv[-1].startswith("uint8 0/1 scores converted")
+    for given, want in (([{"step": 1}], ["{'step': 1}"]), (None, []), ("clipped", ["clipped"])):
+        ScoreMatrix(np.eye(2), metadata={"conversions": given}).to_npz(p)
+        assert load_npz(p).metadata["conversions"] == want
 
 
 # ------------------------------------------------------------- messages a user met

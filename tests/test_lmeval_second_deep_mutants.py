@@ -190,3 +190,25 @@ def test_lm_eval_the_samples_prefix_is_read_in_any_case_in_a_folder_as_in_a_file
     up.rename(bare)
     assert jaxeval.load(bare).metadata["tasks"] == ["u"]
     assert jaxeval.load(tmp_path / "m").metadata["tasks"] == ["u"]
+
+
+def test_lm_eval_an_unreadable_folder_beside_the_model_folders_is_passed_over(tmp_path,
+                                                                            monkeypatch):
+    """A folder that cannot be listed (another user's, lost+found) holds no samples
+    files for the loader: the model folders beside it still load."""
+    import pathlib
+
+    import jaxeval
+
+    for m in ("m1", "m2"):
+        _run(tmp_path, m, "t", [_sample(i, 1.0) for i in range(3)])
+    (tmp_path / "private").mkdir()
+    real = pathlib.Path.iterdir
+
+    def iterdir(self):
+        if self.name == "private":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(pathlib.Path, "iterdir", iterdir)
+    assert jaxeval.load(tmp_path).shape == (2, 3)
