@@ -105,6 +105,15 @@ def _arm_order_and_keys(order_key, arm, n: int, synchronized: bool):
 _arm_order_and_keys_jit = jax.jit(_arm_order_and_keys, static_argnums=(2, 3))
 
 
+def _whole(x: np.ndarray, name: str) -> np.ndarray:
+    """``x`` as int64 when it holds whole numbers (of an integer or float dtype)."""
+    if np.issubdtype(x.dtype, np.integer):
+        return x.astype(np.int64)
+    if np.issubdtype(x.dtype, np.floating) and np.all(np.isfinite(x)) and np.all(x == np.round(x)):
+        return x.astype(np.int64)
+    raise ValueError(f"its {name!r} entry holds other values than whole numbers")
+
+
 def saved_path(path: str | os.PathLike) -> Path:
     """The file a campaign saved as ``path`` lives in: ``path`` itself, or ``path``
     with ``.npz`` appended when only that exists (as :meth:`IdentificationCampaign.save`
@@ -1063,6 +1072,8 @@ class IdentificationCampaign:
             if lens.shape != arrays["arms"].shape or int(lens.sum()) != arrays["index"].size \
                     or arrays["index"].size != arrays["scores"].size:
                 raise ValueError("the answers' arrays disagree in length")
+            if lens.size and (not np.issubdtype(lens.dtype, np.number) or lens.min() < 1):
+                raise ValueError("its 'lens' entry holds an answer of fewer than one item")
         except (*NPZ_READ_ERRORS, KeyError) as e:
             raise ValueError(f"{path}: not a saved jaxeval campaign ({e})") from None
         return path, meta, arrays
@@ -1075,8 +1086,11 @@ class IdentificationCampaign:
         path, meta, a = cls._read(path)
         cands, items = np.asarray(meta["candidates"]), np.asarray(meta["items"])
         K, n = cands.size, items.size
-        rows = np.repeat(a["arms"], a["lens"])
-        idx = a["index"]
+        try:  # (integer arrays, or whole numbers stored as floats by a hand-made file)
+            arms, lens, idx = (_whole(a[k], k) for k in ("arms", "lens", "index"))
+        except ValueError as e:
+            raise ValueError(f"{path}: a damaged campaign file: {e}") from None
+        rows = np.repeat(arms, lens)
         if rows.size and (rows.min() < 0 or rows.max() >= K or idx.min() < 0
                           or idx.max() >= n):
             raise ValueError(f"{path}: a damaged campaign file: answers name models or items "
