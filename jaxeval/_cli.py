@@ -1043,8 +1043,12 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
     res = {"estimate": float(est), "lower": float(lo), "upper": float(hi),
            "level": 1 - float(pred.alpha)}
     if args.extra:
-        e_u, l_u, h_u = pred.predict_unbiased(
-            x, extra, _by_name(scores, extra, "scores (extra items)", asked))
+        ys = _by_name(scores, extra, "scores (extra items)", asked)
+        try:
+            e_u, l_u, h_u = pred.predict_unbiased(x, extra, ys)
+        except ValueError as e:  # name the command's argument, not the method's
+            raise ValueError(_renamed(str(e), {"extra_scores": f"scores ({args.scores}) "
+                                               "(extra items)"})) from None
         res.update(unbiased={"estimate": float(e_u), "lower": float(l_u),
                              "upper": float(h_u), "extra_items": int(args.extra)})
     print(json.dumps(res))
@@ -1055,7 +1059,12 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     """A warning as one line of the command's own voice (``jaxeval: warning: ...``),
     not Python's ``path:line: UserWarning`` with a line of the library's source."""
     kind = "warning" if category is UserWarning else category.__name__
-    if "jaxeval" not in Path(str(filename)).parts:  # another library's: say whose
+    here = Path(__file__).resolve().parent  # the installed package (not any "jaxeval" folder)
+    try:
+        ours = Path(str(filename)).resolve().is_relative_to(here)
+    except (OSError, ValueError):
+        ours = False
+    if not ours:  # another library's: say whose
         kind += f" (from {Path(str(filename)).name})"
     try:
         print(f"jaxeval: {kind}: {message}", file=sys.stderr if file is None else file)

@@ -439,10 +439,18 @@ class AnchorPredictor:
             ys = np.asarray(extra_scores, dtype=np.float64).ravel()
         except (TypeError, ValueError) as e:
             raise TypeError(f"extra_scores: expected numbers in [0, 1] ({e})") from None
-        if ys.shape != idx.shape or not np.all(np.isfinite(ys)) or ys.min() < 0 or ys.max() > 1:
+        if ys.shape != idx.shape:
             raise ValueError(
-                f"extra_scores: expected {idx.size} finite scores in [0, 1], got shape {ys.shape}"
-            )
+                f"extra_scores: expected {idx.size} scores (one per extra item), got shape "
+                f"{ys.shape}")
+        if not np.all(np.isfinite(ys)):
+            j = int(np.flatnonzero(~np.isfinite(ys))[0])
+            raise ValueError(f"extra_scores: holds NaN/inf (first at {j}, item "
+                             f"{str(names[j])!r}); every extra item must be scored")
+        if ys.min() < 0 or ys.max() > 1:
+            raise ValueError(
+                f"extra_scores: scores must lie in [0, 1], got {float(ys.min())!r}.."
+                f"{float(ys.max())!r}{out_of_unit_hint(ys.min(), ys.max())}")
         a = check_level(self.alpha if alpha is None else alpha)  # as fit_anchors checks it
         f = self._fitted()
         im = jax.tree.map(jnp.asarray, self.item_model)
