@@ -151,9 +151,12 @@ def test_predict_unbiased_refuses_what_it_cannot_use(sm):
     for bad in ([extra[0], extra[1], pred.anchor_items[0]], [extra[0], extra[1], extra[0]]):
         with pytest.raises(ValueError, match="extra_items: must be distinct non-anchor items"):
             pred.predict_unbiased(x[0], np.array(bad), ys)
-    for bad in ([1, 0, -0.5], [1, 0, 1.5], [1, 0], [1, 0, 1, 1], [1, 0, np.nan]):
-        with pytest.raises(ValueError, match=r"extra_scores: expected 3 finite scores in "
-                                             r"\[0, 1\]"):
+    for bad, msg in (([1, 0, -0.5], r"scores must lie in \[0, 1\], got -0\.5\.\.1\.0"),
+                     ([1, 0, 1.5], r"scores must lie in \[0, 1\], got 0\.0\.\.1\.5"),
+                     ([1, 0], r"expected 3 scores \(one per extra item\), got shape \(2,\)"),
+                     ([1, 0, 1, 1], r"expected 3 scores \(one per extra item\), got shape"),
+                     ([1, 0, np.nan], rf"holds NaN/inf \(first at 2, item '{extra[2]}'\)")):
+        with pytest.raises(ValueError, match=r"^extra_scores: " + msg):
             pred.predict_unbiased(x[0], extra, bad)
     # integer item names given as keys that collide once read as text: refused
     numbered = jaxeval.ScoreMatrix(sm.scores, items=[str(i) for i in range(40)])

@@ -768,7 +768,8 @@ def test_warnings_print_as_one_line_of_the_command(tmp_path, capsys, monkeypatch
         warnings.showwarning = cli_module._show_warning
         warnings.warn_explicit("deprecated thing", DeprecationWarning,
                                "/site-packages/jax/_src/x.py", 3)
-        warnings.warn_explicit("too few", UserWarning, "/src/jaxeval/anchors/_api.py", 9)
+        warnings.warn_explicit("too few", UserWarning, str(
+            Path(cli_module.__file__).resolve().parent / "anchors" / "_api.py"), 9)
     err = capsys.readouterr().err
     assert "jaxeval: DeprecationWarning (from x.py): deprecated thing" in err
     assert "jaxeval: warning: too few" in err
