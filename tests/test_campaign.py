@@ -17,6 +17,11 @@ from jaxeval._campaign import CampaignRequest, IdentificationCampaign
 from jaxeval._factorization import ItemFactors
 from jaxeval._policies import PREDICTION_POLICIES
 
+# These tests edit saved files on purpose; the warning that a file changed since it
+# was saved is asserted where it is the subject (test_campaign_deep_mutants.py).
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.*changed since it was saved:UserWarning")
+
 
 @pytest.fixture(scope="module")
 def problem():

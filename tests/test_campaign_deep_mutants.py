@@ -18,6 +18,11 @@ import jaxeval
 from jaxeval import _campaign
 from jaxeval._campaign import IdentificationCampaign
 
+# These tests edit saved files on purpose; the warning that a file changed since it
+# was saved is asserted where it is the subject (test_campaign_deep_mutants.py).
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.*changed since it was saved:UserWarning")
+
 
 def _arrays(path):
     with np.load(path) as z:

@@ -11,6 +11,11 @@ from test_campaign import _answer, _small_truth
 import jaxeval
 from jaxeval._campaign import CampaignStatus, IdentificationCampaign
 
+# These tests edit saved files on purpose; the warning that a file changed since it
+# was saved is asserted where it is the subject (test_campaign_deep_mutants.py).
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.*changed since it was saved:UserWarning")
+
 
 def _status(**changes):
     """A hand-made status of three models, the second one the leader."""
