@@ -23,15 +23,28 @@ __all__ = ["load", "load_npz"]
 def open_npz(path: str | os.PathLike):
     """``np.load(path)`` as an open :class:`numpy.lib.npyio.NpzFile` (no pickle);
     a plain ``.npy`` array is a ``ValueError`` (numpy would return the array)."""
-    if isinstance(path, (str, os.PathLike)):
-        with open(path, "rb") as f:
+    if not isinstance(path, (str, os.PathLike)):  # a file object: the caller's to close
+        z = np.load(path, allow_pickle=False)
+    else:
+        # opened here, not by np.load: numpy leaves its own handle open when the zip
+        # directory cannot be read (a truncated file)
+        f = open(path, "rb")
+        try:
             magic = f.read(6)
-        if not magic.startswith(b"PK") and not magic.startswith(b"\x93NUMPY"):
-            raise ValueError(
-                f"not an .npz archive (the file starts with {magic!r}, not the zip "
-                "signature 'PK')"
-            )
-    z = np.load(path, allow_pickle=False)
+            if not magic.startswith(b"PK") and not magic.startswith(b"\x93NUMPY"):
+                raise ValueError(
+                    f"not an .npz archive (the file starts with {magic!r}, not the zip "
+                    "signature 'PK')"
+                )
+            f.seek(0)
+            z = np.load(f, allow_pickle=False)
+        except BaseException:
+            f.close()
+            raise
+        if isinstance(z, np.lib.npyio.NpzFile):
+            z.fid = f  # its close() (or the with block) closes the file, as np.load's own
+        else:
+            f.close()
     if not isinstance(z, np.lib.npyio.NpzFile):
         raise ValueError("a single array (.npy), not an .npz archive")
     return z
