@@ -250,3 +250,26 @@ def test_scores_in_percent_get_the_percent_hint():
     with pytest.raises(ValueError) as e:
         ScoreMatrix(np.array([[0.0, 870.0]]))
     assert str(e.value).endswith("(range 0.0..870.0)")
+
+
+def test_a_truncated_npz_leaves_no_file_open(tmp_path):
+    """A zip cut short is refused with its file closed at once (np.load's own handle
+    stayed open while the error's traceback lived, and was closed late by the garbage
+    collector with a ResourceWarning); a good file is closed with the archive."""
+    from jaxeval._data import NPZ_READ_ERRORS
+    from jaxeval._io import open_npz
+
+    fds = Path("/proc/self/fd")
+    if not fds.is_dir():
+        pytest.skip("needs /proc/self/fd to count open files")
+    good = tmp_path / "g.npz"
+    np.savez(good, scores=np.eye(40))
+    (tmp_path / "cut.npz").write_bytes(good.read_bytes()[:200])
+    before = len(list(fds.iterdir()))
+    with pytest.raises(NPZ_READ_ERRORS) as e:
+        open_npz(tmp_path / "cut.npz")
+    assert len(list(fds.iterdir())) == before, e.value  # (the traceback still alive)
+    with open_npz(good) as z:
+        assert z["scores"].shape == (40, 40)
+        assert len(list(fds.iterdir())) == before + 1
+    assert len(list(fds.iterdir())) == before
