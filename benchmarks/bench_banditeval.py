@@ -50,6 +50,7 @@ import sys
 import time
 
 import numpy as np
+from bench_args import at_least_one
 
 DATASETS = {
     "ifeval": "oll2_ifeval",
@@ -324,11 +325,8 @@ def main(argv=None):
                          "check that every recommendation and call count is the same; exit "
                          "status 1 if any differs")
     args = ap.parse_args(argv)
-    for name in ("reps", "lrf_reps", "instances"):
-        v = getattr(args, name)
-        if v is not None and v < 1:
-            ap.error(f"--{name.replace('_', '-')}: must be at least 1, got {v}"
-                     + (" (leave --lrf off to skip UCB-E-LRF)" if name == "lrf_reps" else ""))
+    at_least_one(ap, args, ("reps", "lrf_reps", "instances"),
+                 {"lrf_reps": " (leave --lrf off to skip UCB-E-LRF)"})
 
     if not have_banditeval():
         print("banditeval (and torch) not installed: pip install banditeval==0.1.1 "

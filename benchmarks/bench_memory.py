@@ -29,6 +29,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+from bench_args import at_least_one
 
 from jaxeval import _identification as idn
 
@@ -51,9 +52,7 @@ def main(argv=None):
     if args.item_block < 0:
         ap.error(f"--item-block: must be 0 (whole rows) or a positive block size, got "
                  f"{args.item_block}")
-    for name in ("R", "K", "calls"):
-        if getattr(args, name) < 1:
-            ap.error(f"--{name}: must be at least 1, got {getattr(args, name)}")
+    at_least_one(ap, args, ("R", "K", "calls"))
 
     print(f"R = {args.R} replicates, K = {args.K}, policy {args.policy}, synthetic truth "
           f"(rank 4), budget {args.calls} calls, kinds eb+hoeffding, item_block "

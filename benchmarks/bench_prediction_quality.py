@@ -31,6 +31,7 @@ def main(argv=None):
     from jaxeval import _factorization as fz
 
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    from bench_args import at_least_one
     from bench_banditeval import DATASETS
 
     ap = argparse.ArgumentParser(description=__doc__,
@@ -44,8 +45,7 @@ def main(argv=None):
     bad = [f for f in args.fracs if not 0.0 < f < 1.0]
     if bad:
         ap.error(f"--fracs: each share of items observed must lie in (0, 1), got {bad}")
-    if args.top < 1:
-        ap.error(f"--top: must be at least 1, got {args.top}")
+    at_least_one(ap, args, ("top",))
 
     rng = np.random.default_rng(args.seed)
     print("| dataset | n | " + " | ".join(

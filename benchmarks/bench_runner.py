@@ -135,10 +135,10 @@ by_chunk = [measure(c, 1) for c in args.chunks]
 by_dev = []
 if not args.memory_only:
     print(f"device sweep (chunk {args.device_chunk}):")
+    rounded = measure_chunk(args.device_chunk, 1)  # (the chunk a 1-device plan runs)
     for d in args.devices:
         # (the 1-device row of the chunk sweep at the same chunk, as it was rounded)
-        hit = next((x for x in by_chunk if d == 1 and x["chunk"] == measure_chunk(
-            args.device_chunk, 1)), None)
+        hit = next((x for x in by_chunk if d == 1 and x["chunk"] == rounded), None)
         by_dev.append(hit or measure(args.device_chunk, d))
     base = by_dev[0]
     for r in by_dev:

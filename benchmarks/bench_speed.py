@@ -51,6 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy_reference as ref  # noqa: E402
+from bench_args import at_least_one  # noqa: E402
 from bench_banditeval import DATASETS, banditeval_ucbe, have_banditeval  # noqa: E402
 from speed_problem import speed_problem  # noqa: E402
 
@@ -108,10 +109,8 @@ def main(argv=None):
                     help="interleaved timing rounds (figures are medians over rounds)")
     ap.add_argument("--out", default="/tmp/bench_speed.json")
     args = ap.parse_args(argv)
-    for name in ("K", "reps", "chunk", "np_reps", "be_reps", "be_reps_b1", "rounds", "rank"):
-        v = getattr(args, name)
-        if v is not None and v < 1:
-            ap.error(f"--{name.replace('_', '-')}: must be at least 1, got {v}")
+    at_least_one(ap, args, ("K", "reps", "chunk", "np_reps", "be_reps", "be_reps_b1",
+                            "rounds", "rank"))
     if not 0.0 < args.max_frac <= 1.0:
         ap.error(f"--max-frac: must lie in (0, 1], got {args.max_frac}")
 

@@ -46,7 +46,7 @@ from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # the same datasets and offline factorization as the tuning tables
-from bench_tuning import DATASETS, _factors, load  # noqa: E402
+from bench_tuning import DATASETS, _factors, _ratio, load  # noqa: E402
 
 #: UCB-E's and ``pulse_ucb``'s ``a`` tuned on the tuning seed (BUILD_NOTES, 50 instances,
 #: K = 10; TailoredBench: "TailoredBench GSM8K, SPEC 6.1's fifth set").
@@ -56,14 +56,6 @@ TUNED_PULSE_A = {"arc": 1.0, "math5": 1.0, "ifeval": 1.0, "musr": 1.0, "tailored
 
 def _fmt(calls, total):
     return ">max" if not np.isfinite(calls) else f"{100 * calls / total:.1f}%"
-
-
-def _ratio(x, u):
-    """``x / u`` of two calls-to-95% figures, the unreached cases spelled out as in
-    ``bench_tuning``: ``<1`` where only ``x`` reaches 95%, ``-`` where neither does."""
-    if not np.isfinite(u):
-        return "<1" if np.isfinite(x) else "-"
-    return f"{x / u:.2f}" if np.isfinite(x) else ">max"
 
 
 def main(argv=None):

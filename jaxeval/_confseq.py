@@ -177,10 +177,9 @@ def finalize(
     """
     done = jnp.asarray(done, bool)
     exact = _f(exact_value)
-    try:
-        concrete = np.asarray(margin, np.float64)
-    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-        concrete = None
+    from jaxeval._runner import concrete_array
+
+    concrete = concrete_array(margin)
     if concrete is not None and not np.all(concrete >= 0):
         raise ValueError(f"confseq.finalize: margin must be >= 0 (the interval "
                          f"[exact - margin, exact + margin]), got {margin!r}")

@@ -235,6 +235,15 @@ def _concrete_int(seed: Any) -> int | None:
     return None
 
 
+def concrete_array(value: Any) -> np.ndarray | None:
+    """``value`` as a float64 NumPy array, or None for a traced (abstract) value: the
+    argument checks that can only look at concrete values use it."""
+    try:
+        return np.asarray(value, np.float64)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        return None
+
+
 def check_int(name: str, value: Any, lo: int = 0, hi: int | None = None, *,
               why: str = "") -> int:
     """``value`` as a Python int, checked against ``[lo, hi]``: the parser of every

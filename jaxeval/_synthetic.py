@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxeval._data import ScoreMatrix
-from jaxeval._runner import as_key, check_int
+from jaxeval._runner import as_key, check_int, concrete_array
 
 __all__ = [
     "GAP_CLIPPED",
@@ -206,14 +206,6 @@ def _check_real(name: str, value: Any, none_ok: bool = False) -> None:
                     f"{value!r}")
 
 
-def _concrete(value: Any) -> np.ndarray | None:
-    """``value`` as a float64 numpy array, or None for a traced (abstract) value."""
-    try:
-        return np.asarray(value, np.float64)
-    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-        return None
-
-
 def _check_int(value: Any, name: str, lo: int, hi: int | None = None, why: str = "") -> int:
     return check_int(f"synthetic_matrix: {name}", value, lo, hi, why=why)
 
@@ -287,15 +279,15 @@ def synthetic_matrix(
     for name, v, lo in (("model_scale", model_scale, 0.0), ("item_scale", item_scale, 0.0),
                         ("difficulty_mean", difficulty_mean, -np.inf),
                         ("difficulty_scale", difficulty_scale, 0.0)):
-        x = _concrete(v)  # (a traced value is the caller's to check)
+        x = concrete_array(v)  # (a traced value is the caller's to check)
         if x is not None and not (np.isfinite(x).all() and (x >= lo).all()):
             raise ValueError(
                 f"synthetic_matrix: '{name}' must be finite" + (" and >= 0" if lo == 0 else "")
                 + f", got {v!r}")
-    g = None if gap is None else _concrete(gap)  # (concrete arrays too, as the scales)
+    g = None if gap is None else concrete_array(gap)  # (concrete arrays too, as the scales)
     if g is not None and not (np.isfinite(g).all() and ((0.0 <= g) & (g <= 1.0)).all()):
         raise ValueError(f"synthetic_matrix: 'gap' must lie in [0, 1], got {gap!r}")
-    c = None if concentration is None else _concrete(concentration)
+    c = None if concentration is None else concrete_array(concentration)
     if c is not None and not (np.isfinite(c).all() and (c > 0).all()):
         raise ValueError(
             f"synthetic_matrix: 'concentration' must be > 0 and finite, got {concentration!r}"

@@ -333,26 +333,26 @@ def _holey():
                                models=["m0", "m1", "m2", "m3"])
 
 
-def test_load_source_npz_renames_duplicates_and_drops_incomplete_models(monkeypatch, capsys):
-    seen = []
+@pytest.fixture
+def seen(monkeypatch):
+    """``jaxeval.load`` replaced by one that records its calls and returns ``_holey()``."""
+    calls = []
 
     def load(path, **kw):
-        seen.append((path, kw))
+        calls.append((path, kw))
         return _holey()
     monkeypatch.setattr(jaxeval, "load", load)
+    return calls
+
+
+def test_load_source_npz_renames_duplicates_and_drops_incomplete_models(seen, capsys):
     sm = bv.load_source("mb_arc")
     assert seen == [(bv.SOURCES["mb_arc"], {"duplicate_names": "rename"})]
     assert list(sm.models) == ["m0", "m2"] and sm.is_complete
     assert capsys.readouterr().out == "mb_arc: dropping 2 of 4 models with missing cells\n"
 
 
-def test_load_source_named_dataset_loaded_as_is(monkeypatch, capsys):
-    seen = []
-
-    def load(path, **kw):
-        seen.append((path, kw))
-        return _holey()
-    monkeypatch.setattr(jaxeval, "load", load)
+def test_load_source_named_dataset_loaded_as_is(seen, capsys):
     assert bv.load_source("musr").n_models == 4
     assert seen == [("oll2_musr", {})] and capsys.readouterr().out == ""
 
