@@ -50,7 +50,7 @@ import sys
 import time
 
 import numpy as np
-from bench_args import at_least_one
+from bench_args import at_least_one, budget_fractions_upto
 
 DATASETS = {
     "ifeval": "oll2_ifeval",
@@ -327,6 +327,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     at_least_one(ap, args, ("reps", "lrf_reps", "instances"),
                  {"lrf_reps": " (leave --lrf off to skip UCB-E-LRF)"})
+    fracs = budget_fractions_upto(ap, args.max_frac)
 
     if not have_banditeval():
         print("banditeval (and torch) not installed: pip install banditeval==0.1.1 "
@@ -335,10 +336,8 @@ def main(argv=None):
     import torch
 
     import jaxeval
-    from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS
 
     torch.set_num_threads(1)
-    fracs = tuple(f for f in DEFAULT_BUDGET_FRACTIONS if f <= args.max_frac + 1e-12)
     rows, results, peer_rows = [], {}, []
     for ds in args.datasets:
         sm = jaxeval.load(DATASETS[ds])

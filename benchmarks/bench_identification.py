@@ -39,7 +39,7 @@ from jaxeval._policies import PREDICTION_POLICIES
 # one set of settings is passed to every policy; those a policy does not read are
 # expected here, not a mistake to warn about
 warnings.filterwarnings("ignore", message=r".* (has|have) no effect for policy ")
-from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS
+from bench_args import budget_fractions_upto
 
 DATASETS = {
     "ifeval": "oll2_ifeval",
@@ -148,7 +148,7 @@ def main(argv=None):
     ap.add_argument("--K", nargs="+", type=int, default=[10])
     ap.add_argument("--policies", nargs="+", default=list(POLICIES))
     ap.add_argument("--reps", type=int, default=40)
-    ap.add_argument("--instances", type=int, default=None, help="default 10 (K=10) / 5 (K=50)")
+    ap.add_argument("--instances", type=int, default=None, help="default 10 (K <= 10) / 5 (larger K)")
     ap.add_argument("--max-frac", type=float, default=0.5)
     ap.add_argument("--a", type=float, default=1.0, help="UCB-E / pulse_ucb / naive constant")
     ap.add_argument("--scale", type=float, default=1.0, help="PULSE exploration scale")
@@ -167,17 +167,22 @@ def main(argv=None):
     if args.replot:
         curves, reps = {}, set()
         for path in args.replot:
-            with open(path) as fh:
-                blob = json.load(fh)
-            curves.update(blob["curves"])
-            reps.add(blob["args"]["reps"])
+            try:
+                with open(path) as fh:
+                    blob = json.load(fh)
+                c, r = blob["curves"], blob["args"]["reps"]
+                curves.update(c)
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise SystemExit(f"--replot: {path} is not a results file of this script "
+                                 f"({e!r})") from None
+            reps.add(r)
         print_table(curves, args.policies)
         if args.plot:
             plot_curves(curves, args.policies, args.plot,
                         reps="/".join(str(r) for r in sorted(reps)))
         return
 
-    fracs = tuple(f for f in DEFAULT_BUDGET_FRACTIONS if f <= args.max_frac + 1e-12)
+    fracs = budget_fractions_upto(ap, args.max_frac)
     curves = {}
     for ds in args.datasets:
         sm = jaxeval.load(DATASETS[ds])

@@ -42,10 +42,10 @@ import jaxeval
 # one set of settings is passed to every policy; those a policy does not read are
 # expected here, not a mistake to warn about
 warnings.filterwarnings("ignore", message=r".* (has|have) no effect for policy ")
-from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # the same datasets and offline factorization as the tuning tables
+from bench_args import budget_fractions_upto  # noqa: E402
 from bench_tuning import DATASETS, _factors, _ratio, load  # noqa: E402
 
 #: UCB-E's and ``pulse_ucb``'s ``a`` tuned on the tuning seed (BUILD_NOTES, 50 instances,
@@ -72,7 +72,7 @@ def main(argv=None):
     ap.add_argument("--out", default="/tmp/bench_top2.json")
     args = ap.parse_args(argv)
     K = args.K
-    fracs = tuple(f for f in DEFAULT_BUDGET_FRACTIONS if f <= args.max_frac + 1e-12)
+    fracs = budget_fractions_upto(ap, args.max_frac)
     rows, results = [], {}
     for ds in args.datasets:
         t0 = time.time()

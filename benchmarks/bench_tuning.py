@@ -72,7 +72,7 @@ import jaxeval
 # one set of settings is passed to every policy; those a policy does not read are
 # expected here, not a mistake to warn about
 warnings.filterwarnings("ignore", message=r".* (has|have) no effect for policy ")
-from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS
+from bench_args import budget_fractions_upto
 
 DATASETS = {
     "ifeval": "oll2_ifeval",
@@ -317,15 +317,15 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.replot:
         return replot(args.replot, plot=args.plot, gap_plot=args.gap_plot)
+    fracs = budget_fractions_upto(ap, args.max_frac)
     if args.sysrs_only:
-        return _sysrs_only(args)
+        return _sysrs_only(args, fracs)
     grids = {p: GRIDS[p] for p in args.policies}
     if "ucbe" not in grids:
         ap.error("--policies must include ucbe (the reference of the ratios)")
     if "ucbe" in args.defaults or not set(args.defaults) <= set(grids):
         ap.error("--defaults: policies of --policies other than ucbe (the tuned reference)")
 
-    fracs = tuple(f for f in DEFAULT_BUDGET_FRACTIONS if f <= args.max_frac + 1e-12)
     rows, results, curves, gap_rows = [], {}, {}, []
     for ds in args.datasets:
         sm = load(ds)
@@ -403,8 +403,7 @@ def main(argv=None):
         plot_gap_bins(results, list(pols), args.gap_plot, reps=args.reps)
 
 
-def _sysrs_only(args) -> int:
-    fracs = tuple(f for f in DEFAULT_BUDGET_FRACTIONS if f <= args.max_frac + 1e-12)
+def _sysrs_only(args, fracs) -> int:
     results = {}
     for ds in args.datasets:
         sm = load(ds)

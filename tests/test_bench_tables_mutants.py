@@ -21,6 +21,7 @@ import pytest
 from test_simulate_report_mutants import _rep
 
 import jaxeval
+from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import bench_identification as bi  # noqa: E402
@@ -268,7 +269,7 @@ def test_main_tunes_on_the_tuning_seed_and_reports_on_the_report_seed(
     assert [(c["policy"], c["a"]) for c in report] == [
         ("sysrs", 1.0), ("ucbe", 3.0), ("pulse_ucb", 0.3)]
     # the settings of every run: the budget grid up to --max-frac, 50 instances at K 10
-    fracs = tuple(f for f in bt.DEFAULT_BUDGET_FRACTIONS if f <= 0.5)
+    fracs = tuple(f for f in DEFAULT_BUDGET_FRACTIONS if f <= 0.5)
     assert fracs[-1] == 0.5
     for c in fake_sim:
         assert c["budget_fractions"] == fracs and c["n_instances"] == 50
@@ -353,7 +354,7 @@ def test_main_refuses_policies_without_ucbe_or_defaults_of_ucbe(fake_sim, capsys
 
 def test_main_instances_default_by_k_and_max_frac(fake_sim, tmp_path, capsys):
     _main(tmp_path, capsys, "--K", "11", "--max-frac", "0.3", "--gap-bins", "0")
-    fracs = tuple(f for f in bt.DEFAULT_BUDGET_FRACTIONS if f <= 0.3)
+    fracs = tuple(f for f in DEFAULT_BUDGET_FRACTIONS if f <= 0.3)
     assert fracs[-1] == 0.3
     assert {c["n_instances"] for c in fake_sim} == {20}
     assert {c["budget_fractions"] for c in fake_sim} == {fracs}
