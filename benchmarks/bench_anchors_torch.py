@@ -30,6 +30,7 @@ import time
 
 import numpy as np
 import torch
+from bench_args import at_least_one
 
 import jaxeval
 from jaxeval.anchors import Settings
@@ -165,9 +166,9 @@ def main(argv=None):
                     help="alternate (jaxeval, PyTorch) this many times; one ratio per round")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     a = ap.parse_args(argv)
-    if a.seeds < 1 or a.rounds < 1 or a.k < 1:
-        raise ValueError(f"--seeds, --rounds and --k must be >= 1, got "
-                         f"{a.seeds}, {a.rounds}, {a.k}")
+    at_least_one(ap, a, ("seeds", "rounds", "k"))
+    if a.threads < 0:
+        ap.error(f"--threads: must be at least 0 (0: torch's default), got {a.threads}")
     if a.threads:
         torch.set_num_threads(a.threads)
     st = Settings(proxy_steps=a.proxy_steps, final_steps=a.final_steps, init_steps=a.init_steps)

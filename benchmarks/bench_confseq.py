@@ -36,6 +36,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from bench_args import at_least_one
 
 from jaxeval import _confseq as cs_mod
 from jaxeval._estimators import (
@@ -258,7 +259,7 @@ def real_rows(name: str, k_rows: int = 2):
     return train.astype(np.float32), m.scores[pick].astype(np.float32)
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--replicates", type=int, default=2000)
     ap.add_argument("--alpha", type=float, default=0.05)
@@ -268,7 +269,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--grid-size", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    at_least_one(ap, args, ("replicates", "batch", "grid_size"))
+    if not 0.0 < args.alpha < 1.0:
+        ap.error(f"--alpha: must lie in (0, 1), got {args.alpha}")
     kinds = cs_mod.KINDS
     alpha = jnp.float32(args.alpha)
     idx = jnp.arange(args.replicates)

@@ -148,7 +148,8 @@ def main(argv=None):
     ap.add_argument("--K", nargs="+", type=int, default=[10])
     ap.add_argument("--policies", nargs="+", default=list(POLICIES))
     ap.add_argument("--reps", type=int, default=40)
-    ap.add_argument("--instances", type=int, default=None, help="default 10 (K <= 10) / 5 (larger K)")
+    ap.add_argument("--instances", type=int, default=None,
+                    help="default 10 (K <= 10) / 5 (larger K)")
     ap.add_argument("--max-frac", type=float, default=0.5)
     ap.add_argument("--a", type=float, default=1.0, help="UCB-E / pulse_ucb / naive constant")
     ap.add_argument("--scale", type=float, default=1.0, help="PULSE exploration scale")

@@ -92,6 +92,9 @@ def speed_problem(dataset: str = "ifeval", *, K: int = 10, max_frac: float = 0.2
     rng = np.random.default_rng(seed)
     instances = np.stack([rng.choice(pool_s.shape[0], K, replace=False) for _ in range(10)])
     fracs = [f for f in DEFAULT_BUDGET_FRACTIONS if f <= max_frac + 1e-12]
+    if not fracs:
+        raise ValueError(f"max_frac: {max_frac:g} leaves no budget (the smallest budget "
+                         f"fraction is {DEFAULT_BUDGET_FRACTIONS[0]:g})")
     budgets = tuple(sorted({max(1, round(f * K * n)) for f in fracs}))
     if fit:
         lr = jaxeval.fit_factorization(train, rank=rank, rho=1.0, seed=seed, num_steps=500)
