@@ -131,7 +131,7 @@ class LowRankLogistic(FrozenState):
       loss_history: objective per observed cell during the fit.
       selection: ``None`` when rank and rho were given, else a read-only mapping with
         the grids and the held-out log-loss curve (``ranks``, ``rhos``,
-        ``heldout_loss [R, P]``, ``train_loss [R, P]``).
+        ``heldout_loss [R, P]``, ``train_loss [R, P]``, ``holdout_fraction``).
       info: read-only provenance (seed, steps, learning rate, source, JAX version).
     """
 
@@ -745,7 +745,8 @@ def fit_factorization(
         # that ends well above it diverged or stopped early, and predicts worse than that
         warnings.warn(
             f"fit_factorization: the fit ended at a loss of {final:.4g} per observed cell, "
-            f"above the {math.log(2.0):.4f} of predicting 0.5 everywhere (learning_rate="
+            f"more than 10% above the {math.log(2.0):.4f} of predicting 0.5 everywhere "
+            f"(learning_rate="
             f"{learning_rate:g} too large, or num_steps={num_steps} too few?)", stacklevel=2)
     f, U = _empirical_prior(res.U, res.item_factors)
     V, c, u_mean = (np.asarray(a) for a in f)

@@ -983,8 +983,8 @@ def test_a_fit_worse_than_predicting_one_half_warns():
 
     S = (np.random.default_rng(0).random((40, 30)) < 0.5).astype(float)
     with pytest.warns(UserWarning, match=r"fit_factorization: the fit ended at a loss of "
-                      r"[0-9.]+ per observed cell, above the 0.6931 of predicting 0.5 "
-                      r"everywhere \(learning_rate=1000 too large"):
+                      r"[0-9.]+ per observed cell, more than 10% above the 0.6931 of predicting "
+                      r"0.5 everywhere \(learning_rate=1000 too large"):
         bad = jaxeval.fit_factorization(S, rank=2, rho=1.0, num_steps=200,
                                         learning_rate=1e3)
     assert bad.final_loss > 1.1 * np.log(2.0)
