@@ -63,6 +63,10 @@ def irt_item_predictions(
     steps from the prior centre); anchors keep their observed scores.
     """
     n = item_factors.V.shape[0]
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        # integer or bool 0/1 scores: in the factors' float dtype, not rho cast to an integer
+        x = x.astype(jnp.result_type(x.dtype, item_factors.V.dtype))
     m = x.shape[0]
     full = jnp.zeros((m, n), x.dtype).at[:, anchors].set(x)
     mask = jnp.zeros((m, n), bool).at[:, anchors].set(True)

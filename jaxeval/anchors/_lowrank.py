@@ -102,8 +102,9 @@ def fit_lowrank_validated(
 
     Args:
       basis: from :func:`lowrank_basis` on the training scores.
-      anchors: int ``[k]`` distinct anchor items (a repeated anchor would be counted
-        twice in the estimate; refused when ``anchors`` is concrete, i.e. outside jit).
+      anchors: int ``[k]`` distinct anchor items in ``[0, n)`` (a repeated anchor would be
+        counted twice in the estimate, and JAX clamps an index out of range: both are
+        refused when ``anchors`` is concrete, i.e. outside jit).
       x_tr, y_tr: training anchor scores ``[m, k]`` and targets (used only to
         calibrate an external target).
       x_val, y_val: validation anchor scores and targets.
@@ -126,6 +127,13 @@ def fit_lowrank_validated(
     """
     if not isinstance(anchors, jax.core.Tracer):
         a = np.asarray(anchors)
+        n = basis.V.shape[0]
+        if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
+            raise ValueError(f"anchors: expected a 1-d array of integer item indices, got "
+                             f"shape {a.shape} and dtype {a.dtype}")
+        if a.size and (a.min() < 0 or a.max() >= n):
+            raise ValueError(f"anchors: item indices must lie in [0, {n}) (the basis's "
+                             f"items), got {a.tolist()}")
         if np.unique(a).size != a.size:
             raise ValueError(f"anchors: expected distinct items, got {a.tolist()}")
     R = basis.V.shape[1]

@@ -54,7 +54,11 @@ def apply_linear(params: LinearMap, x: jax.Array) -> jax.Array:
 def _centre(x: jax.Array, y: jax.Array):
     xm = jnp.mean(x, axis=0)
     ym = jnp.mean(y)
-    return x - xm, y - ym, xm, ym
+    # a constant column centres to exact zeros: its float mean is off by rounding, and
+    # a relative penalty shrinks with that residue, so the fit would read a slope from it
+    xc = jnp.where(jnp.all(x == x[:1], axis=0), 0.0, x - xm).astype(x.dtype)
+    yc = jnp.where(jnp.all(y == y[:1]), 0.0, y - ym).astype(y.dtype)
+    return xc, yc, xm, ym
 
 
 def fit_ridge_path(x: jax.Array, y: jax.Array, lams: jax.Array) -> LinearMap:
