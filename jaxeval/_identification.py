@@ -83,6 +83,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxeval import _confseq, _estimators, _policies, _sampling
 from jaxeval._factorization import (
@@ -91,7 +92,7 @@ from jaxeval._factorization import (
     refit_row,
     update_model_factor_blocked,
 )
-from jaxeval._runner import check_int
+from jaxeval._runner import _concrete_int, check_int
 
 __all__ = [
     "CS_KINDS",
@@ -227,6 +228,34 @@ class Config:
             )
         # (Python ints: the config is a static, hashable argument of the kernels)
         object.__setattr__(self, "item_block", check_int("item_block", self.item_block, 1))
+        object.__setattr__(self, "num_arms", check_int("num_arms", self.num_arms, 1))
+        object.__setattr__(self, "num_items", check_int("num_items", self.num_items, 1))
+        object.__setattr__(self, "num_newton", check_int("num_newton", self.num_newton, 0))
+        object.__setattr__(self, "rank", check_int("rank", self.rank, 1))
+        for name in ("use_predictions", "synchronized", "refit"):
+            v = getattr(self, name)
+            if not (isinstance(v, (bool, np.bool_)) or (v is None and name != "refit")):
+                raise ValueError(f"{name}: expected True or False"
+                                 + (" (or None)" if name != "refit" else "") + f", got {v!r}")
+            object.__setattr__(self, name, None if v is None else bool(v))
+        if self.horizon is not None:
+            if self.policy != "sysrs":
+                raise ValueError(f"horizon: only SySRs plans for a horizon, not policy "
+                                 f"{self.policy!r}")
+            object.__setattr__(self, "horizon", check_int("horizon", self.horizon, 1))
+        try:  # a list would pass the checks below and then fail as a static argument
+            budgets = tuple(self.budgets)
+        except TypeError:
+            raise ValueError(f"budgets must be a non-empty sorted tuple, got {self.budgets!r}"
+                             ) from None
+        if isinstance(self.cs_kinds, str):
+            raise ValueError(f"cs_kinds: expected a tuple of kinds of {CS_KINDS}, got the string "
+                             f"{self.cs_kinds!r} (write ({self.cs_kinds!r},))")
+        object.__setattr__(self, "cs_kinds", tuple(self.cs_kinds))
+        ints = [_concrete_int(b) for b in budgets]
+        if None in ints:
+            raise ValueError(f"budgets: expected integer LLM call counts, got {budgets}")
+        object.__setattr__(self, "budgets", tuple(ints))
         if self.truth == "synthetic" and self.num_items * max(self.rank, 1) >= 2**32:
             raise ValueError(
                 f"num_items * rank must stay below 2**32 for synthetic truth (counter-based "
@@ -258,6 +287,8 @@ class Config:
             raise ValueError(
                 f"cs_kinds: expected distinct kinds of {CS_KINDS}, got {self.cs_kinds}"
             )
+        if self.stop_kind not in CS_KINDS:
+            raise ValueError(f"stop_kind: expected one of {CS_KINDS}, got {self.stop_kind!r}")
         if not self.cs_kinds:
             if self.mode == "confidence" or self.policy == "pulse":
                 raise ValueError(
