@@ -544,13 +544,16 @@ def _lines(path: str, what: str, comments: bool = False) -> list[str]:
 def _new_npz(what: str, value: str, why: str = "") -> Path:
     """The ``.npz`` path a command creates (``value`` with ``.npz`` appended unless it
     ends so); an existing file is refused, never replaced."""
-    from jaxeval._data import npz_name
+    from jaxeval._data import cannot_write, npz_name
 
     path = npz_name(value)
     if path.exists():
         raise ValueError(f"{what}: {path} exists{why}; choose another name or delete it yourself")
     if not path.parent.is_dir():
         raise ValueError(f"{what}: the folder {path.parent} does not exist")
+    why = cannot_write(path.parent)
+    if why:  # refused now, not after the work whose result it would hold
+        raise ValueError(f"{what}: cannot write in the folder {path.parent} ({why})")
     return path
 
 
@@ -931,12 +934,22 @@ def _renamed(msg: str, names: dict[str, str], forms: tuple[str, ...] = (":",)) -
     return msg
 
 
-def _read_json(path: str, what: str):
+_ONE_MODEL_JSON = (
+    " (anchors predict reads one model's scores as JSON: an object {item: score} or a "
+    "list in the order `jaxeval anchors items FILE` prints; for a table of many models, "
+    "use AnchorPredictor.predict in Python)")
+
+
+def _read_json(path: str, what: str, hint: str = ""):
+    """The JSON value in file ``path`` (``-``: stdin); errors name ``what``, an empty
+    file is said to be empty, and ``hint`` ends a parse error's message."""
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        if not text.strip():
+            raise ValueError(f"{what}: {'stdin' if path == '-' else path} is empty{hint}")
         return json.loads(text)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{what}: cannot read {path} as JSON ({e})") from None
+        raise ValueError(f"{what}: cannot read {path} as JSON ({e}){hint}") from None
 
 
 def _by_name(scores, names: np.ndarray, what: str, allowed=None, hint: str = ""
@@ -1004,6 +1017,8 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
     if extra_seed < 0:
         raise ValueError(f"--extra-seed: expected a non-negative integer, got {extra_seed}")
     pred = jaxeval.AnchorPredictor.load(args.file)
+    if args.extra is not None:  # before any extra item is drawn, let alone scored
+        pred._check_unbiased("--extra")
     if args.extra is not None and args.extra > pred.items.size - pred.k:
         raise ValueError(f"--extra: at most {pred.items.size - pred.k} items are not anchors "
                          f"({pred.items.size} items, {pred.k} anchors), got {args.extra}")
@@ -1012,9 +1027,14 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
                  else pred.anchor_items)
         print("\n".join(np.asarray(names).astype(str).tolist()))
         return 0
-    scores = _read_json(args.scores, "scores")
+    scores = _read_json(args.scores, "scores", _ONE_MODEL_JSON)
     extra = (np.asarray(pred.extra_items(args.extra, seed=extra_seed)).astype(str)
              if args.extra else np.zeros(0, str))
+    if isinstance(scores, dict) and scores and all(isinstance(v, dict)
+                                                   for v in scores.values()):
+        raise ValueError(f"scores: one model per file; {args.scores} holds an object of "
+                         f"{len(scores)} object(s) (keys like {next(iter(scores))!r})"
+                         + _ONE_MODEL_JSON)
     if isinstance(scores, dict):
         # keys that are items of the benchmark but not asked for: extra items of another
         # --extra / --extra-seed than the ones given to `anchors items`

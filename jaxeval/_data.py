@@ -31,13 +31,18 @@ def out_of_unit_hint(lo: float, hi: float) -> str:
     """The likely cause of scores ``lo..hi`` that leave ``[0, 1]``, as a parenthesised
     hint for an error message (``""`` when there is none to guess).
 
+    Percent is guessed only for a largest score above 1.5: dividing scores that reach
+    just past 1 by 100 would squeeze them into ``[0, 0.015]``.
+
     Example:
       >>> out_of_unit_hint(0.0, 1.0000001), out_of_unit_hint(0.0, 87.5)
       (' (rounding? clip the scores to [0, 1] first)', ' (percent? divide by 100 first)')
+      >>> out_of_unit_hint(0.0, 1.0005)
+      ''
     """
     if lo >= -1e-6 and hi <= 1 + 1e-6:
         return " (rounding? clip the scores to [0, 1] first)"
-    if lo >= 0 and hi <= 100:
+    if lo >= 0 and 1.5 < hi <= 100:
         return " (percent? divide by 100 first)"
     return ""
 
@@ -774,6 +779,7 @@ class ScoreMatrix(FrozenState):
           (7, 3)
         """
         m = self.n_models
+        seed = _check_seed(seed, "split_pool")  # (named here, not as split's)
         if isinstance(n_train, (bool, np.bool_)) or not isinstance(
             n_train, (int, float, np.integer, np.floating)
         ):
@@ -879,6 +885,19 @@ class Split:
     def __iter__(self) -> Iterator[ScoreMatrix]:
         """``train, validation, test = split``, the three matrices in that order."""
         return iter((self.train, self.validation, self.test))
+
+
+def cannot_write(folder: str | os.PathLike) -> str | None:
+    """Why this process cannot create a file in the existing ``folder`` (``None`` when
+    it can): checked before long work whose result would be written there. A probe file,
+    since ``os.access`` says yes to root on a read-only mount or an immutable folder."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".tmp-probe-"):
+            return None
+    except OSError as e:
+        return e.strerror or str(e)
 
 
 @contextlib.contextmanager

@@ -1435,6 +1435,15 @@ def _open_folder(study: Study, out: Path, rng: tuple[int, int]) -> dict:
                 f"({what}); the folder continues only the study in its {MANIFEST_FILE}. "
                 f"Nothing was changed: restore {STUDY_FILE} (deleting it is enough: it is "
                 "written again), or run the edited study in a new --out folder")
+    layout = {"chunk_size", "lanes"}
+    changed = set(_diff_keys(manifest["config"], cfg))
+    if changed and changed <= layout:
+        raise StudyFolderError(
+            f"{out} holds this study run with another chunk layout: "
+            f"{_describe_diff(manifest['config'], cfg)}. These settings change no result, "
+            "but the folder's chunks are laid out by them; nothing was overwritten: "
+            f"continue it as it is (`jaxeval resume {out}`), or use another --out folder"
+        )
     if manifest["config"] != cfg:
         raise StudyFolderError(
             f"{out} holds the results of another study ({manifest['config'].get('name')!r}): "
@@ -1622,8 +1631,27 @@ def run_study(
     return out
 
 
+def _check_writable(folder: Path) -> None:
+    """Refuse, before anything is computed, a folder this process cannot write (a
+    read-only mount, an immutable folder, another user's): the first chunk would be
+    computed and then lost."""
+    from jaxeval._data import cannot_write
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        why = cannot_write(folder)
+    except OSError as e:
+        why = e.strerror or str(e)
+    if why:
+        raise StudyFolderError(
+            f"{folder}: cannot write there ({why}); nothing was computed or changed: make "
+            "it writable, or give another output folder (--out)")
+
+
 def _run_locked(study: Study, out: Path, rng: tuple[int, int], progress: bool) -> None:
     """:func:`run_study`'s work, with ``out`` held by this process."""
+    if _is_writer():
+        _check_writable(out)
     manifest = _open_folder(study, out, rng)
     # corrupt chunks are dropped from the manifest in memory, deleted only once the
     # set-up check has passed (a refusal leaves the folder as it was)
@@ -1639,6 +1667,13 @@ def _run_locked(study: Study, out: Path, rng: tuple[int, int], progress: bool) -
             f"recomputed: {bad[:3]}",
             stacklevel=2,
         )
+    if _is_writer():
+        for task, todo in zip(tasks, todos):
+            if todo:
+                _check_writable(out / "chunks" / task.name)
+        if progress and not any(todos):
+            print(f"[jaxeval] {study.name}: every unit of {out}'s range {rng[0]}:{rng[1]} is "
+                  "already computed; nothing to do", file=sys.stderr, flush=True)
     if _is_writer():  # corrupt chunks (recomputed below) and half-written files of a killed run
         for name in bad:
             (out / name).unlink(missing_ok=True)

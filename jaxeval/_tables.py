@@ -248,10 +248,13 @@ def _number(cell: Any) -> float | None:
         return None
 
 
-def _check_range(value: float, src: str, where: str, field: str) -> None:
+def _check_range(value: float, src: str, where: str, field: str | None) -> None:
+    """A score outside [0, 1] refused, naming the long table's ``field`` (``None``: a
+    wide table's cell, which ``where`` names)."""
     if np.isinf(value) or not 0.0 <= value <= 1.0:
+        what = "the score" if field is None else f"field '{field}'"
         raise ValueError(
-            f"{src}: {where}: field '{field}' must lie in [0, 1], got {value!r}"
+            f"{src}: {where}: {what} must lie in [0, 1], got {value!r}"
             + (out_of_unit_hint(value, value) if np.isfinite(value) else "")
         )
 
@@ -466,7 +469,7 @@ def _wide(header, rows, wheres, src, model_col, target_col, notes, flags):
         for k, j in enumerate(item_cols):
             v = _to_float(row[j], src, f"{where} (model {name!r}), column {header[j]!r}", flags)
             if not np.isnan(v):
-                _check_range(v, src, f"{where} (model {name!r}), column {header[j]!r}", "score")
+                _check_range(v, src, f"{where} (model {name!r}), column {header[j]!r}", None)
             scores[r, k] = v
         if it is not None:
             t = _to_float(row[it], src, f"{where}, column '{target_col}'", flags)

@@ -39,7 +39,12 @@ def test_anchor_items_follow_the_anchor_index_order():
 def test_extra_items_draw_depends_on_the_seed_and_only_on_it():
     """The same (m, seed) draws the same items; other seeds draw other ones; every draw
     is m distinct non-anchors."""
-    pred = _by_hand()
+    from jaxeval._factorization import ItemFactors
+
+    # (with an item model: extra items are refused where predict_unbiased cannot use them)
+    pred = dataclasses.replace(_by_hand(), item_model={
+        "F": ItemFactors(np.zeros((10, 1), np.float32), np.zeros(10, np.float32),
+                         np.zeros(1, np.float32)), "rho": 1.0})
     draws = [tuple(pred.extra_items(3, seed=s).tolist()) for s in range(8)]
     assert draws == [tuple(pred.extra_items(3, seed=s).tolist()) for s in range(8)]
     assert len(set(draws)) > 1

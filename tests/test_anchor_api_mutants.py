@@ -111,7 +111,11 @@ def test_save_load_restores_every_field(sm, tmp_path):
     _same_predictor(pred, back)
     with pytest.raises(ValueError, match="predict_unbiased: this predictor was fitted on an "
                                          "external target"):
-        back.predict_unbiased(np.zeros(5), back.extra_items(2), [0, 1])
+        back.predict_unbiased(np.zeros(5), ["q0", "q1"], [0, 1])
+    # refused already when the extra items are drawn, before anyone pays to score them
+    with pytest.raises(ValueError, match="extra_items: this predictor was fitted on an "
+                                         "external target .* extra items cannot be used"):
+        back.extra_items(2)
     hand = _by_hand(radius=0.123456789, alpha=0.3)
     _same_predictor(hand, AnchorPredictor.load(hand.save(tmp_path / "c")))
 
@@ -286,3 +290,20 @@ def test_validation_figures_use_the_clipped_estimates():
     np.testing.assert_allclose(est, 1.0)
     assert pred.validation_mae_pp < 1e-3 and pred.radius < 1e-3
     assert pred.info["validation_mse"]["random_linear"] < 1e-8
+
+
+def test_save_refuses_an_existing_file_unless_told_to_overwrite(tmp_path):
+    """A predictor saved over an existing file used to replace it without a word (another
+    fit's anchors, perhaps already scored); now refused, naming the path and the way out,
+    and the file is left as it was."""
+    first, second = _by_hand(radius=0.1), _by_hand(radius=0.2)
+    p = first.save(tmp_path / "p")
+    before = p.read_bytes()
+    for target in (tmp_path / "p", tmp_path / "p.npz"):
+        with pytest.raises(FileExistsError, match=r"path: .*p\.npz exists .*overwrite=True"):
+            second.save(target)
+    assert p.read_bytes() == before
+    with pytest.raises(TypeError, match="overwrite: expected True or False, got 'yes'"):
+        second.save(tmp_path / "p", overwrite="yes")
+    assert second.save(tmp_path / "p", overwrite=True) == p
+    assert AnchorPredictor.load(p).radius == 0.2

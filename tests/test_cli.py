@@ -1090,3 +1090,87 @@ def test_names_file_lines_end_at_newline_only(tmp_path):
     p = tmp_path / "names.txt"
     p.write_bytes("\ufeffmodel\u2028a\r\nmodel-b\n\nmodel\x85c\n".encode())
     assert _lines(str(p), "--candidates-file") == ["model\u2028a", "model-b", "model\x85c"]
+
+
+def test_anchors_fit_into_a_folder_it_cannot_write_is_refused_before_the_fit(tmp_path,
+                                                                              monkeypatch,
+                                                                              capsys):
+    """``--out`` in a folder that cannot be written (a read-only mount; chmod does not
+    stop root, so the write probe is made to fail) used to be found only after the fit,
+    losing it; now it is refused first, naming ``--out`` and the folder."""
+    import tempfile
+
+    import jaxeval
+
+    monkeypatch.chdir(tmp_path)
+    Path("ro").mkdir()
+    real = tempfile.NamedTemporaryFile
+
+    def probe(*a, dir=None, **kw):
+        if dir is not None and Path(dir).resolve() == (tmp_path / "ro").resolve():
+            raise PermissionError(1, "Operation not permitted")
+        return real(*a, dir=dir, **kw)
+
+    def no_fit(*a, **k):
+        raise AssertionError("the fit started")
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", probe)
+    monkeypatch.setattr(jaxeval, "fit_anchors", no_fit)
+    monkeypatch.setattr(jaxeval.anchors, "fit_anchors", no_fit, raising=False)
+    rows = ["model," + ",".join(f"q{j}" for j in range(12))]
+    rows += [f"m{m}," + ",".join(str((m + j) % 2) for j in range(12)) for m in range(30)]
+    Path("t.csv").write_text("\n".join(rows) + "\n")
+    assert main(["anchors", "fit", "t.csv", "--k", "3", "--out", "ro/a.npz"]) == 2
+    err = capsys.readouterr().err
+    assert "--out: cannot write in the folder ro (Operation not permitted)" in err
+    assert list(Path("ro").iterdir()) == []
+
+
+@pytest.mark.parametrize("external", [True, False])
+def test_anchors_items_extra_refused_where_predict_cannot_use_them(tmp_path, capsys, external):
+    """``anchors items --extra`` on a predictor with no unbiased estimate (an external
+    target, or no item model) used to list items to score, which ``anchors predict
+    --extra`` then refused; now the listing is refused, naming ``--extra``."""
+    import dataclasses
+
+    from test_anchor_api_mutants import _by_hand
+
+    pred = _by_hand()
+    if external:
+        pred = dataclasses.replace(pred, external_target=True)
+    path = str(pred.save(tmp_path / "p"))
+    assert main(["anchors", "items", path, "--extra", "2"]) == 2
+    err = capsys.readouterr().err
+    assert ("--extra: this predictor was fitted on an external target" if external
+            else "--extra: this predictor has no item model") in err
+    assert main(["anchors", "items", path]) == 0  # the anchors themselves are listed
+    assert capsys.readouterr().out.split() == ["q2", "q5", "q7"]
+
+
+def test_anchors_predict_says_what_it_reads_for_an_empty_a_table_or_a_many_model_file(
+        tmp_path, capsys):
+    """An empty scores file is called empty (not a JSON parse error at char 0); a CSV
+    table or an object of several models' scores is told that ``anchors predict`` reads
+    one model's scores as JSON, and where a table of many models goes instead."""
+    from test_anchor_api_mutants import _by_hand
+
+    path = str(_by_hand().save(tmp_path / "p"))
+    cases = {
+        "empty.json": ("", "scores: {} is empty (anchors predict reads one model's scores "
+                           "as JSON"),
+        "t.csv": ("item,score\nq2,1\nq5,0\nq7,1\n", "scores: cannot read {} as JSON ("),
+        "many.json": (json.dumps({"m1": {"q2": 1, "q5": 0, "q7": 1}, "m2": {"q2": 0}}),
+                      "scores: one model per file; {} holds an object of 2 object(s) (keys "
+                      "like 'm1')"),
+    }
+    for name, (text, msg) in cases.items():
+        f = tmp_path / name
+        f.write_text(text)
+        assert main(["anchors", "predict", path, str(f)]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert msg.format(f) in err, err
+        assert "for a table of many models, use AnchorPredictor.predict in Python" in err
+    good = tmp_path / "one.json"
+    good.write_text(json.dumps({"q2": 1, "q5": 0, "q7": 1}))
+    assert main(["anchors", "predict", path, str(good)]) == 0
+    assert json.loads(capsys.readouterr().out)["estimate"] == pytest.approx(0.8)

@@ -248,7 +248,7 @@ def test_anchor_predictor_save_is_atomic(tmp_path, monkeypatch):
 
     monkeypatch.setattr(np, "savez", _half_a_zip_then_disk_full)
     with pytest.raises(OSError, match="No space left"):
-        pred.save(p)
+        pred.save(p, overwrite=True)
     assert p.read_bytes() == before
     assert sorted(x.name for x in tmp_path.iterdir()) == ["p.npz"]
 

@@ -105,7 +105,7 @@ def test_wide_csv_blank_cells_and_target(tmp_path):
         ("m,q1,q1\na,1,0\n", {}, [r"duplicate column name 'q1'"]),
         ("m,q1,q2\na,1,0\na,0,0\n", {}, [r"field 'models' has duplicate names.*'a'"]),
         ("m,q1,q2\na,1,0\nb,0,0,1\n", {}, [r"malformed table"]),
-        ("m,q1,q2\na,1,-0.5\n", {}, [r"line 2 \(model 'a'\), column 'q2': field 'score'.*-0.5"]),
+        ("m,q1,q2\na,1,-0.5\n", {}, [r"line 2 \(model 'a'\), column 'q2': the score .*-0.5"]),
         ("m,q1,q2\na,1,nope\n", {}, [r"column 'q2' is not a number: 'nope'"]),
         ("m,q1,q2\n", {}, [r"header but no rows"]),
         ("m,q1,q2,q3\na,1,0,1\nb,0,1\n", {}, [r"line 3 has 3 fields, the header 4"]),
@@ -715,7 +715,9 @@ def test_table_messages_name_the_file_s_lines(tmp_path):
     quoted = _write(tmp_path / "q.csv", 'model,item,score\n"m\n1",a,1\nm2,a\n')
     _raises([r"line 4 has 2 fields, the header 3"], jaxeval.load, quoted)
     wide = _write(tmp_path / "w.csv", 'model,q1\n"a\nb",1\n\nc,2\n')
-    _raises([r"line 5 \(model 'c'\), column 'q1': field 'score' must lie"], jaxeval.load, wide)
+    # (a wide table has no field 'score': its cell is named by model and column)
+    _raises([r"line 5 \(model 'c'\), column 'q1': the score must lie in \[0, 1\], got 2\.0 "
+             r"\(percent\? divide by 100 first\)"], jaxeval.load, wide)
     pd = pytest.importorskip("pandas")
     pytest.importorskip("pyarrow")
     pq = tmp_path / "t.parquet"

@@ -1470,3 +1470,91 @@ def test_a_folder_refuses_a_range_with_another_start(tmp_path):
     with pytest.raises(StudyFolderError, match="replicates 8:16"):
         run_study(s, out, replicate_range=(0, 16), progress=False)
     assert study_status(out)["done"] == {"replicates": 8}
+
+
+# ------------------------------------------------------- an output folder it cannot write
+def _refuse_writes_in(monkeypatch, folder: Path):
+    """Make the write probe fail in ``folder`` only (as on a read-only mount: chmod does
+    not stop root, which CI may be)."""
+    import tempfile
+
+    real = tempfile.NamedTemporaryFile
+
+    def probe(*a, dir=None, **kw):
+        if dir is not None and Path(dir) == folder:
+            raise PermissionError(1, "Operation not permitted")
+        return real(*a, dir=dir, **kw)
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", probe)
+
+
+@pytest.mark.parametrize("where", ["out", "chunks"])
+def test_a_folder_it_cannot_write_is_refused_before_any_chunk_is_computed(tmp_path, monkeypatch,
+                                                                           where):
+    """A resume into a folder (or its chunk folder) that cannot be written used to compute
+    a whole chunk and then fail writing it; now it is refused first, naming the folder,
+    and the folder is left as it was."""
+    out = tmp_path / "s"
+    run_study(study_from_dict(toy_config(n_replicates=128)), out,
+              replicate_range=None, progress=False)
+    m = json.loads((out / "manifest.json").read_text())
+    # drop the second chunk, as if the run had been interrupted there
+    last = sorted(m["chunks"])[-1]
+    task = m["chunks"].pop(last)["task"]
+    (out / last).unlink()
+    m["complete"] = m["range_complete"] = False
+    (out / "manifest.json").write_text(json.dumps(m))
+    before = sorted(p.name for p in out.rglob("*"))
+    folder = out if where == "out" else out / "chunks" / task
+    _refuse_writes_in(monkeypatch, folder)
+    computed = []
+    orig = toy
+    monkeypatch.setattr("test_study.toy", lambda key: computed.append(1) or orig(key))
+    with pytest.raises(StudyFolderError, match=rf"^{re.escape(str(folder))}: cannot write "
+                       r"there \(Operation not permitted\); nothing was computed or changed"):
+        resume_study(out, progress=False)
+    assert computed == [] and sorted(p.name for p in out.rglob("*")) == before
+    assert study_status(out)["done"] == {task: 64}
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0,
+                    reason="root writes into read-only folders")
+def test_a_read_only_new_folder_is_refused_by_name(tmp_path):
+    out = tmp_path / "ro"
+    out.mkdir()
+    out.chmod(0o555)
+    try:
+        with pytest.raises(StudyFolderError, match="cannot write there"):
+            run_study(study_from_dict(toy_config()), out, progress=False)
+    finally:
+        out.chmod(0o755)
+
+
+def test_another_chunk_size_on_a_folder_is_called_a_layout_not_another_study(tmp_path):
+    """Only ``chunk_size`` / ``lanes`` changed: the refusal says the folder holds this
+    study in another chunk layout (which changes no result) and how to continue it, not
+    that it holds "another study" of the same name; any other change still is one."""
+    out = tmp_path / "s"
+    run_study(study_from_dict(toy_config(n_replicates=64)), out, progress=False)
+    with pytest.raises(StudyFolderError, match=(
+            rf"^{re.escape(str(out))} holds this study run with another chunk layout: "
+            r"'chunk_size' is 64 there but 32 here\. These settings change no result.*"
+            rf"`jaxeval resume {re.escape(str(out))}`")):
+        run_study(study_from_dict(toy_config(n_replicates=64, chunk_size=32)), out,
+                  progress=False)
+    with pytest.raises(StudyFolderError, match=r"holds the results of another study \('toy'\)"
+                                               r": 'chunk_size' is 64 there but 32 here; "
+                                               r"'seed' is 3 there but 4 here"):
+        run_study(study_from_dict(toy_config(n_replicates=64, chunk_size=32, seed=4)), out,
+                  progress=False)
+
+
+def test_running_a_finished_study_again_says_there_is_nothing_to_do(tmp_path, capsys):
+    out = tmp_path / "s"
+    run_study(study_from_dict(toy_config(n_replicates=64)), out, progress=False)
+    capsys.readouterr()
+    run_study(study_from_dict(toy_config(n_replicates=64)), out, progress=True)
+    assert ("[jaxeval] toy: every unit of " + str(out) + "'s range 0:64 is already computed; "
+            "nothing to do") in capsys.readouterr().err
+    resume_study(out, progress=False)  # silent when asked to be
+    assert capsys.readouterr().err == ""

@@ -255,7 +255,8 @@ class AnchorPredictor:
                 raise ValueError(
                     f"{what}: named scores must cover exactly the {self.k} anchor items; "
                     f"missing {missing[:5]}, not anchors {extra[:5]} (to give scores by "
-                    "position instead, pass a plain array in the order of .anchor_items)")
+                    "position instead, pass a plain array in the order of the predictor's "
+                    "anchor_items)")
             return got
 
         cols = getattr(anchor_scores, "columns", None)
@@ -310,7 +311,8 @@ class AnchorPredictor:
         if x2.ndim != 2 or x2.shape[1] != self.k:
             raise ValueError(
                 f"{what}: expected {self.k} scores per model (one per anchor item, in the "
-                f"order of .anchor_items), got shape {x.shape}"
+                f"order of the predictor's anchor_items, which `jaxeval anchors items FILE` "
+                f"lists), got shape {x.shape}"
             )
         if x2.shape[0] == 0:
             raise ValueError(f"{what}: no model to predict (shape {x.shape})")
@@ -358,6 +360,21 @@ class AnchorPredictor:
             return est[0], lo[0], hi[0]
         return est, lo, hi
 
+    def _check_unbiased(self, what: str) -> None:
+        """Refuse a predictor that has no unbiased estimate (see :meth:`predict_unbiased`)."""
+        if self.external_target:
+            raise ValueError(
+                f"{what}: this predictor was fitted on an external target (a "
+                "full-benchmark score); the unbiased estimate is for the row mean of the "
+                "matrix's items only, so extra items cannot be used"
+            )
+        if self.item_model is None:  # (a predictor built by hand, or a file cut short)
+            raise ValueError(
+                f"{what}: this predictor has no item model (item_model=None) to "
+                "predict the items it does not observe; fit_anchors saves one with every "
+                "row-mean predictor"
+            )
+
     def extra_items(self, m: int, seed: int = 0) -> np.ndarray:
         """``m`` random non-anchor item names for :meth:`predict_unbiased`.
 
@@ -366,7 +383,13 @@ class AnchorPredictor:
           seed: int seed of the draw (uniform without replacement over the
             non-anchors). Fix ``m`` and ``seed`` before seeing any score, one seed per
             model when intervals about several models are read together.
+
+        Raises:
+          ValueError: the predictor has no unbiased estimate (an external target, or no
+            item model), so extra items would be scored for nothing.
         """
+        # refused before the user pays to score items predict_unbiased cannot use
+        self._check_unbiased("extra_items")
         n = self.items.size
         m = check_int("m", m, 1, n - self.k, why=f"the {n} items less the {self.k} anchors")
         idx = sample_non_anchors(_key(seed), jnp.asarray(self.anchor_index), n, m)
@@ -399,18 +422,7 @@ class AnchorPredictor:
           ``(estimate, lower, upper)`` for one model (numpy scalars, as :meth:`predict`
           returns for one model).
         """
-        if self.external_target:
-            raise ValueError(
-                "predict_unbiased: this predictor was fitted on an external target (a "
-                "full-benchmark score); the unbiased estimate is for the row mean of the "
-                "matrix's items only"
-            )
-        if self.item_model is None:  # (a predictor built by hand, or a file cut short)
-            raise ValueError(
-                "predict_unbiased: this predictor has no item model (item_model=None) to "
-                "predict the items it does not observe; fit_anchors saves one with every "
-                "row-mean predictor"
-            )
+        self._check_unbiased("predict_unbiased")
         x, _ = self._check_scores(anchor_scores)
         if x.shape[0] != 1:
             raise ValueError("predict_unbiased: one model at a time (anchor_scores of shape [k])")
@@ -459,13 +471,23 @@ class AnchorPredictor:
         return np.float64(est), np.float64(lo), np.float64(hi)
 
     # ------------------------------------------------------------- persistence
-    def save(self, path: str | os.PathLike) -> Path | None:
+    def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> Path | None:
         """Write the predictor to a ``.npz`` file (no pickle); returns the path written.
 
         ``.npz`` is appended to a path without it, as :func:`numpy.savez` does;
         :meth:`load` accepts the path with or without it. A writable binary file
-        object works too (``None`` is returned).
+        object works too (``None`` is returned). An existing file is refused (its
+        anchors may already be scored: a new fit picks other items) unless
+        ``overwrite=True``; the file is written whole or not at all.
         """
+        if not isinstance(overwrite, (bool, np.bool_)):
+            raise TypeError(f"overwrite: expected True or False, got {overwrite!r}")
+        if isinstance(path, (str, os.PathLike)):
+            p = npz_name(path)
+            if p.exists() and not overwrite:
+                raise FileExistsError(
+                    f"path: {p} exists (a predictor whose anchor items may already be "
+                    "scored); choose another path, or pass overwrite=True to replace it")
         leaves, treedef = jax.tree.flatten(self.params)
         meta = {
             "format": _FORMAT,
