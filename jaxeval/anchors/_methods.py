@@ -239,6 +239,13 @@ def _mse(a, b):
     return jnp.mean((a - b) ** 2)
 
 
+def argmin_nan_last(err: jax.Array, axis: int = -1) -> jax.Array:
+    """``jnp.argmin`` with NaN as the worst error (``jnp.argmin`` picks a NaN entry), so
+    a method whose fit failed is never chosen over one with a finite error (the rule of
+    :func:`jaxeval.anchors._protocol.nan_last_argmin`, traced)."""
+    return jnp.argmin(jnp.where(jnp.isnan(err), jnp.inf, err), axis=axis)
+
+
 def _fit_ridge_map(anchors, d: SplitData) -> Fitted:
     lin, lam, _ = fit_ridge_validated(d.s_tr[:, anchors], d.y_tr, d.s_val[:, anchors], d.y_val)
     return Fitted(anchors, "linear", {"lin": lin, "lam": lam})
@@ -872,7 +879,7 @@ def crossfit_selected_residuals(
       row 1 the reverse; ``picks`` index ``methods``.
     """
     res, mses = crossfit_residuals(key, d, k, methods, st, idx_a, idx_b, cache)
-    picks = jnp.argmin(mses, axis=1)
+    picks = argmin_nan_last(mses, axis=1)
     return res[jnp.arange(2), picks], picks
 
 
