@@ -364,6 +364,10 @@ def _fmt_num(x: Any, width: int, nd: int) -> str:
     return f"{x:{width}.{nd}f}"
 
 
+def _pct(x: Any) -> Any:
+    return None if x is None else 100 * float(x)
+
+
 def format_summary(summary: Mapping[str, Any]) -> str:
     """A plain-text table of a summary, for the terminal."""
     lines = []
@@ -425,6 +429,12 @@ def format_summary(summary: Mapping[str, Any]) -> str:
                 "  (tau-b undefined, all predictions equal, on some splits -- averaged over the "
                 "others: " + "; ".join(undefined) + ")"
             )
+        lines.append(f"  interval coverage / mean width (pp), nominal "
+                     f"{100 * summary['nominal_coverage']:.0f}%")
+        for name, e in summary["methods"].items():
+            lines.append(f"  {name:<17} " + "".join(
+                f"{_fmt_num(_pct(c), 5, 1)}% / {_fmt_num(_pct(w), 5, 2)}".rjust(15)
+                for c, w in zip(e["coverage"], e["width"])))
     else:
         lines.append(f"Replicate study {summary['name']!r}: {_reps(summary)}")
         for k, v in summary["fields"].items():

@@ -290,8 +290,12 @@ def test_anchor_summary_seconds_first_seed_and_table(anchors_summary):
     lines = format_summary(s).splitlines()
     assert lines[0] == ("Anchor study 'hand-a' on oll2_musr: 3 seeds (first 7), "
                         "test MAE (pp) / tau-b")
-    row = next(ln for ln in lines if ln.strip().startswith("random_mean"))
-    assert row.split() == ["random_mean", "9.00", "/", "0.60", "14.00", "/", "0.60"]
+    rows = [ln for ln in lines if ln.strip().startswith("random_mean")]
+    assert rows[0].split() == ["random_mean", "9.00", "/", "0.60", "14.00", "/", "0.60"]
+    # the intervals beside them: coverage and mean width in points, at the nominal level
+    assert lines[lines.index(rows[0]) + 1] == ("  interval coverage / mean width (pp), "
+                                                "nominal 90%")
+    assert rows[1].split() == ["random_mean", "66.7%", "/", "20.00", "66.7%", "/", "20.00"]
 
 
 def test_anchor_figure_mae_panel_with_sd_error_bars(anchors_summary, tmp_path, figures):
