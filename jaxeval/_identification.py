@@ -79,7 +79,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -142,6 +142,18 @@ ORDER_TABLE_MAX = 2**17
 
 #: Kinds of deliberately bad predictions for validity studies (``Config.corruption``).
 CORRUPTIONS = ("none", "biased", "random", "adversarial")
+
+
+def check_flag(name: str, value: Any, *, none_ok: bool = False) -> bool | None:
+    """``value`` as a Python bool (``None`` kept where ``none_ok``); anything else, a
+    string such as ``"False"`` above all (truthy: it ran with the flag on), is refused
+    by ``name``."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if value is None and none_ok:
+        return None
+    raise TypeError(f"{name}: expected True or False" + (" (or None)" if none_ok else "")
+                    + f", got {value!r}")
 
 
 # --------------------------------------------------------------- containers
@@ -233,11 +245,8 @@ class Config:
         object.__setattr__(self, "num_newton", check_int("num_newton", self.num_newton, 0))
         object.__setattr__(self, "rank", check_int("rank", self.rank, 1))
         for name in ("use_predictions", "synchronized", "refit"):
-            v = getattr(self, name)
-            if not (isinstance(v, (bool, np.bool_)) or (v is None and name != "refit")):
-                raise ValueError(f"{name}: expected True or False"
-                                 + (" (or None)" if name != "refit" else "") + f", got {v!r}")
-            object.__setattr__(self, name, None if v is None else bool(v))
+            object.__setattr__(self, name, check_flag(name, getattr(self, name),
+                                                      none_ok=name != "refit"))
         if self.horizon is not None:
             if self.policy != "sysrs":
                 raise ValueError(f"horizon: only SySRs plans for a horizon, not policy "
@@ -249,8 +258,8 @@ class Config:
             raise ValueError(f"budgets must be a non-empty sorted tuple, got {self.budgets!r}"
                              ) from None
         if isinstance(self.cs_kinds, str):
-            raise ValueError(f"cs_kinds: expected a tuple of kinds of {CS_KINDS}, got the string "
-                             f"{self.cs_kinds!r} (write ({self.cs_kinds!r},))")
+            raise TypeError(f"cs_kinds: expected a tuple of kinds of {CS_KINDS}, got the string "
+                            f"{self.cs_kinds!r} (write ({self.cs_kinds!r},))")
         object.__setattr__(self, "cs_kinds", tuple(self.cs_kinds))
         ints = [_concrete_int(b) for b in budgets]
         if None in ints:

@@ -368,6 +368,12 @@ def _pct(x: Any) -> Any:
     return None if x is None else 100 * float(x)
 
 
+def _fmt_pct(x: Any) -> str:
+    """A share as ``' 94.1%'`` (``'   n/a'`` where there is none)."""
+    s = _fmt_num(_pct(x), 5, 1)
+    return s + "%" if s.strip() != "n/a" else s.rjust(6)
+
+
 def format_summary(summary: Mapping[str, Any]) -> str:
     """A plain-text table of a summary, for the terminal."""
     lines = []
@@ -433,7 +439,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
                      f"{100 * summary['nominal_coverage']:.0f}%")
         for name, e in summary["methods"].items():
             lines.append(f"  {name:<17} " + "".join(
-                f"{_fmt_num(_pct(c), 5, 1)}% / {_fmt_num(_pct(w), 5, 2)}".rjust(15)
+                f"{_fmt_pct(c)} / {_fmt_num(_pct(w), 5, 2)}".rjust(15)
                 for c, w in zip(e["coverage"], e["width"])))
     else:
         lines.append(f"Replicate study {summary['name']!r}: {_reps(summary)}")

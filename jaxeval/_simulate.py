@@ -1149,10 +1149,7 @@ def simulate_identification(
         chunk_size = check_int("chunk_size", chunk_size, 1)
     for name, v in (("refit", refit), ("use_predictions", use_predictions),
                     ("synchronized", synchronized)):
-        if not (isinstance(v, (bool, np.bool_)) or (v is None and name != "refit")):
-            # (a string such as "False" is truthy: it ran with the flag on)
-            raise TypeError(f"{name}: expected True or False"
-                            + ("" if name == "refit" else " (or None)") + f", got {v!r}")
+        idn.check_flag(name, v, none_ok=name != "refit")
     if isinstance(cs_kinds, str) or not isinstance(cs_kinds, (tuple, list)):
         raise TypeError(f"cs_kinds: expected a tuple of interval kinds such as ('eb',), got "
                         f"{cs_kinds!r}")

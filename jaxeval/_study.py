@@ -1435,13 +1435,11 @@ def _open_folder(study: Study, out: Path, rng: tuple[int, int]) -> dict:
                 f"({what}); the folder continues only the study in its {MANIFEST_FILE}. "
                 f"Nothing was changed: restore {STUDY_FILE} (deleting it is enough: it is "
                 "written again), or run the edited study in a new --out folder")
-    layout = {"chunk_size", "lanes"}
-    changed = set(_diff_keys(manifest["config"], cfg))
-    if changed and changed <= layout:
+    if _diff_keys(manifest["config"], cfg) == ["chunk_size"]:
         raise StudyFolderError(
             f"{out} holds this study run with another chunk layout: "
-            f"{_describe_diff(manifest['config'], cfg)}. These settings change no result, "
-            "but the folder's chunks are laid out by them; nothing was overwritten: "
+            f"{_describe_diff(manifest['config'], cfg)}. chunk_size changes no result, "
+            "but the folder's chunks are laid out by it; nothing was overwritten: "
             f"continue it as it is (`jaxeval resume {out}`), or use another --out folder"
         )
     if manifest["config"] != cfg:
@@ -1645,7 +1643,7 @@ def _check_writable(folder: Path) -> None:
     if why:
         raise StudyFolderError(
             f"{folder}: cannot write there ({why}); nothing was computed or changed: make "
-            "it writable, or give another output folder (--out)")
+            "it writable, or run the study in a writable folder")
 
 
 def _run_locked(study: Study, out: Path, rng: tuple[int, int], progress: bool) -> None:
@@ -1659,6 +1657,10 @@ def _run_locked(study: Study, out: Path, rng: tuple[int, int], progress: bool) -
     tasks = study.tasks()
     todos = [_broadcast_todo(_todo_ranges(t, _covered(manifest, t.name), rng)) for t in tasks]
     _check_setup(study, manifest, out, [t.name for t, todo in zip(tasks, todos) if todo])
+    if _is_writer():  # before the factorization is fitted and pinned, or a chunk computed
+        for task, todo in zip(tasks, todos):
+            if todo:
+                _check_writable(out / "chunks" / task.name)
     if any(todos):  # the factorization the chunks use (may refuse: nothing changed yet)
         _pin_fit(study, out, manifest)
     if bad:
@@ -1668,9 +1670,6 @@ def _run_locked(study: Study, out: Path, rng: tuple[int, int], progress: bool) -
             stacklevel=2,
         )
     if _is_writer():
-        for task, todo in zip(tasks, todos):
-            if todo:
-                _check_writable(out / "chunks" / task.name)
         if progress and not any(todos):
             print(f"[jaxeval] {study.name}: every unit of {out}'s range {rng[0]}:{rng[1]} is "
                   "already computed; nothing to do", file=sys.stderr, flush=True)

@@ -220,3 +220,30 @@ def test_ridge_on_a_constant_feature_has_zero_slope():
     two = fit_ridge(jnp.concatenate([z, jnp.full((30, 1), 0.1, jnp.float32)], 1), 2 * z[:, 0],
                     jnp.asarray(1e-6))
     np.testing.assert_allclose(np.asarray(two.w), [2.0, 0.0], atol=1e-4)
+
+
+def test_ridge_fits_of_integer_or_bool_scores_equal_the_float_ones():
+    """0/1 scores given as integers or bools fit as the same scores in float (the
+    constant-column centring once cast the centred features back to the input's dtype:
+    every slope became 0)."""
+    from jaxeval.anchors import fit_ridge, fit_ridge_validated, greedy_ridge_anchors
+    from jaxeval.anchors._ridge import loo_ridge_residuals
+
+    rng = np.random.default_rng(0)
+    s = rng.random((60, 40)) < rng.uniform(0.2, 0.9, 60)[:, None]
+    y = jnp.asarray(s.mean(1), jnp.float32)
+    xf = jnp.asarray(s[:, :4], jnp.float32)
+    want = fit_ridge(xf[:40], y[:40], jnp.asarray(1.0))
+    assert np.abs(np.asarray(want.w)).min() > 0.01
+    for x in (xf.astype(jnp.int32), xf.astype(bool)):
+        got = fit_ridge(x[:40], y[:40], jnp.asarray(1.0))
+        np.testing.assert_allclose(np.asarray(got.w), np.asarray(want.w), rtol=1e-5)
+        np.testing.assert_allclose(float(got.b), float(want.b), rtol=1e-5)
+        np.testing.assert_allclose(
+            np.asarray(loo_ridge_residuals(x, y, jnp.asarray(1.0))),
+            np.asarray(loo_ridge_residuals(xf, y, jnp.asarray(1.0))), rtol=1e-4, atol=1e-6)
+        assert (greedy_ridge_anchors(x, y, 3, 1e-3).tolist()
+                == greedy_ridge_anchors(xf, y, 3, 1e-3).tolist())
+        _, lam, mse = fit_ridge_validated(x[:40], y[:40], x[40:], y[40:])
+        _, lam_f, mse_f = fit_ridge_validated(xf[:40], y[:40], xf[40:], y[40:])
+        np.testing.assert_allclose(float(mse), float(mse_f), rtol=1e-4)

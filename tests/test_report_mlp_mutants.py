@@ -523,3 +523,18 @@ def test_dropout_keep_at_rate_zero_keeps_even_the_largest_hash(monkeypatch):
     monkeypatch.setattr(jax.random, "bits", lambda key, shape, dtype: jnp.asarray(seed))
     assert not bool(dropout_keep(jax.random.key(0), (4,), 1e-9)[0])  # the hash is the max
     assert bool(dropout_keep(jax.random.key(0), (4,), 0.0).all())
+
+
+def test_anchor_table_coverage_without_a_value_reads_n_a(anchors_summary):
+    """A coverage or width read back as null (NaN in summary.json) shows as n/a, never
+    as "n/a%" or a crash."""
+    import copy
+
+    from jaxeval._report import format_summary
+
+    s = copy.deepcopy(anchors_summary)
+    e = s["methods"]["random_mean"]
+    e["coverage"], e["width"] = [0.9, None], [None, float("nan")]
+    row = [ln for ln in format_summary(s).splitlines()
+           if ln.strip().startswith("random_mean")][1]
+    assert row.split() == ["random_mean", "90.0%", "/", "n/a", "n/a", "/", "n/a"]

@@ -239,7 +239,7 @@ def _mse(a, b):
     return jnp.mean((a - b) ** 2)
 
 
-def argmin_nan_last(err: jax.Array, axis: int = -1) -> jax.Array:
+def nan_last_argmin_traced(err: jax.Array, axis: int = -1) -> jax.Array:
     """``jnp.argmin`` with NaN as the worst error (``jnp.argmin`` picks a NaN entry), so
     a method whose fit failed is never chosen over one with a finite error (the rule of
     :func:`jaxeval.anchors._protocol.nan_last_argmin`, traced)."""
@@ -879,7 +879,7 @@ def crossfit_selected_residuals(
       row 1 the reverse; ``picks`` index ``methods``.
     """
     res, mses = crossfit_residuals(key, d, k, methods, st, idx_a, idx_b, cache)
-    picks = argmin_nan_last(mses, axis=1)
+    picks = nan_last_argmin_traced(mses, axis=1)
     return res[jnp.arange(2), picks], picks
 
 

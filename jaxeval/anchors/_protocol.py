@@ -57,7 +57,6 @@ from jaxeval.anchors._methods import (
     Settings,
     SplitData,
     apply_map,
-    argmin_nan_last,
     auto_candidates,
     candidate_cv_residuals,
     check_level,
@@ -67,6 +66,7 @@ from jaxeval.anchors._methods import (
     fit_method,
     halved_methods,
     min_models,
+    nan_last_argmin_traced,
     validation_halves,
 )
 
@@ -119,7 +119,7 @@ def protocol_kernel(
         every = present + tuple(m for m in halved if m not in present)
         res, mses = crossfit_residuals(key, d, k, every, st, halves[0], halves[1], cache)
         if auto_halved:  # crossfit_selected_residuals' pick among auto's candidates
-            pick = argmin_nan_last(mses[:, :len(present)], axis=1)
+            pick = nan_last_argmin_traced(mses[:, :len(present)], axis=1)
             out["half_res"], out["half_pick"] = res[jnp.arange(2), pick], pick
         if halved:
             out["named_half_res"] = jnp.stack([res[:, every.index(m)] for m in halved])
@@ -130,7 +130,7 @@ def protocol_kernel(
         # for float32-vs-float64 rounding of an exact tie)
         mse = jnp.mean((jnp.clip(out["val"][jnp.array(auto)], 0, 1) - d.y_val) ** 2, axis=1)
         # (NaN last, as evaluate_protocol's nan_last_argmin: never a failed fit's anchors)
-        pick = jnp.where(jnp.asarray(auto_pick) >= 0, auto_pick, argmin_nan_last(mse))
+        pick = jnp.where(jnp.asarray(auto_pick) >= 0, auto_pick, nan_last_argmin_traced(mse))
         anchors = out["anchors"][jnp.array(auto)][pick]
         F = cache["F"] if "F" in cache else fit_item_factors(
             jax.random.fold_in(key, 5), d.s_tr, st.irt

@@ -51,13 +51,20 @@ def apply_linear(params: LinearMap, x: jax.Array) -> jax.Array:
     return x @ params.w + params.b
 
 
+def _float_dtype(x: jax.Array):
+    """The float dtype strengths take beside ``x`` (float32 for integer or bool scores:
+    cast to an integer dtype, a strength of 0.3 would become 0)."""
+    return jnp.result_type(x.dtype, jnp.float32)
+
+
 def _centre(x: jax.Array, y: jax.Array):
     xm = jnp.mean(x, axis=0)
     ym = jnp.mean(y)
     # a constant column centres to exact zeros: its float mean is off by rounding, and
     # a relative penalty shrinks with that residue, so the fit would read a slope from it
-    xc = jnp.where(jnp.all(x == x[:1], axis=0), 0.0, x - xm).astype(x.dtype)
-    yc = jnp.where(jnp.all(y == y[:1]), 0.0, y - ym).astype(y.dtype)
+    xc, yc = x - xm, y - ym  # (float, also for integer or bool scores)
+    xc = jnp.where(jnp.all(x == x[:1], axis=0), jnp.zeros_like(xc), xc)
+    yc = jnp.where(jnp.all(y == y[:1]), jnp.zeros_like(yc), yc)
     return xc, yc, xm, ym
 
 
@@ -92,7 +99,7 @@ def fit_ridge_path(x: jax.Array, y: jax.Array, lams: jax.Array) -> LinearMap:
         w = evecs @ (inv * proj)
         return LinearMap(w=w, b=ym - xm @ w)
 
-    return jax.vmap(one)(jnp.asarray(lams, dtype=x.dtype))
+    return jax.vmap(one)(jnp.asarray(lams, dtype=_float_dtype(x)))
 
 
 def fit_ridge(x: jax.Array, y: jax.Array, lam: jax.Array) -> LinearMap:
@@ -156,7 +163,7 @@ def fit_ridge_validated(
       >>> round(float(lam), 3), round(float(mse), 4)
       (0.032, 0.0067)
     """
-    lams = jnp.asarray(RIDGE_GRID if lams is None else lams, dtype=x_tr.dtype)
+    lams = jnp.asarray(RIDGE_GRID if lams is None else lams, dtype=_float_dtype(x_tr))
     path = fit_ridge_path(x_tr, y_tr, lams)
     pred = jnp.einsum("mk,lk->lm", x_val, path.w) + path.b[:, None]
     mse = jnp.mean((pred - y_val[None, :]) ** 2, axis=1)
@@ -221,6 +228,8 @@ def greedy_ridge_anchors(scores: jax.Array, y: jax.Array, k: int, lam: jax.Array
     """
     m, n = scores.shape
     k = check_k(k, n)
+    scores = jnp.asarray(scores)
+    scores = scores.astype(_float_dtype(scores))  # (integer or bool 0/1 scores: as floats)
     xc = scores - jnp.mean(scores, axis=0)
     yc = y - jnp.mean(y)
     g0 = jnp.sum(xc * xc, axis=0)
