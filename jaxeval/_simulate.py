@@ -675,7 +675,11 @@ def split_pool(sm: ScoreMatrix, n_train: int | None, K: int, seed: int):
         raise PoolError(
             "K",
             f"K must be at most the candidate pool size: K={K}, but the pool has "
-            f"{pool.n_models} models ({m} after removing duplicates, {n_train} for training)",
+            f"{pool.n_models} models ({m} after removing duplicates, {n_train} for training)"
+            + (f"; choose K <= {pool.n_models}" if n_train == 0 else
+               f"; choose K <= {pool.n_models}, or fewer training models (n_train; at "
+               f"most {m - K} leave K candidates)" if m - K >= 0 else
+               f"; choose K <= {pool.n_models}"),
         )
     if not pool.mask.all():
         bad = int((~pool.mask).any(axis=1).sum())
@@ -1170,6 +1174,11 @@ def simulate_identification(
         )
     if horizon is not None and policy != "sysrs":
         raise ValueError(f"horizon: only SySRs plans for a horizon, not policy {policy!r}")
+    if policy == "sysrs" and synchronized is False:
+        warnings.warn(
+            "simulate_identification: synchronized=False gives each arm its own item order; "
+            "SySRs is defined by one order shared by all arms, so these are not SySRs' "
+            "results (a variant of successive rejects)", stacklevel=2)
     if skip_separated is None:  # the confident stop's default (see the docstring)
         skip_separated = mode == "confidence" and policy != "sysrs"
     if instance_assignment not in ("random", "balanced"):

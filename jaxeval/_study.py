@@ -1610,6 +1610,11 @@ def run_study(
             raise ValueError("problem_from: this study fits no factorization (it is not a "
                              "real-data identification study with a prediction policy)")
         src = Path(problem_from)
+        if src.is_dir() and not (src / PROBLEM_FILE).exists():
+            raise StudyFolderError(
+                f"problem_from: {src} holds no saved factorization ({PROBLEM_FILE}): its "
+                "study fits none (no prediction policy on real data) or has not started; "
+                "give the folder of a study that fitted one")
         given = _read_fit(src / PROBLEM_FILE if src.is_dir() else src, study)
         held = (_read_manifest(out) or {}).get("problem_sha256")
         if held and held != _fit_sha(given):
@@ -1749,6 +1754,21 @@ def _preflight(study: Study) -> None:
                     "defaults", stacklevel=3,
                 )
             identification_problem(study, spec)
+        # the study-wide settings a policy cannot use (per policy, as simulate_identification
+        # warns or refuses: a study mixing policies may use them for some)
+        synthetic = study.data.synthetic is not None
+        for i, spec in enumerate(study.policies):
+            preds = _uses_predictions(spec)
+            top = [] if synthetic else [
+                u for u in unused_settings(spec.policy, preds, "budget", study.corruption,
+                                           False, rank=study.rank, fit_steps=study.fit_steps)
+                if u.split("=")[0] in ("rank", "fit_steps")]
+            if study.corruption != "none" and not preds:
+                top.append(f"corruption={study.corruption!r}")
+            if top:
+                warnings.warn(
+                    f"{no_effect(top, spec.policy)} (policies[{i}] makes no predictions); "
+                    "the study records them as given", stacklevel=3)
     elif isinstance(study, AnchorStudy):
         sm = study.data.load()
         for k in study.k:

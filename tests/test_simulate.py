@@ -903,3 +903,19 @@ def test_integer_arguments_take_numpy_ints_and_0d_arrays():
         simulate_identification(spec, "ucbe", K=True)
     with pytest.raises(TypeError, match="n_replicates: expected an integer >= 1, got"):
         simulate_identification(spec, "ucbe", K=3, n_replicates=np.array([4]))
+
+
+def test_sysrs_with_its_own_order_per_arm_is_warned_about():
+    """SySRs with ``synchronized=False`` ran without a word (and reported as SySRs)
+    although its shared item order is what defines it; the default is silent."""
+    import warnings
+
+    spec = SyntheticSpec(n_items=20)
+    with pytest.warns(UserWarning, match=r"synchronized=False gives each arm its own item "
+                                         r"order; SySRs is defined by one order shared"):
+        simulate_identification(spec, "sysrs", K=3, n_replicates=4, synchronized=False,
+                                budget_fractions=(0.5, 1.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        simulate_identification(spec, "sysrs", K=3, n_replicates=4,
+                                budget_fractions=(0.5, 1.0))

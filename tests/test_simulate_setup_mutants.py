@@ -64,7 +64,9 @@ def test_split_pool_default_half_zero_and_bounds():
     assert e.value.arg == "n_train"
     with pytest.raises(PoolError, match=r"K must be at most the candidate pool size: K=8, but "
                                         r"the pool has 7 models \(13 after removing "
-                                        r"duplicates, 6 for training\)") as e:
+                                        r"duplicates, 6 for training\); choose K <= 7, "
+                                        r"or fewer training models \(n_train; at most 5 "
+                                        r"leave K candidates\)$") as e:
         split_pool(sm, None, 8, 7)
     assert e.value.arg == "K"
     with pytest.raises(PoolError, match=r"data: 1 distinct model") as e:

@@ -1250,6 +1250,13 @@ def test_a_folder_pins_its_factorization_for_resume_and_merge(tmp_path):
     with pytest.raises(ValueError, match="problem_from: this study fits no factorization"):
         run_study(dataclasses.replace(study, policies=(PolicySpec("ucbe"),)), tmp_path / "u",
                   problem_from=tmp_path / "p0")
+    # a folder whose study saved no fit is said to be one (not a raw missing-file error)
+    (tmp_path / "nofit").mkdir()
+    with pytest.raises(StudyFolderError, match=r"problem_from: .*nofit holds no saved "
+                                               r"factorization \(problem\.npz\): its study "
+                                               r"fits none"):
+        run_study(study, tmp_path / "p2", progress=False, problem_from=tmp_path / "nofit")
+    assert not (tmp_path / "p2").exists()
 
 
 def test_resume_and_merge_refuse_other_prng_settings(tmp_path):
@@ -1563,3 +1570,27 @@ def test_running_a_finished_study_again_says_there_is_nothing_to_do(tmp_path, ca
             "nothing to do") in capsys.readouterr().err
     resume_study(out, progress=False)  # silent when asked to be
     assert capsys.readouterr().err == ""
+
+
+def test_study_wide_settings_a_policy_cannot_use_are_warned_about():
+    """A study's corruption, rank or fit_steps that a policy without predictions cannot
+    use was recorded without a word (simulate_identification refuses or warns); now a
+    warning per such policy, and none for the prediction policy beside them."""
+    from jaxeval._study import _preflight
+
+    s = study_from_dict({"kind": "identification", "data": {"dataset": "oll2_musr"},
+                         "num_arms": 4, "policies": ["ucbe", "pulse_ucb"], "rank": 16,
+                         "fit_steps": 50, "corruption": "biased", "n_replicates": 8})
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        _preflight(s)
+    msgs = [str(w.message) for w in got if "makes no predictions" in str(w.message)]
+    assert msgs == ["rank=16, fit_steps=50, corruption='biased' have no effect for policy "
+                    "'ucbe' (policies[0] makes no predictions); the study records them as "
+                    "given"]
+    quiet = study_from_dict({"kind": "identification", "data": {"dataset": "oll2_musr"},
+                             "num_arms": 4, "policies": ["ucbe"], "n_replicates": 8})
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        _preflight(quiet)
+    assert not [w for w in got if "no effect" in str(w.message)]
