@@ -641,7 +641,10 @@ def checked_settings(settings, external: bool, auto: bool = True) -> Settings:
         if not isinstance(getattr(st, name), (bool, np.bool_)):
             raise ValueError(f"settings.{name}: expected True or False, got "
                              f"{getattr(st, name)!r}")
+    # kept as a tuple of floats: a scalar failed in a vmap deep inside the greedy search,
+    # and a list was refused as jit's static argument (Settings is one)
     return dataclasses.replace(settings, external=bool(external), **ints,
+                               greedy_lams=tuple(float(v) for v in lams),
                                irt=irt._replace(**irt_ints))
 
 
