@@ -1769,6 +1769,11 @@ def _preflight(study: Study) -> None:
                 warnings.warn(
                     f"{no_effect(top, spec.policy)} (policies[{i}] makes no predictions); "
                     "the study records them as given", stacklevel=3)
+            if spec.policy == "sysrs" and dict(spec.settings).get("synchronized") is False:
+                warnings.warn(
+                    f"policies[{i}].settings: synchronized=False gives each arm its own item "
+                    "order; SySRs is defined by one order shared by all arms, so these are "
+                    "not SySRs' results", stacklevel=3)
     elif isinstance(study, AnchorStudy):
         sm = study.data.load()
         for k in study.k:

@@ -8,7 +8,6 @@ through."""
 import functools
 import warnings
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -264,28 +263,9 @@ def test_the_unbiased_estimate_never_takes_a_failed_candidates_anchors(monkeypat
     with the lowest finite validation error: a candidate whose predictions are NaN (a
     failed fit) came first under ``jnp.argmin``, while ``evaluate_protocol`` reports the
     other (``nan_last_argmin``)."""
-    import types
+    from test_runner_mutants import _kernel_with_fake_maps
 
-    from jaxeval.anchors import Settings, _protocol
-    from jaxeval.anchors._methods import SplitData
-
-    rng = np.random.default_rng(0)
-    s = (rng.random((36, 30)) < 0.6).astype(np.float32)
-    d = SplitData(jnp.asarray(s[:20]), jnp.asarray(s[:20].mean(1)), jnp.asarray(s[20:30]),
-                  jnp.full(10, 0.9, jnp.float32))
-    val_pred = {"kmeans_ridge": np.nan, "greedy_ridge": 0.7}
-
-    def fake_fit(key, dd, k, name, st, cache=None):
-        return types.SimpleNamespace(anchors=jnp.arange(k) + (k if name == "greedy_ridge"
-                                                               else 0), name=name)
-
-    def fake_apply(f, x):
-        return jnp.full(x.shape[0], val_pred[f.name], jnp.float32)
-
-    monkeypatch.setattr(_protocol, "fit_method", fake_fit)
-    monkeypatch.setattr(_protocol, "apply_map", fake_apply)
-    out = _protocol.protocol_kernel(jax.random.key(0), d, jnp.asarray(s[30:]), 3,
-                                    tuple(val_pred), Settings(), 5, 0.1)
+    out = _kernel_with_fake_maps(monkeypatch, {"kmeans_ridge": np.nan, "greedy_ridge": 0.7})
     assert int(out["dr_pick"]) == 1  # greedy_ridge, as nan_last_argmin picks
     assert _protocol.nan_last_argmin(np.array([np.nan, 0.04])) == 1
 

@@ -490,12 +490,11 @@ def test_auto_chosen_by_cross_validation_reports_that_pick_and_its_residuals(mon
         np.testing.assert_array_equal(seen["cv"][2][s], y_ho)
 
 
-def test_the_unbiased_estimate_picks_by_the_clipped_validation_error(monkeypatch):
-    """Without a given pick, the unbiased estimate uses the anchors of the candidate
-    whose *clipped* validation predictions err least (the error ``evaluate_protocol``
-    reports and ``auto`` chooses by): a candidate predicting 1.5 for models at 0.9 errs
-    by 0.1 once clipped (0.6 unclipped) and beats one predicting 0.7 (0.2 either way).
-    The maps are fakes; the DR estimate itself runs for real."""
+def _kernel_with_fake_maps(monkeypatch, val_pred):
+    """``protocol_kernel`` (k = 3, 5 extra items, alpha 0.1) on a fixed 36 x 30 matrix,
+    validation targets 0.9, with fake maps: method ``name`` predicts ``val_pred[name]``
+    for every model and takes anchors ``0..2`` (the first) or ``3..5``; the DR estimate
+    itself runs for real."""
     import types
 
     import jax.numpy as jnp
@@ -507,19 +506,28 @@ def test_the_unbiased_estimate_picks_by_the_clipped_validation_error(monkeypatch
     s = (rng.random((36, 30)) < 0.6).astype(np.float32)
     d = SplitData(jnp.asarray(s[:20]), jnp.asarray(s[:20].mean(1)), jnp.asarray(s[20:30]),
                   jnp.full(10, 0.9, jnp.float32))
-    val_pred = {"kmeans_ridge": 1.5, "greedy_ridge": 0.7}
+    first = next(iter(val_pred))
 
     def fake_fit(key, dd, k, name, st, cache=None):
-        return types.SimpleNamespace(anchors=jnp.arange(k) + (k if name == "greedy_ridge"
-                                                               else 0), name=name)
+        return types.SimpleNamespace(anchors=jnp.arange(k) + (0 if name == first else k),
+                                     name=name)
 
     def fake_apply(f, x):
         return jnp.full(x.shape[0], val_pred[f.name], jnp.float32)
 
     monkeypatch.setattr(_protocol, "fit_method", fake_fit)
     monkeypatch.setattr(_protocol, "apply_map", fake_apply)
-    out = _protocol.protocol_kernel(jax.random.key(0), d, jnp.asarray(s[30:]), 3,
-                                    tuple(val_pred), Settings(), 5, 0.1)
+    return _protocol.protocol_kernel(jax.random.key(0), d, jnp.asarray(s[30:]), 3,
+                                     tuple(val_pred), Settings(), 5, 0.1)
+
+
+def test_the_unbiased_estimate_picks_by_the_clipped_validation_error(monkeypatch):
+    """Without a given pick, the unbiased estimate uses the anchors of the candidate
+    whose *clipped* validation predictions err least (the error ``evaluate_protocol``
+    reports and ``auto`` chooses by): a candidate predicting 1.5 for models at 0.9 errs
+    by 0.1 once clipped (0.6 unclipped) and beats one predicting 0.7 (0.2 either way).
+    The maps are fakes; the DR estimate itself runs for real."""
+    out = _kernel_with_fake_maps(monkeypatch, {"kmeans_ridge": 1.5, "greedy_ridge": 0.7})
     assert int(out["dr_pick"]) == 0  # kmeans_ridge
     np.testing.assert_array_equal(out["anchors"][0], [0, 1, 2])
     assert out["dr"].shape == (3, 6) and np.isfinite(np.asarray(out["dr"])).all()

@@ -1588,6 +1588,12 @@ def test_study_wide_settings_a_policy_cannot_use_are_warned_about():
     assert msgs == ["rank=16, fit_steps=50, corruption='biased' have no effect for policy "
                     "'ucbe' (policies[0] makes no predictions); the study records them as "
                     "given"]
+    sync = study_from_dict({"kind": "identification", "data": {"dataset": "oll2_musr"},
+                            "num_arms": 4, "n_replicates": 8, "policies": [
+                                {"policy": "sysrs", "settings": {"synchronized": False}}]})
+    with pytest.warns(UserWarning, match=r"policies\[0\]\.settings: synchronized=False gives "
+                                         r"each arm its own item order"):
+        _preflight(sync)
     quiet = study_from_dict({"kind": "identification", "data": {"dataset": "oll2_musr"},
                              "num_arms": 4, "policies": ["ucbe"], "n_replicates": 8})
     with warnings.catch_warnings(record=True) as got:
