@@ -1081,7 +1081,11 @@ def simulate_identification(
       corruption: ``"none"``, ``"biased"``, ``"random"``, ``"adversarial"`` predictions.
       bias: size of the ``"biased"`` corruption.
       factors: a fitted :class:`~jaxeval.LowRankLogistic` (or ``ItemFactors``) to use
-        instead of fitting one on the training models.
+        instead of fitting one on the training models. Fit it on those models only, or
+        the candidates' own scores leak into their predictions: they are
+        ``sm.drop_duplicates().split_pool(n, seed=seed)[0]`` with ``n = n_train`` (by
+        default half the distinct models, rounded down). Recorded in the report's
+        ``settings["factorization"]`` as given.
       fit_steps: Adam steps of the offline fit (``num_steps`` of
         :func:`~jaxeval.fit_factorization`; named apart from the bandit's steps).
       chunk_size: replicates per compiled chunk (bounds memory; one progress line
@@ -1269,6 +1273,11 @@ def simulate_identification(
                 factors, _, _ = fit_default_factors(train, rank, seed, fit_steps)
                 notes["factorization"] = repr(factors)
             item_factors, own_rho = item_factors_of(factors, np.asarray(sm.items))
+            if "factorization" not in notes:  # given: traced as a default fit is
+                notes["factorization"] = "given (factors=): " + (
+                    f"ItemFactors of rank {item_factors.V.shape[1]} over "
+                    f"{item_factors.V.shape[0]} items" if isinstance(factors, ItemFactors)
+                    else repr(factors))
             fit_rho = fit_rho if own_rho is None else own_rho
             if item_factors.V.shape[0] != n:
                 raise ValueError(

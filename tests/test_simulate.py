@@ -919,3 +919,25 @@ def test_sysrs_with_its_own_order_per_arm_is_warned_about():
         warnings.simplefilter("error")
         simulate_identification(spec, "sysrs", K=3, n_replicates=4,
                                 budget_fractions=(0.5, 1.0))
+
+
+def test_given_factors_are_recorded_and_their_documented_training_split_is_the_runs():
+    """A run with ``factors=`` records them in ``settings["factorization"]`` (it left no
+    trace), and the training models the docstring names are the ones the run holds
+    out of the pool."""
+    from jaxeval._simulate import split_pool
+
+    sm = _small_matrix()
+    train = sm.drop_duplicates().split_pool(sm.drop_duplicates().n_models // 2, seed=5)[0]
+    held = split_pool(sm.drop_duplicates(), None, 3, 5)[0]
+    assert train.models.tolist() == held.models.tolist()
+    lr = jaxeval.fit_factorization(train, rank=1, rho=1.0, num_steps=20)
+    rep = simulate_identification(sm, "pulse_ucb", K=3, n_replicates=4, seed=5, factors=lr,
+                                  budget_fractions=(0.5, 1.0))
+    assert rep.settings["factorization"] == f"given (factors=): {lr!r}"
+    from jaxeval._factorization import ItemFactors
+
+    bare = ItemFactors(np.asarray(lr.V), np.asarray(lr.c), np.asarray(lr.u_mean))
+    rep = simulate_identification(sm, "pulse_ucb", K=3, n_replicates=4, seed=5,
+                                  factors=bare, budget_fractions=(0.5, 1.0))
+    assert rep.settings["factorization"] == "given (factors=): ItemFactors of rank 1 over 20 items"
