@@ -676,10 +676,9 @@ def split_pool(sm: ScoreMatrix, n_train: int | None, K: int, seed: int):
             "K",
             f"K must be at most the candidate pool size: K={K}, but the pool has "
             f"{pool.n_models} models ({m} after removing duplicates, {n_train} for training)"
-            + (f"; choose K <= {pool.n_models}" if n_train == 0 else
-               f"; choose K <= {pool.n_models}, or fewer training models (n_train; at "
-               f"most {m - K} leave K candidates)" if m - K >= 0 else
-               f"; choose K <= {pool.n_models}"),
+            + f"; choose K <= {pool.n_models}"
+            + (f", or fewer training models (n_train; at most {m - K} leave K candidates)"
+               if n_train and m >= K else ""),
         )
     if not pool.mask.all():
         bad = int((~pool.mask).any(axis=1).sum())

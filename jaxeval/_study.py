@@ -1739,11 +1739,12 @@ def _preflight(study: Study) -> None:
         study_budgets(study)
         from jaxeval._simulate import no_effect, unused_settings
 
+        synthetic = study.data.synthetic is not None
+        later = []  # said once every policy's problem passed (a refusal comes first)
         for i, spec in enumerate(study.policies):
-            st = dict(spec.settings)
+            st, preds = dict(spec.settings), _uses_predictions(spec)
             unused = unused_settings(
-                spec.policy, _uses_predictions(spec), "budget", study.corruption,
-                study.data.synthetic is not None,
+                spec.policy, preds, "budget", study.corruption, synthetic,
                 **{k: st[k] for k in ("a", "scale", "lam0", "shrink", "rho", "num_newton",
                                       "refit") if k in st},
             )
@@ -1754,11 +1755,8 @@ def _preflight(study: Study) -> None:
                     "defaults", stacklevel=3,
                 )
             identification_problem(study, spec)
-        # the study-wide settings a policy cannot use (per policy, as simulate_identification
-        # warns or refuses: a study mixing policies may use them for some)
-        synthetic = study.data.synthetic is not None
-        for i, spec in enumerate(study.policies):
-            preds = _uses_predictions(spec)
+            # the study-wide settings this policy cannot use (as simulate_identification
+            # warns or refuses; a study mixing policies may use them for others)
             top = [] if synthetic else [
                 u for u in unused_settings(spec.policy, preds, "budget", study.corruption,
                                            False, rank=study.rank, fit_steps=study.fit_steps)
@@ -1766,14 +1764,15 @@ def _preflight(study: Study) -> None:
             if study.corruption != "none" and not preds:
                 top.append(f"corruption={study.corruption!r}")
             if top:
-                warnings.warn(
-                    f"{no_effect(top, spec.policy)} (policies[{i}] makes no predictions); "
-                    "the study records them as given", stacklevel=3)
-            if spec.policy == "sysrs" and dict(spec.settings).get("synchronized") is False:
-                warnings.warn(
+                later.append(f"{no_effect(top, spec.policy)} (policies[{i}] makes no "
+                             "predictions); the study records them as given")
+            if spec.policy == "sysrs" and st.get("synchronized") is False:
+                later.append(
                     f"policies[{i}].settings: synchronized=False gives each arm its own item "
                     "order; SySRs is defined by one order shared by all arms, so these are "
-                    "not SySRs' results", stacklevel=3)
+                    "not SySRs' results")
+        for msg in later:
+            warnings.warn(msg, stacklevel=3)
     elif isinstance(study, AnchorStudy):
         sm = study.data.load()
         for k in study.k:

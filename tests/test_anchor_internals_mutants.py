@@ -317,16 +317,17 @@ def test_irt_prior_strength_reaches_the_model_factor_fit():
     assert np.abs(weak[:, rest] - prior[rest]).max() > 0.05
 
 
-def test_fit_item_factors_passes_each_penalty_to_its_own_side():
+@pytest.mark.parametrize("lr", [0.05, 0.3])  # (0.05 is the default: 0.3 shows it is passed)
+def test_fit_item_factors_passes_each_penalty_to_its_own_side(lr):
     from jaxeval._factorization import fit_factors
     from jaxeval.anchors._irt import IRTConfig, fit_item_factors
 
     rng = np.random.default_rng(0)
     s = jnp.asarray(rng.random((30, 12)) < 0.5, jnp.float32)
-    cfg = IRTConfig(rank=2, rho_u=0.01, rho_v=3.0, learning_rate=0.05, num_steps=40)
+    cfg = IRTConfig(rank=2, rho_u=0.01, rho_v=3.0, learning_rate=lr, num_steps=40)
     got = fit_item_factors(jax.random.key(1), s, cfg)
     want = fit_factors(jax.random.key(1), s, jnp.ones(s.shape, bool), rank=2, rho_u=0.01,
-                       rho_v=3.0, learning_rate=0.05, num_steps=40).item_factors
+                       rho_v=3.0, learning_rate=lr, num_steps=40).item_factors
     for u, v in zip(got, want):
         np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-5, atol=1e-6)
 

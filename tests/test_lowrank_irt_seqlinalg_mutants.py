@@ -101,19 +101,6 @@ def _irt_data():
     return jnp.asarray(s)
 
 
-def test_fit_item_factors_passes_the_learning_rate():
-    """``cfg.learning_rate`` reaches the offline fit (not the default step size)."""
-    from jaxeval._factorization import fit_factors
-
-    s = _irt_data()
-    cfg = IRTConfig(rank=2, learning_rate=0.3, num_steps=30)
-    got = fit_item_factors(jax.random.key(1), s, cfg)
-    want = fit_factors(jax.random.key(1), s, jnp.ones(s.shape, bool), rank=2, rho_u=1.0,
-                       rho_v=1.0, learning_rate=0.3, num_steps=30).item_factors
-    for u, v in zip(got, want):
-        np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-5, atol=1e-6)
-
-
 def test_pirt_default_prior_strength_is_one():
     """Documented default ``rho = 1.0`` for both the item predictions and p-IRT, and
     p-IRT is the row mean of the item predictions."""
