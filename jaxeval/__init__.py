@@ -9,8 +9,8 @@ Public API (everything else lives in private ``_module`` files):
 - factorization: :func:`fit_factorization` -> :class:`LowRankLogistic` (kernels in
   ``jaxeval._factorization``); :func:`learn_lam0`, the DR estimate's λ prior
 - studies at scale: :func:`run_replicates` (chunked, sharded), :func:`run_study` /
-  :func:`resume_study` / :func:`merge_studies` / :func:`load_results` /
-  :func:`study_status` for studies on disk (:class:`IdentificationStudy`,
+  :func:`resume_study` / :func:`merge_studies` / :func:`extend_study` /
+  :func:`load_results` / :func:`study_status` for studies on disk (:class:`IdentificationStudy`,
   :class:`AnchorStudy`, :class:`ReplicateStudy`); the ``jaxeval`` command line
 - identification: :func:`simulate_identification` -> :class:`IdentificationReport`
   (kernels in ``jaxeval._identification``; truth :class:`SyntheticSpec` or a ScoreMatrix)
@@ -38,6 +38,7 @@ from jaxeval._study import (
     AnchorStudy,
     IdentificationStudy,
     ReplicateStudy,
+    extend_study,
     load_results,
     merge_studies,
     resume_study,
@@ -76,6 +77,7 @@ __all__ = [
     "study_from_dict",
     "run_study",
     "resume_study",
+    "extend_study",
     "merge_studies",
     "load_results",
     "study_status",

@@ -32,6 +32,7 @@ examples:
   jaxeval example identification > s.json   a study definition to edit
   jaxeval run s.json --out runs/s           run it (Ctrl-C or kill -9 at any time ...)
   jaxeval resume runs/s                     ... and continue where it stopped
+  jaxeval extend runs/s --to 2000           more replicates: only the new ones are computed
   jaxeval summary runs/s                    print the summary table (and write summary.json)
   jaxeval plot runs/s                       write the figures to runs/s/plots/
 
@@ -121,6 +122,18 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("dir", help="the study folder")
     s.add_argument("--quiet", action="store_true", help="no progress lines")
     s.add_argument("--no-report", action="store_true", help="skip summary.json and plots")
+
+    e = add("extend", "give a study more replicates (or seeds) and compute the new ones",
+            "jaxeval extend runs/s --to 2000",
+            description="give the study in a folder more units (replicates, or an anchor "
+            "study's seeds) and compute only the new ones: the finished chunks are kept, "
+            "and the folder ends as the larger study run from the start, bit for bit")
+    e.add_argument("dir", help="the study folder (the whole study: merge range jobs first)")
+    e.add_argument("--to", type=int, required=True, metavar="N",
+                   help="the new number of replicates (n_replicates; an anchor study's "
+                   "n_seeds), more than the folder's")
+    e.add_argument("--quiet", action="store_true", help="no progress lines")
+    e.add_argument("--no-report", action="store_true", help="skip summary.json and plots")
 
     m = add(
         "merge",
@@ -1148,6 +1161,7 @@ def main(argv: list[str] | None = None) -> int:
     _setup_jax(args, argv)
     from jaxeval._study import (
         StudyFolderError,
+        extend_study,
         load_study,
         merge_studies,
         resume_study,
@@ -1183,6 +1197,22 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "resume":
             _STUDY_FOLDER[:] = [str(args.dir)]
+            folder = resume_study(args.dir, progress=not args.quiet)
+            if not args.no_report:
+                _report(folder)
+            return 0
+        if args.command == "extend":
+            _STUDY_FOLDER[:] = [str(args.dir)]
+            before = study_status(args.dir)["units"]
+            try:
+                extend_study(args.dir, args.to)
+            except ValueError as e:
+                if os.environ.get("JAXEVAL_DEBUG"):
+                    raise
+                raise ValueError(_renamed(str(e), {"n_units": "--to"})) from None
+            if not args.quiet:
+                print(f"[jaxeval] {args.dir}: the study now has {args.to} units (it had "
+                      f"{before}); computing the new ones", file=sys.stderr, flush=True)
             folder = resume_study(args.dir, progress=not args.quiet)
             if not args.no_report:
                 _report(folder)

@@ -56,6 +56,7 @@ __all__ = [
     "load_study",
     "merge_studies",
     "resume_study",
+    "extend_study",
     "run_study",
     "study_from_dict",
     "study_status",
@@ -1795,6 +1796,97 @@ def resume_study(out: str | os.PathLike, *, progress: bool = True) -> Path:
         raise StudyFolderError(f"{out} holds no {MANIFEST_FILE}: not a study folder")
     study = _located(study_from_dict(manifest["config"], check=False), manifest)
     return run_study(study, out, replicate_range=tuple(manifest["range"]), progress=progress)
+
+
+def extend_study(out: str | os.PathLike, n_units: int) -> Path:
+    """Give the study in folder ``out`` more units (replicates, or an anchor study's
+    repetitions); :func:`resume_study` then computes only the new ones.
+
+    A unit's numbers do not depend on how many units the study has (replicate ``i``
+    draws from ``fold_in(key(seed), i)`` in the same vmapped lane; anchor repetition
+    ``r`` splits with seed ``first_seed + r``), so the finished chunks are kept as they
+    are and the folder becomes the study run with ``n_units`` from the start: its rows
+    are bit for bit that study's. The folder's definition (``n_replicates``, or
+    ``n_seeds``) is rewritten and the change recorded in the manifest's ``"extended"``;
+    nothing is computed here. The folder is checked first as a resume checks it (its
+    ``study.json``, data checksum, JAX settings, a ``replicates`` target's source, chunks
+    of an earlier jaxeval's set-up), and a folder that would be refused is left as it
+    was.
+
+    The folder must hold the whole study (a run without a range, or a merge). To extend
+    a study computed by array jobs, extend its merged folder, then resume it, or run the
+    new units as range jobs of the larger study (its definition: the folder's
+    ``study.json``) and merge them with it.
+
+    Args:
+      out: the study folder.
+      n_units: the new number of units, more than the folder's.
+
+    Returns:
+      ``out``.
+
+    Example:
+      >>> import pathlib, tempfile
+      >>> from jaxeval import (extend_study, load_results, resume_study, run_study,
+      ...                      study_from_dict, study_status)
+      >>> study = study_from_dict({"kind": "identification", "n_replicates": 32,
+      ...     "num_arms": 4, "chunk_size": 32, "policies": ["uniform"],
+      ...     "data": {"synthetic": {"n_items": 100}}})
+      >>> folder = run_study(study, pathlib.Path(tempfile.mkdtemp()) / "s", progress=False)
+      >>> first = load_results(folder)[1]["uniform"]["checkpoints.recommended"]
+      >>> _ = extend_study(folder, 64)
+      >>> study_status(folder)["done"], study_status(folder)["complete"]
+      ({'uniform': 32}, False)
+      >>> _ = resume_study(folder, progress=False)  # computes replicates 32..63 only
+      >>> rows = load_results(folder)[1]["uniform"]["checkpoints.recommended"]
+      >>> rows.shape, bool((rows[:32] == first).all())
+      ((64, 13), True)
+    """
+    out = Path(out)
+    manifest = _read_manifest(out)
+    if manifest is None:
+        raise StudyFolderError(f"{out} holds no {MANIFEST_FILE}: not a study folder")
+    old = _located(study_from_dict(manifest["config"], check=False), manifest)
+    field = "n_seeds" if isinstance(old, AnchorStudy) else "n_replicates"
+    if isinstance(n_units, bool) or not isinstance(n_units, (int, np.integer)):
+        raise TypeError(f"n_units: expected an integer (the new {field}), got {n_units!r}")
+    n_units = int(n_units)
+    have = old.n_units
+    if n_units <= have:
+        raise ValueError(
+            f"n_units: expected more than the {have} units ({field}) the study in {out} has, "
+            f"got {n_units}" + ("" if n_units == have else
+                                f"; the first {n_units} rows of load_results({str(out)!r}) "
+                                "are the smaller study's numbers"))
+    lo, hi = manifest["range"]
+    if (lo, hi) != (0, have):
+        raise StudyFolderError(
+            f"{out} holds the range job for units {lo}:{hi} of {have}; extend the folder "
+            "that holds the whole study (`jaxeval merge` the ranges' folders first)")
+    cfg = dict(manifest["config"], **{field: n_units})
+    new = _located(study_from_dict(cfg, check=False), manifest)  # (refuses a too-large n)
+    with _folder_lock(out):
+        if _is_writer():
+            _check_writable(out)
+        # every refusal a resume would make comes before the folder is changed
+        _open_folder(old, out, (0, have))
+        new.check()
+        # (chunks of an earlier set-up cannot be extended: the folder would never finish)
+        _check_setup(new, manifest, out, [t.name for t in new.tasks()])
+        manifest = _read_manifest(out)  # (as written: _open_folder may restore study.json)
+        cfg = new.to_dict()
+        manifest.update(
+            config=cfg, study_hash=_hash_json(cfg), results_hash=_hash_json(results_key(new)),
+            range=[0, n_units], complete=False, range_complete=False,
+            extended=list(manifest.get("extended") or []) + [{"from": have, "to": n_units}],
+        )
+        if _is_writer():
+            # study.json goes first: a kill before the manifest is written leaves the
+            # folder as it was (the copy is written again), after it the larger study
+            (out / STUDY_FILE).unlink(missing_ok=True)
+            _atomic_write_json(out / MANIFEST_FILE, manifest)
+            _atomic_write_json(out / STUDY_FILE, cfg)
+    return out
 
 
 def study_status(out: str | os.PathLike, *, verify: bool = False) -> dict:
