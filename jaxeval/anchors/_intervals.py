@@ -145,6 +145,7 @@ def betting_wor_interval(
     Returns:
       ``(lower, upper)`` for the population mean.
     """
+    grid_size = check_int("grid_size", grid_size, 2)  # (one candidate has no grid step)
     m = x.shape[0]
     dt = x.dtype
     pop = jnp.asarray(pop, dt)
