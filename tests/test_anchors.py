@@ -229,6 +229,19 @@ def test_betting_wor_interval_covers_over_every_draw_order():
             assert covered >= 1 - alpha, (pop, m, covered)
 
 
+def test_betting_wor_interval_refuses_a_grid_without_a_step():
+    """One candidate (or none) made the grid step 1/0: the interval was [nan, nan] or
+    the whole of [0, 1] without a word."""
+    from jaxeval.anchors._intervals import betting_wor_interval
+
+    x = jnp.asarray([0.0, 1.0, 1.0, 0.5])
+    for bad, err in ((1, ValueError), (0, ValueError), (2.5, TypeError), (True, TypeError)):
+        with pytest.raises(err, match="grid_size: expected an integer >= 2"):
+            betting_wor_interval(x, 10, 0.1, bad)
+    lo, hi = betting_wor_interval(x, 10, 0.1, 2)  # the smallest grid: its two ends
+    assert (float(lo), float(hi)) == (0.0, 1.0)
+
+
 @pytest.mark.parametrize("interval", ["betting", "serfling"])
 def test_dr_estimate_unbiased_and_covers(interval):
     rng = np.random.default_rng(1)
