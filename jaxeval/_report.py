@@ -354,10 +354,6 @@ def write_summary(summary: Mapping[str, Any], out: str | Path) -> Path:
     return p
 
 
-def _fmt_pct(x: Any, nd: int = 1) -> str:
-    return "  -  " if x is None else f"{100 * x:.{nd}f}%"
-
-
 def _fmt_num(x: Any, width: int, nd: int) -> str:
     if x is None or not math.isfinite(float(x)):
         return "n/a".rjust(width)
