@@ -13,7 +13,8 @@ Public API (everything else lives in private ``_module`` files):
   :func:`load_results` / :func:`study_status` for studies on disk (:class:`IdentificationStudy`,
   :class:`AnchorStudy`, :class:`ReplicateStudy`); the ``jaxeval`` command line
 - identification: :func:`simulate_identification` -> :class:`IdentificationReport`
-  (kernels in ``jaxeval._identification``; truth :class:`SyntheticSpec` or a ScoreMatrix)
+  (kernels in ``jaxeval._identification``; truth :class:`SyntheticSpec` or a ScoreMatrix);
+  :func:`plot_reports` draws several policies' reports
 - a real identification campaign: :class:`IdentificationCampaign` (ask which model to
   evaluate on which items, tell the scores, read anytime-valid intervals; save / load)
 - accuracy from anchor items: :func:`fit_anchors` -> :class:`AnchorPredictor`
@@ -27,6 +28,7 @@ from jaxeval._campaign import IdentificationCampaign
 from jaxeval._data import ScoreMatrix, Split
 from jaxeval._factorization_api import LowRankLogistic, fit_factorization, learn_lam0
 from jaxeval._io import load
+from jaxeval._report import plot_reports
 from jaxeval._runner import run_replicates
 from jaxeval._simulate import (
     GapBin,
@@ -66,6 +68,7 @@ __all__ = [
     "AnchorPredictor",
     "fit_anchors",
     "simulate_identification",
+    "plot_reports",
     "IdentificationReport",
     "GapBin",
     "IdentificationCampaign",

@@ -31,7 +31,9 @@ __all__ = [
     "calls_to_target",
     "format_summary",
     "plot_calls_bars",
+    "plot_reports",
     "plot_study",
+    "reports_summary",
     "summarize",
     "wilson_interval",
 ]
@@ -300,6 +302,9 @@ def _replicate_summary(study: Any, results: Mapping[str, Mapping[str, np.ndarray
                 "mean": x.mean(axis=0)[:_SHOWN],
                 "sd": x.std(axis=0)[:_SHOWN],
             }
+            bad = int((~np.isfinite(x)).any(axis=1).sum())
+            if bad:  # (their mean is NaN: null in JSON; said, not left to be guessed)
+                fields[k]["non_finite_replicates"] = bad
             if x.shape[1] > _SHOWN:
                 fields[k]["components_shown"] = _SHOWN  # of prod(shape[1:])
         else:
@@ -442,7 +447,11 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         for k, v in summary["fields"].items():
             more = (f" (first {v['components_shown']} components)"
                     if "components_shown" in v else "")
-            lines.append(f"  {k}: shape {v['shape']}, mean {v['mean']}{more}")
+            mean = [math.nan if m is None else m for m in np.ravel(v["mean"]).tolist()]
+            if v.get("non_finite_replicates"):
+                more += (f"; {v['non_finite_replicates']} of {v['shape'][0]} replicates hold "
+                         "NaN or inf (load_results gives every value)")
+            lines.append(f"  {k}: shape {v['shape']}, mean {mean}{more}")
         for k, why in summary.get("skipped_fields", {}).items():
             lines.append(f"  {k}: not summarised ({why})")
     return "\n".join(lines)
@@ -733,6 +742,120 @@ def _anchor_plots(s: Mapping[str, Any], out: Path) -> list[Path]:
     fig.savefig(p)
     plt.close(fig)
     return [p]
+
+
+def reports_summary(reports: Any) -> dict:
+    """The summary of :func:`summarize` for :class:`~jaxeval.IdentificationReport` s of one
+    problem (one per policy), so that :func:`format_summary` and :func:`plot_reports`
+    treat them as a study's policies.
+
+    Args:
+      reports: ``{label: report}``, or a list of reports labelled by their policies
+        (which must then differ). Every report must come from the same data, ``K``,
+        budgets, ``alpha`` and interval kinds; replicates may differ (the summary's
+        ``"replicates"`` is the fewest).
+
+    Raises:
+      ValueError: no report, repeated policies in a list, or reports of different
+        problems (the differing setting named).
+    """
+    from jaxeval._simulate import IdentificationReport
+
+    if isinstance(reports, IdentificationReport):
+        reports = [reports]
+    if isinstance(reports, Mapping):
+        items = list(reports.items())
+    else:
+        try:
+            items = [(getattr(r, "settings", {}).get("policy"), r) for r in reports]
+        except TypeError:
+            raise TypeError("reports: expected {label: IdentificationReport} or a list of "
+                            f"them, got {type(reports).__name__}") from None
+        names = [n for n, _ in items]
+        if len(set(names)) != len(names):
+            raise ValueError(f"reports: several reports of one policy ({names}); give them "
+                             "labels: {label: report}")
+    if not items:
+        raise ValueError("reports: no report to summarize")
+    for name, r in items:
+        if not isinstance(r, IdentificationReport):
+            raise TypeError(f"reports[{name!r}]: expected an IdentificationReport, got "
+                            f"{type(r).__name__}")
+    (ref_name, ref), rest = items[0], items[1:]
+    for name, r in rest:
+        for what, a, b in (("data", ref.settings.get("data"), r.settings.get("data")),
+                           ("K", ref.settings.get("K"), r.settings.get("K")),
+                           ("n_items", ref.settings.get("n_items"), r.settings.get("n_items")),
+                           ("budgets", ref.budgets.tolist(), r.budgets.tolist()),
+                           ("alpha", ref.settings.get("alpha"), r.settings.get("alpha")),
+                           ("cs_kinds", list(ref.cs_kinds), list(r.cs_kinds))):
+            if a != b:
+                raise ValueError(f"reports[{name!r}]: {what} is {b!r}, but {a!r} in "
+                                 f"reports[{ref_name!r}]; one summary holds one problem")
+    policies = {}
+    for name, r in items:
+        R = int(np.shape(r.correct)[0])
+        lo, hi = wilson_interval(np.asarray(r.correct).sum(axis=0), R)
+        c95 = r.calls_to(TARGET_ACCURACY, fraction=True)
+        naive = np.asarray(r.naive_coverage_family, np.float64)
+        policies[str(name)] = {
+            "policy": r.settings.get("policy"),
+            "replicates": R,
+            "budgets": r.budgets,
+            "calls_mean": r.calls_used,
+            "accuracy": r.accuracy,
+            "accuracy_ci95": [lo, hi],
+            "calls_to_95_fraction": None if math.isinf(c95) else c95,
+            "coverage": {
+                kind: {"family_wise": r.coverage_family_at[q],
+                       "family_wise_all_checkpoints": float(r.coverage_family[q]),
+                       "mean_width": r.width[q]}
+                for q, kind in enumerate(r.cs_kinds)},
+            "naive_coverage_family": None if np.isnan(naive).all() else naive,
+        }
+    alpha = float(ref.settings["alpha"])
+    return {
+        "kind": "identification",
+        "name": "simulate_identification",
+        "dataset": str(ref.settings.get("data")),
+        "num_arms": int(ref.settings["K"]),
+        "alpha": alpha,
+        "nominal_coverage": 1.0 - alpha,
+        "replicates": min(e["replicates"] for e in policies.values()),
+        "budget_fractions": [float(f) for f in ref.budget_fractions],
+        "problem": {"items": int(ref.settings["n_items"]), "median_top2_gap": float(
+            np.median(np.concatenate([r.top_two_gap for _, r in items])))},
+        "policies": policies,
+    }
+
+
+def plot_reports(reports: Any, out: str | Path) -> list[Path]:
+    """Draw the figures of a study (:func:`plot_study`) for
+    :class:`~jaxeval.IdentificationReport` s of one problem: accuracy against LLM calls,
+    family-wise coverage and interval widths per budget, and calls to 95% accuracy.
+
+    Args:
+      reports: ``{label: report}`` or a list of reports (labelled by their policies);
+        see :func:`reports_summary`.
+      out: a folder for the PNG files (created if absent).
+
+    Returns:
+      The paths written.
+
+    Example:
+      >>> import tempfile, jaxeval
+      >>> truth = jaxeval.SyntheticSpec(n_items=40)
+      >>> reps = [jaxeval.simulate_identification(truth, p, K=3, n_replicates=16,
+      ...                                         budget_fractions=(0.1, 0.5, 1.0))
+      ...         for p in ("ucbe", "uniform")]
+      >>> paths = jaxeval.plot_reports(reps, tempfile.mkdtemp())
+      >>> [p.name for p in paths][:2]
+      ['identification_accuracy.png', 'identification_coverage.png']
+    """
+    summary = reports_summary(reports)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return _identification_plots(summary, out)
 
 
 def plot_study(summary: Mapping[str, Any], out: str | Path) -> list[Path]:

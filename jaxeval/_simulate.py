@@ -146,6 +146,11 @@ warn: its cluster bootstrap covered 89% (nominal 90%) at 20 instances, 78% at 10
 simulated studies each; ``tests/test_simulate.py`` checks 20)."""
 
 
+def _share(fraction: float, unit: str = "") -> str:
+    """A share of K*n as text, ``"not reached"`` for ``inf`` (as the report's repr)."""
+    return "not reached" if math.isinf(fraction) else f"{fraction:.2%}{unit}"
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class IdentificationReport:
     """Results of :func:`simulate_identification` (numpy arrays; ``C`` checkpoints,
@@ -473,8 +478,8 @@ class IdentificationReport:
             lines.append(f"data: {s['duplicates_removed']} duplicate model rows removed before "
                          "the split into training models and candidates")
         lines += [
-            f"calls to 95%: {self.calls_to(0.95, fraction=True):.2%} of K*n; "
-            f"to 90%: {self.calls_to(0.90, fraction=True):.2%}",
+            f"calls to 95%: {_share(self.calls_to(0.95, fraction=True), ' of K*n')}; "
+            f"to 90%: {_share(self.calls_to(0.90, fraction=True))}",
             "family-wise coverage (all arms, all checkpoints): "
             + ", ".join(f"{k}={c:.4f}" for k, c in zip(self.cs_kinds, self.coverage_family)),
             f"{'budget':>9} {'frac':>7} {'accuracy':>9} {'calls':>9} "
