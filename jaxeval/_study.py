@@ -732,9 +732,26 @@ class ReplicateStudy:
         d = _check_keys(d, cls.KEYS, "")
         if "target" not in d:
             raise StudyConfigError("target", "required key is missing")
+        if callable(d["target"]):
+            f = d["target"]
+            mod = getattr(f, "__module__", None) or "__main__"
+            name = f"{mod}:{getattr(f, '__qualname__', 'function')}"
+            raise StudyConfigError(
+                "target", "expected the text 'module:function' that imports the function "
+                "(a study is resumed and merged from its JSON), got the function itself: "
+                + (f"{name!r}" if mod != "__main__" else
+                   "move it from the running script to a module file, e.g. 'mymodule:"
+                   f"{name.partition(':')[2]}'"))
         target = _str(d["target"], "target")
         if target.count(":") != 1:
             raise StudyConfigError("target", f"expected 'module:function', got {target!r}")
+        if target.partition(":")[0] == "__main__":
+            raise StudyConfigError(
+                "target", f"{target!r} names the running script, which a resume, a merge or "
+                "another process cannot import, and whose edits between runs could not be "
+                "checked: move the function to a module file and name it 'module:function' "
+                "(a script importing itself runs its top level again: guard that with "
+                "`if __name__ == \"__main__\":`)")
         kw: dict[str, Any] = {"target": target}
         if "name" in d:
             kw["name"] = _str(d["name"], "name")
@@ -777,6 +794,10 @@ class ReplicateStudy:
             raise StudyConfigError("target", f"cannot import {self.target!r} ({e}; its module "
                                    "must be importable: installed, in the current folder, "
                                    "or on PYTHONPATH)") from None
+        except Exception as e:  # the module's own code failed (a syntax error, a raise)
+            raise StudyConfigError(
+                "target", f"importing the module of {self.target!r} failed: "
+                f"{type(e).__name__}: {e}") from e
         if not callable(f):
             raise StudyConfigError("target", f"{self.target!r} is not callable")
         if _stale(module, fn, f):
@@ -1444,9 +1465,12 @@ def _open_folder(study: Study, out: Path, rng: tuple[int, int]) -> dict:
             f"continue it as it is (`jaxeval resume {out}`), or use another --out folder"
         )
     if manifest["config"] != cfg:
+        held = manifest["config"].get("kind")
+        what = (_describe_diff(manifest["config"], cfg) if held == cfg["kind"] else
+                f"it is {_a(held)} study, not {_a(cfg['kind'])} one")
         raise StudyFolderError(
             f"{out} holds the results of another study ({manifest['config'].get('name')!r}): "
-            f"{_describe_diff(manifest['config'], cfg)}. Nothing was overwritten; use another "
+            f"{what}. Nothing was overwritten; use another "
             "--out folder, or `jaxeval resume` to continue the study that is there"
         )
     if list(manifest["range"]) != list(rng):
@@ -1475,6 +1499,11 @@ def _open_folder(study: Study, out: Path, rng: tuple[int, int]) -> dict:
             f"{str(manifest.get('data_sha256'))[:12]}... there, {str(fp)[:12]}... now)"
         )
     return manifest
+
+
+def _a(kind: Any) -> str:
+    """``"an identification"``, ``"a replicates"``: a study kind with its article."""
+    return f"{'an' if str(kind)[:1] in 'aeiou' else 'a'} {kind}"
 
 
 def _verify_chunks(out: Path, manifest: dict) -> list[str]:
@@ -1774,6 +1803,8 @@ def _preflight(study: Study) -> None:
                     "not SySRs' results")
         for msg in later:
             warnings.warn(msg, stacklevel=3)
+    elif isinstance(study, ReplicateStudy):
+        _check_target_output(study)
     elif isinstance(study, AnchorStudy):
         sm = study.data.load()
         for k in study.k:
@@ -1783,6 +1814,29 @@ def _preflight(study: Study) -> None:
             sm.drop_duplicates().protocol_split(study.first_seed)
         except ValueError as e:
             raise StudyConfigError("data", str(e)) from None
+
+
+def _check_target_output(study: ReplicateStudy) -> None:
+    """Trace a replicates study's target on one replicate's key (shapes only, nothing
+    computed), so that a function JAX cannot trace, or one that returns no array, is
+    refused by the study's key ``target`` instead of failing inside the runner."""
+    import jax
+
+    from jaxeval._runner import as_key
+
+    fn = study.function()
+    try:
+        out = jax.eval_shape(fn, jax.random.fold_in(as_key(study.seed), 0))
+    except Exception as e:  # (the target's own error: its type and first line kept)
+        first = next((ln for ln in str(e).splitlines() if ln.strip()), "")
+        raise StudyConfigError(
+            "target", f"{study.target!r} cannot be traced by JAX on one replicate's key "
+            f"({type(e).__name__}: {first[:300]}); a replicate function maps a PRNG key to "
+            "a pytree of arrays whose shapes do not depend on the values drawn") from e
+    if not jax.tree.leaves(out):
+        raise StudyConfigError(
+            "target", f"{study.target!r} returned no array ({out!r}): return the replicate's "
+            "results, e.g. {'estimate': x, 'covered': lo <= theta}")
 
 
 def resume_study(out: str | os.PathLike, *, progress: bool = True) -> Path:
