@@ -481,6 +481,24 @@ def _fmt_s(s: float) -> str:
     return f"{int(s // 3600)}h{int((s % 3600) // 60):02d}m"
 
 
+def _check_devices(devices: Any) -> tuple:
+    """``devices`` (``None``: ``jax.devices()``) as a tuple of JAX devices, refused by
+    name when it is not one."""
+    if isinstance(devices, (str, bytes)) or (
+        devices is not None and not isinstance(devices, Iterable)
+    ):
+        raise TypeError(f"devices: expected a sequence of JAX devices (e.g. "
+                        f"jax.devices('cpu')), got {devices!r}")
+    devs = tuple(jax.devices() if devices is None else devices)
+    bad = [d for d in devs if not isinstance(d, jax.Device)]
+    if bad:
+        raise TypeError(f"devices: expected JAX devices (e.g. jax.devices('cpu')), "
+                        f"got {bad[0]!r}")
+    if not devs:
+        raise ValueError("devices: expected at least one device, got none")
+    return devs
+
+
 class ReplicatePlan:
     """A compiled chunk program: ``chunk_size`` replicates spread over ``devices``.
 
@@ -516,18 +534,7 @@ class ReplicatePlan:
         lanes: int = DEFAULT_LANES,
         with_index: bool = False,
     ) -> None:
-        if isinstance(devices, (str, bytes)) or (
-            devices is not None and not isinstance(devices, Iterable)
-        ):
-            raise TypeError(f"devices: expected a sequence of JAX devices (e.g. "
-                            f"jax.devices('cpu')), got {devices!r}")
-        devs = tuple(jax.devices() if devices is None else devices)
-        bad = [d for d in devs if not isinstance(d, jax.Device)]
-        if bad:
-            raise TypeError(f"devices: expected JAX devices (e.g. jax.devices('cpu')), "
-                            f"got {bad[0]!r}")
-        if not devs:
-            raise ValueError("devices: expected at least one device, got none")
+        devs = _check_devices(devices)
         chunk_size = check_int("chunk_size", chunk_size, 1)
         lanes = check_int("lanes", lanes, 1)
         if not callable(replicate_fn):
@@ -726,10 +733,6 @@ class ReplicatePlan:
         if start + n_replicates > 2**32:
             raise ValueError(f"start + n_replicates must stay at most 2**32 (replicate indices "
                              f"are uint32), got start={start} and n_replicates={n_replicates}")
-        # chunk ends at start's lane block plus whole chunks: one dispatch per range
-        stop, first = int(start) + int(n_replicates), int(start) - int(start) % self.lanes
-        ends = list(range(first + self.chunk_size, stop, self.chunk_size))
-        ranges = list(zip([int(start), *ends], [*ends, stop]))
         try:
             out = jax.tree.map(
                 lambda s: np.empty((n_replicates,) + tuple(s.shape), s.dtype), self.out_shapes
@@ -743,6 +746,11 @@ class ReplicatePlan:
                 "(run_replicates' start= continues where a call stopped; another seed adds "
                 "replicates to a simulate_identification) or a study (jaxeval.run_study), "
                 "which saves each chunk to disk") from None
+        # chunk ends at start's lane block plus whole chunks: one dispatch per range
+        # (listed after the buffers: a run too large for the host is refused first)
+        stop, first = int(start) + int(n_replicates), int(start) - int(start) % self.lanes
+        ends = list(range(first + self.chunk_size, stop, self.chunk_size))
+        ranges = list(zip([int(start), *ends], [*ends, stop]))
         prog = Progress(n_replicates, enabled=progress and jax.process_index() == 0)
         checked = False
         for lo, hi, res in self.iter_ranges(seed, ranges, progress=prog):
@@ -858,9 +866,9 @@ def run_replicates(
     if int(start) + int(n_replicates) > 2**32:
         raise ValueError(f"start + n_replicates must stay at most 2**32 (replicate indices are "
                          f"uint32), got start={start} and n_replicates={n_replicates}")
-    if chunk_size >= 1:
-        n_dev = len(jax.devices() if devices is None else devices)
-        chunk_size = capped_chunk(int(chunk_size), int(n_replicates), lanes, max(n_dev, 1))
+    # (checked here, before they size the chunk; an iterable of devices is read once)
+    devices, lanes = _check_devices(devices), check_int("lanes", lanes, 1)
+    chunk_size = capped_chunk(int(chunk_size), int(n_replicates), lanes, len(devices))
     plan = ReplicatePlan(
         replicate_fn, int(chunk_size), devices=devices, operands=operands, lanes=lanes,
         with_index=with_index,
