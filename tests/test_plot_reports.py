@@ -1,0 +1,67 @@
+"""Figures and summaries of IdentificationReports (``plot_reports``, ``reports_summary``)."""
+
+import numpy as np
+import pytest
+
+import jaxeval
+from jaxeval._report import format_summary, reports_summary, wilson_interval
+
+pytest.importorskip("matplotlib")
+
+
+@pytest.fixture(scope="module")
+def reps():
+    truth = jaxeval.SyntheticSpec(n_items=40)
+    kw = dict(K=3, n_replicates=24, budget_fractions=(0.1, 0.5, 1.0), seed=1)
+    return {p: jaxeval.simulate_identification(truth, p, **kw) for p in ("ucbe", "uniform")}
+
+
+def test_the_summary_of_reports_holds_their_numbers(reps):
+    s = reports_summary(reps)
+    assert s["kind"] == "identification" and s["num_arms"] == 3 and s["replicates"] == 24
+    assert s["budget_fractions"] == pytest.approx([0.1, 0.5, 1.0])
+    assert s["nominal_coverage"] == pytest.approx(0.95)
+    for name, r in reps.items():
+        e = s["policies"][name]
+        np.testing.assert_array_equal(e["accuracy"], r.accuracy)
+        lo, hi = wilson_interval(r.correct.sum(axis=0), 24)
+        np.testing.assert_allclose(e["accuracy_ci95"], [lo, hi])
+        c95 = r.calls_to(0.95, fraction=True)
+        assert e["calls_to_95_fraction"] == (None if np.isinf(c95) else c95)
+        for q, kind in enumerate(r.cs_kinds):
+            np.testing.assert_array_equal(e["coverage"][kind]["family_wise"],
+                                          r.coverage_family_at[q])
+            np.testing.assert_array_equal(e["coverage"][kind]["mean_width"], r.width[q])
+        assert e["naive_coverage_family"] is None  # (no predictions: NaN in the report)
+    # a list is labelled by the policies; the table of a study prints it
+    assert list(reports_summary(list(reps.values()))["policies"]) == ["ucbe", "uniform"]
+    table = format_summary(s)
+    assert table.startswith("Identification study 'simulate_identification' on synthetic(n=40")
+    assert "K=3, n=40, 24 replicates" in table and "\n  ucbe " in table
+    gaps = np.concatenate([r.top_two_gap for r in reps.values()])
+    assert s["problem"]["median_top2_gap"] == pytest.approx(np.median(gaps))
+
+
+def test_plot_reports_writes_the_study_figures(reps, tmp_path):
+    paths = jaxeval.plot_reports(reps, tmp_path / "figs")
+    assert [p.name for p in paths] == [
+        "identification_accuracy.png", "identification_coverage.png",
+        "identification_widths.png", "identification_calls_to_95.png"]
+    assert all(p.stat().st_size > 10_000 for p in paths)
+
+
+def test_reports_of_different_problems_or_labels_are_refused(reps):
+    truth = jaxeval.SyntheticSpec(n_items=40)
+    other = jaxeval.simulate_identification(truth, "ucbe", K=3, n_replicates=8,
+                                            budget_fractions=(0.2, 1.0))
+    with pytest.raises(ValueError, match=r"reports\['x'\]: budgets is \[24, 120\], but "
+                       r"\[12, 60, 120\] in reports\['ucbe'\]"):
+        reports_summary({"ucbe": reps["ucbe"], "x": other})
+    with pytest.raises(ValueError, match="several reports of one policy"):
+        reports_summary([reps["ucbe"], reps["ucbe"]])
+    with pytest.raises(ValueError, match="no report"):
+        reports_summary({})
+    with pytest.raises(TypeError, match=r"reports\['a'\]: expected an IdentificationReport"):
+        reports_summary({"a": 1})
+    with pytest.raises(TypeError, match="reports: expected"):
+        reports_summary(3)
