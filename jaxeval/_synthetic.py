@@ -297,6 +297,21 @@ def synthetic_matrix(
             "synthetic_matrix: 'concentration' shapes graded scores only (binary ones are "
             "Bernoulli draws); pass graded=True, or leave concentration=None"
         )
+    for name, v, into, what in (
+            ("gap", gap, (), "one gap"),
+            ("model_scale", model_scale, (n_models, rank), "[n_models, rank]"),
+            ("item_scale", item_scale, (n_items, rank), "[n_items, rank]"),
+            ("difficulty_mean", difficulty_mean, (n_items,), "[n_items]"),
+            ("difficulty_scale", difficulty_scale, (n_items,), "[n_items]"),
+            ("concentration", concentration, (n_models, n_items), "[n_models, n_items]")):
+        shape = tuple(getattr(v, "shape", ()))  # (a traced value has its shape too)
+        try:
+            fits = v is None or np.broadcast_shapes(shape, into) == into
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ValueError(f"synthetic_matrix: '{name}' of shape {shape} does not broadcast "
+                             f"to {what} = {into}")
     n_candidates = n_models if n_candidates is None else n_candidates
     n_candidates = _check_int(n_candidates, "n_candidates", 2, n_models, "at most n_models")
     beta = bool(graded) and concentration is not None
@@ -362,7 +377,9 @@ def synthetic_score_matrix(
     t = jax.device_get(synthetic_matrix(seed, n_models, n_items, rank, gap, graded, **scales))
     params = dict(seed=int(seed), n_models=n_models, n_items=n_items, rank=rank, gap=gap,
                   graded=graded)
-    params.update({k: (v if v is None or k == "n_candidates" else float(v))
+    # (a per-model or per-item scale is recorded whole, as a list)
+    params.update({k: (v if v is None or k == "n_candidates" else
+                       float(v) if np.ndim(v) == 0 else np.asarray(v, np.float64).tolist())
                    for k, v in scales.items()})
     truth = dict(
         params=params,
