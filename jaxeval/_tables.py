@@ -106,11 +106,14 @@ def _check_final_line_break(path: Path, src: str) -> None:
     except OSError:
         return
     if last not in (b"\n", b"\r", b'"'):  # (a closed quote ends a whole cell)
+        from jaxeval._runner import _user_stacklevel
+
         warnings.warn(
             f"{src}: the file does not end with a line break; if it was cut off while "
             "being written, the last cell of its last line may be incomplete (check that "
             "line; a file ending with a newline does not warn)",
-            stacklevel=5,
+            # (the caller of jaxeval.load or of load_table, whichever it called)
+            stacklevel=_user_stacklevel(),
         )
 
 
