@@ -640,11 +640,17 @@ class AnchorPredictor:
         if self.kind in ("irt", "blend"):  # the map's own factors (a cut file predicted
             # from the rows left: the anchors past them were dropped without a word)
             _check_factors(self.params["F"], self.params["rho"], n, "params['F']")
-        est = np.asarray(_apply_jit(self._fitted(), jnp.full((1, idx.size), 0.5, jnp.float32)))
+        try:
+            est = np.asarray(_apply_jit(self._fitted(),
+                                        jnp.full((1, idx.size), 0.5, jnp.float32)))
+        except (TypeError, ValueError) as e:  # (JAX's shape errors: weights of another k)
+            raise ValueError(f"the map's parameters do not fit {idx.size} anchors "
+                             f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
         if est.shape != (1,):
             raise ValueError(f"the map's parameters do not fit {idx.size} anchors")
         if not np.all(np.isfinite(est)):
-            raise ValueError("the map predicts NaN from its parameters")
+            raise ValueError(f"the map predicts {float(est[0])} (not a finite number) from "
+                             "its parameters")
 
     def __repr__(self) -> str:
         return (
