@@ -6,6 +6,9 @@ Public API (everything else lives in private ``_module`` files):
   :func:`load`, :mod:`jaxeval.datasets`
 - synthetic truth: :func:`synthetic_matrix` (JAX), :func:`synthetic_score_matrix` (numpy)
 - metrics: :mod:`jaxeval.metrics` (MAE pp, Kendall tau-b, identification, coverage)
+- intervals: :mod:`jaxeval.confseq` (anytime-valid confidence sequences) and
+  :mod:`jaxeval.estimators` (doubly robust terms and estimates under sampling without
+  replacement), the identification loop's own kernels
 - factorization: :func:`fit_factorization` -> :class:`LowRankLogistic` (kernels in
   ``jaxeval._factorization``); :func:`learn_lam0`, the DR estimate's λ prior
 - studies at scale: :func:`run_replicates` (chunked, sharded), :func:`run_study` /
@@ -23,7 +26,7 @@ Public API (everything else lives in private ``_module`` files):
 - study definitions from JSON-like dicts: :func:`study_from_dict`
 """
 
-from jaxeval import datasets, metrics
+from jaxeval import confseq, datasets, estimators, metrics
 from jaxeval._campaign import IdentificationCampaign
 from jaxeval._data import ScoreMatrix, Split
 from jaxeval._factorization_api import LowRankLogistic, fit_factorization, learn_lam0
@@ -57,6 +60,8 @@ __all__ = [
     "ScoreMatrix",
     "Split",
     "datasets",
+    "confseq",
+    "estimators",
     "metrics",
     "load",
     "SyntheticTruth",

@@ -83,6 +83,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -444,6 +445,52 @@ class ConfSeq(eqx.Module):
 _CACHE: dict[tuple, ConfSeq] = {}
 
 
+def _check_update(y: Any, lo: Any, hi: Any, alpha: Any, active: Any) -> None:
+    """Refuse concrete arguments no confidence sequence can take (a traced one, inside
+    ``jit`` or ``vmap``, is the caller's to keep so): ``alpha`` outside (0, 1) (it gave
+    NaN bounds, or bounds with ``lower > upper``, without a word), a range with ``lo >
+    hi``, or a term outside its range (the validity needs ``lo <= y <= hi``), where
+    ``active``."""
+    from jaxeval._runner import concrete_array
+
+    a = concrete_array(alpha)
+    if a is not None and not np.all((a > 0) & (a < 1)):
+        raise ValueError(f"confseq update: alpha must lie in (0, 1), got {alpha!r}")
+    l, h, yy = concrete_array(lo), concrete_array(hi), concrete_array(y)
+    if l is None or h is None or yy is None:
+        return
+    act = concrete_array(active) if active is not None else None
+    if active is not None and act is None:
+        return
+    try:
+        l, h, yy = np.broadcast_arrays(l, h, yy)
+        on = np.ones(yy.shape, bool) if act is None else np.broadcast_to(act != 0, yy.shape)
+    except ValueError:
+        return  # (shapes are JAX's to refuse, with its own message)
+    if np.any(on & ~(l <= h)):
+        raise ValueError("confseq update: every range needs lo <= hi (a NaN or a reversed "
+                         f"range), got lo={lo!r}, hi={hi!r}")
+    bad = on & ~((yy >= l - NUM_TOL) & (yy <= h + NUM_TOL))
+    if np.any(bad):
+        at = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(
+            f"confseq update: each term y must lie in its range [lo, hi], fixed before the "
+            f"draw (the sequence's validity rests on it); at {at}: y={float(yy[at])}, "
+            f"range [{float(l[at])}, {float(h[at])}]")
+
+
+def _checked(update: Callable[..., Any]) -> Callable[..., Any]:
+    """``update`` with :func:`_check_update` first (free under ``jit``: traced values are
+    not checked)."""
+
+    @functools.wraps(update)
+    def checked(state, y, lo, hi, center, alpha, active=None):
+        _check_update(y, lo, hi, alpha, active)
+        return update(state, y, lo, hi, center, alpha, active)
+
+    return checked
+
+
 def get(name: str, *, grid_size: int = 128, truncation: float = 0.5) -> ConfSeq:
     """The confidence-sequence kind ``name`` (one of :data:`KINDS`).
 
@@ -490,5 +537,5 @@ def get(name: str, *, grid_size: int = 128, truncation: float = 0.5) -> ConfSeq:
             fns = (hoeffding_init, hoeffding_update)
         else:
             fns = _betting_fns(int(grid_size), float(truncation))
-        _CACHE[key] = ConfSeq(name, fns[0], fns[1], _bounds, finalize)
+        _CACHE[key] = ConfSeq(name, fns[0], _checked(fns[1]), _bounds, finalize)
     return _CACHE[key]
