@@ -1,6 +1,13 @@
 """Test set-up: 8 fake CPU devices (set before jax is imported) and the --slow tier."""
 
 import os
+import sys
+from pathlib import Path
+
+# The benchmark scripts import their sibling helpers (``bench_args``) as a script run
+# does (its folder first on the path); a test that loads one from its file needs that
+# folder too, whichever test files run with it (test_confseq.py alone did not import).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 # The suite is mostly XLA compilation of small programs, so it compiles them with a
 # cheaper code generation than users get: LLVM optimisation level 0 and XLA:CPU's
