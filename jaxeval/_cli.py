@@ -280,14 +280,18 @@ def _parser() -> argparse.ArgumentParser:
     ap = add("predict", "estimate a model's accuracy from its anchor scores",
              "jaxeval anchors predict musr.npz scores.json", asub,
              "estimate a model's accuracy from its anchor scores (JSON {item: score} for "
-             "exactly the anchors, or a list in anchor order); with --extra M --extra-seed S "
+             "exactly the anchors, or a list in anchor order; or many models' at once from a "
+             "score table, .csv / .tsv / .npz / .parquet, whose other items are ignored: "
+             "one JSON line per model); with --extra M --extra-seed S "
              "the mapping must hold exactly the anchors and the items `items --extra M "
              "--extra-seed S` printed, and an unbiased estimate with a finite-sample interval "
              "is added. Fix M and S before scoring, once per model (a seed per model for "
              "intervals about several models at once): choosing them after seeing scores "
              "voids the interval.")
     ap.add_argument("file", help="the predictor file")
-    ap.add_argument("scores", help="a JSON file ('-' = stdin)")
+    ap.add_argument("scores", help="a JSON file ('-' = stdin) of one model's scores, or a "
+                    "score table (.csv, .tsv, .npz, .parquet) of many models: one JSON line "
+                    "per model")
     ap.add_argument("--extra", type=int, metavar="M", help="extra random items scored")
     ap.add_argument("--extra-seed", type=int, help="their seed (default 0; needs --extra)")
 
@@ -949,8 +953,8 @@ def _renamed(msg: str, names: dict[str, str], forms: tuple[str, ...] = (":",)) -
 
 _ONE_MODEL_JSON = (
     " (anchors predict reads one model's scores as JSON: an object {item: score} or a "
-    "list in the order `jaxeval anchors items FILE` prints; for a table of many models, "
-    "use AnchorPredictor.predict in Python)")
+    "list in the order `jaxeval anchors items FILE` prints; many models: a score table, "
+    ".csv / .tsv / .npz / .parquet, one row per model)")
 
 
 def _read_json(path: str, what: str, hint: str = ""):
@@ -1040,6 +1044,8 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
                  else pred.anchor_items)
         print("\n".join(np.asarray(names).astype(str).tolist()))
         return 0
+    if Path(args.scores).suffix.lower() in _TABLE_SUFFIXES:
+        return _predict_table(pred, args)
     scores = _read_json(args.scores, "scores", _ONE_MODEL_JSON)
     extra = (np.asarray(pred.extra_items(args.extra, seed=extra_seed)).astype(str)
              if args.extra else np.zeros(0, str))
@@ -1085,6 +1091,48 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
         res.update(unbiased={"estimate": float(e_u), "lower": float(l_u),
                              "upper": float(h_u), "extra_items": int(args.extra)})
     print(json.dumps(res))
+    return 0
+
+
+_TABLE_SUFFIXES = (".csv", ".tsv", ".npz", ".parquet", ".pq")
+
+
+def _predict_table(pred, args: argparse.Namespace) -> int:
+    """``anchors predict FILE TABLE``: one JSON line per model of a score table (models
+    as rows, items as columns or a long table; any other items are ignored)."""
+    import jaxeval
+
+    if args.extra is not None:
+        raise ValueError("--extra: the unbiased estimate is one model at a time (a JSON "
+                         "{item: score} per model, its extra items drawn with its own seed); "
+                         "a table gives the anchor estimates only")
+    try:
+        sm = jaxeval.load(args.scores)
+    except ValueError as e:
+        raise ValueError(f"scores: {e} (anchors predict reads a table of models as rows, "
+                         "or one model's scores as JSON {item: score})") from None
+    have = set(np.asarray(sm.items).astype(str).tolist())
+    missing = [a for a in pred.anchor_items.tolist() if a not in have]
+    if missing:
+        none = len(missing) == pred.k
+        raise ValueError(f"scores ({args.scores}): no column for {len(missing)} of the "
+                         f"{pred.k} anchor items, e.g. {missing[:5]} (the items `jaxeval "
+                         "anchors items FILE` prints)"
+                         + ("; a table holds one row per model and the items as columns "
+                            "(or long columns model,item,score); one model's scores can be "
+                            "JSON {item: score}" if none else ""))
+    try:  # (by item name; a missing anchor cell is refused with its item)
+        est, lo, hi = pred.predict(sm)
+    except ValueError as e:  # name the command's argument and the model, not predict()'s
+        msg = _renamed(str(e), {"anchor_scores": f"scores ({args.scores})"})
+        m = re.search(r"first at \((\d+), \d+\)", msg)
+        if m:
+            msg += f" (model {str(sm.models[int(m.group(1))])!r})"
+        raise ValueError(msg) from None
+    level = 1 - float(pred.alpha)
+    for name, e, a, b in zip(np.asarray(sm.models).astype(str).tolist(), est, lo, hi):
+        print(json.dumps({"model": name, "estimate": float(e), "lower": float(a),
+                          "upper": float(b), "level": level}))
     return 0
 
 

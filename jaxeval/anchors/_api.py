@@ -290,10 +290,16 @@ class AnchorPredictor:
         """``(x [models, k] float32, single)``: the checked scores, in anchor order, and
         whether one model's scores were given as ``[k]`` (or ``{item: score}``)."""
         if isinstance(anchor_scores, ScoreMatrix):
-            raise TypeError(
-                f"{what}: expected an array of scores, got a ScoreMatrix; pass "
-                "sm.take(items=predictor.anchor_items).scores"
-            )
+            # its anchor columns by name; a missing cell (0 under the mask) becomes NaN,
+            # refused below with its item (its raw .scores would read it as a 0)
+            sm = anchor_scores
+            have = set(np.asarray(sm.items).astype(str).tolist())
+            missing = [a for a in self.anchor_items.tolist() if a not in have]
+            if missing:
+                raise ValueError(f"{what}: the ScoreMatrix has no column for {len(missing)} "
+                                 f"of the {self.k} anchor items, e.g. {missing[:5]}")
+            t = sm.take(items=self.anchor_items)
+            anchor_scores = t.scores if t.mask is None else np.where(t.mask, t.scores, np.nan)
         anchor_scores = self._by_name(anchor_scores, what)
         _refuse_missing(anchor_scores, what, self.anchor_items)
         raw = np.asarray(anchor_scores) if not isinstance(anchor_scores, np.ndarray) \
@@ -335,9 +341,11 @@ class AnchorPredictor:
         Args:
           anchor_scores: ``[k]`` or ``[models, k]`` scores on :attr:`anchor_items`, in
             that order; or named, in any order: a mapping or pandas Series ``{item:
-            score}`` (one model), a mapping ``{item: [score per model]}``, or a
-            DataFrame with the anchor items as columns (one row per model). A Series or
-            DataFrame with pandas' default labels ``0, 1, ...`` is read by position.
+            score}`` (one model), a mapping ``{item: [score per model]}``, a
+            DataFrame with the anchor items as columns (one row per model), or a
+            :class:`~jaxeval.ScoreMatrix` holding them (other items are ignored; a
+            missing anchor cell is refused). A Series or DataFrame with pandas' default
+            labels ``0, 1, ...`` is read by position.
 
         Returns:
           ``(estimate, lower, upper)`` numpy arrays (scalars for a single model),
@@ -350,6 +358,8 @@ class AnchorPredictor:
           >>> est, lo, hi = pred.predict(sm.take(items=pred.anchor_items).scores[0])
           >>> bool(lo <= est <= hi)
           True
+          >>> pred.predict(sm.take(models=[0, 1]))[0].shape  # a ScoreMatrix: by item name
+          (2,)
         """
         x, single = self._check_scores(anchor_scores)
         est = np.asarray(_apply_jit(self._fitted(), jnp.asarray(x)), dtype=np.float64)
