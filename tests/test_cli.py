@@ -1158,7 +1158,6 @@ def test_anchors_predict_says_what_it_reads_for_an_empty_a_table_or_a_many_model
     cases = {
         "empty.json": ("", "scores: {} is empty (anchors predict reads one model's scores "
                            "as JSON"),
-        "t.csv": ("item,score\nq2,1\nq5,0\nq7,1\n", "scores: cannot read {} as JSON ("),
         "many.json": (json.dumps({"m1": {"q2": 1, "q5": 0, "q7": 1}, "m2": {"q2": 0}}),
                       "scores: one model per file; {} holds an object of 2 object(s) (keys "
                       "like 'm1')"),
@@ -1169,7 +1168,20 @@ def test_anchors_predict_says_what_it_reads_for_an_empty_a_table_or_a_many_model
         assert main(["anchors", "predict", path, str(f)]) == 2
         err = " ".join(capsys.readouterr().err.split())
         assert msg.format(f) in err, err
-        assert "for a table of many models, use AnchorPredictor.predict in Python" in err
+        assert "many models: a score table, .csv / .tsv / .npz / .parquet" in err
+    # one model's scores as a two-column CSV: read as a table whose columns are not items
+    f = tmp_path / "t.csv"
+    f.write_text("item,score\nq2,1\nq5,0\nq7,1\n")
+    assert main(["anchors", "predict", path, str(f)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "scores: " in err and "the table looks transposed" in err
+    assert "or one model's scores as JSON {item: score})" in err
+    # a table whose columns are none of the anchors
+    f.write_text("model,a,b\nm,1,0\n")
+    assert main(["anchors", "predict", path, str(f)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "no column for 3 of the 3 anchor items" in err
+    assert "a table holds one row per model and the items as columns" in err
     good = tmp_path / "one.json"
     good.write_text(json.dumps({"q2": 1, "q5": 0, "q7": 1}))
     assert main(["anchors", "predict", path, str(good)]) == 0
