@@ -120,7 +120,10 @@ def _f(x: ArrayLike) -> Array:
 
 
 def _select(active: ArrayLike | None, new: Any, old: Any) -> Any:
-    """Tree-wise ``where(active, new, old)``; ``active`` broadcasts over trailing grid axes."""
+    """Tree-wise ``where(active, new, old)``; ``active`` broadcasts over trailing grid axes.
+    The new state keeps the old one's dtypes (float64 terms under x64 made its sums
+    float64, which a ``lax.scan`` carry refuses)."""
+    new = jax.tree.map(lambda a, b: jnp.asarray(a).astype(b.dtype), new, old)
     if active is None:
         return new
     active = jnp.asarray(active, bool)

@@ -262,7 +262,10 @@ def lambda_stats_update(
     mean_s = stats.mean_s + inv * ds
     c_sp = stats.c_sp + w * ds * (p - mean_p)
     m2_p = stats.m2_p + w * dp * (p - mean_p)
-    return LambdaStats(count, mean_s, mean_p, c_sp, m2_p)
+    # (the state keeps its dtypes: float64 pairs under x64 would widen it, and a lax.scan
+    # carry refuses a state whose dtype changed)
+    return LambdaStats(count, *(a.astype(b.dtype) for a, b in zip(
+        (mean_s, mean_p, c_sp, m2_p), (stats.mean_s, stats.mean_p, stats.c_sp, stats.m2_p))))
 
 
 def plugin_lambda(
