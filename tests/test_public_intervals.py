@@ -88,3 +88,27 @@ def test_a_dr_confidence_sequence_covers_a_finite_population_mean():
 
     out = np.asarray(jax.jit(jax.vmap(run))(jnp.asarray(orders)))
     assert out.mean() <= alpha, out.mean()
+
+
+def test_states_keep_their_dtypes_under_x64_in_a_scan():
+    """float64 terms under x64 widened a confidence sequence's sums and the lambda
+    statistics to float64, so a ``lax.scan`` over updates refused its carry."""
+    y = np.linspace(0.1, 0.9, 12)  # float64
+    with jax.enable_x64(True):
+        for kind in confseq.KINDS:
+            cs = confseq.get(kind)
+            init = cs.init((2,))
+
+            def step(st, v, cs=cs):
+                return cs.update(st, jnp.full(2, v), 0.0, 1.0, 0.5, 0.05), None
+
+            out, _ = jax.lax.scan(step, init, jnp.asarray(y))
+            assert jax.tree.map(lambda a: a.dtype, out) == jax.tree.map(lambda a: a.dtype, init)
+
+        def lam_step(st, v):
+            return estimators.lambda_stats_update(st, v, 1.0 - v), None
+
+        init = estimators.lambda_stats_init()
+        out, _ = jax.lax.scan(lam_step, init, jnp.asarray(y))
+        assert jax.tree.map(lambda a: a.dtype, out) == jax.tree.map(lambda a: a.dtype, init)
+        assert int(out.count) == 12
