@@ -53,6 +53,7 @@ from jaxeval.anchors._protocol import evaluate_protocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_anchors import DATASETS, load, same_run  # noqa: E402
+from bench_args import prepare_outputs  # noqa: E402
 
 #: The methods of issue 5, in table order.
 METHODS = ("random_mean", "anchor_points", "random_linear", "random_ridge", "random_mlp",
@@ -369,6 +370,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
 
     if a.table or a.plot:
+        prepare_outputs(ap, a, ("plot",))
         if a.table:
             print_tables(read_cells(a.out))
         if a.plot:
@@ -379,6 +381,7 @@ def main(argv=None):
         raise ValueError(f"--datasets: unknown {bad}; expected names from {list(DATASETS)}")
     if a.seeds < 1 or any(k < 1 for k in a.k):
         raise ValueError(f"--seeds and --k must be >= 1, got {a.seeds}, {a.k}")
+    prepare_outputs(ap, a, ("out",), append=("out",))
     st = Settings(init_steps=a.init_steps, proxy_steps=a.proxy_steps,
                   final_steps=a.final_steps)
     seeds = tuple(42 + r for r in range(a.seeds))

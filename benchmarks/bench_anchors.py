@@ -2,8 +2,10 @@
 
 Examples::
 
-    # the issue-8 rows (k in {20, 50, 100} as in SPEC 6.2), 5 seeds, cheap methods
+    # the ten SPEC 6.2 rows, 5 seeds; every method, with the MLP methods on the rows
+    # with a SparseEval cell (--mlp auto; add --mlp never for the cheap methods only)
     python benchmarks/bench_anchors.py --rows spec --seeds 5
+    python benchmarks/bench_anchors.py --rows spec --seeds 5 --mlp never
     # a subset
     python benchmarks/bench_anchors.py --datasets oll2_musr --k 20 100 --methods random_ridge auto
     # the full grid of issue 5 (slow)
@@ -41,6 +43,7 @@ import argparse
 import dataclasses
 import json
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -50,6 +53,9 @@ import jaxeval
 from jaxeval.anchors import Settings, _methods
 from jaxeval.anchors._methods import halved_methods
 from jaxeval.anchors._protocol import evaluate_protocol
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_args import at_least_one, prepare_outputs  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -248,6 +254,14 @@ def merged_records(paths) -> dict:
     return recs
 
 
+def _mean_sd(x) -> str:
+    """``mean ± sd`` over seeds (pp), the mean alone for one seed (no sd to give)."""
+    x = np.asarray(x)
+    if x.size < 2:
+        return f"{x.mean():.2f}"
+    return f"{x.mean():.2f} ± {x.std(ddof=1):.2f}"
+
+
 def summary_table(paths, sparseeval_from=None) -> str:
     """Markdown: per (dataset, k) the recommended ``auto`` against the SPEC best cell,
     the best single method, the faithful SparseEval (when run here, or taken from the
@@ -303,7 +317,7 @@ def summary_table(paths, sparseeval_from=None) -> str:
         n_out += bool(flag)
         out.append(
             f"| {c[0]} {c[1]} | " + (f"{best[0]:.2f} / {best[1]:.2f}" if best else "–")
-            + f" | {mae['auto'].mean():.2f} ± {mae['auto'].std(ddof=1):.2f} | {ok} | "
+            + f" | {_mean_sd(mae['auto'])} | {ok} | "
             + (f"{single} {mae[single].mean():.2f}" if single else "– (auto alone)")
             + f" | {se} | {tau['auto'].mean():.3f} vs "
             + (f"{tau[bt].mean():.3f} ({bt})" if bt else "–")
@@ -454,9 +468,9 @@ def main(argv=None):
     ap.add_argument("--versus-sparseeval", nargs="+", metavar="JSONL", default=None,
                     help="only print auto against the faithful SparseEval (--sparseeval-from), "
                          "paired by seed, for every cell of these results files, and exit")
-    ap.add_argument("--datasets", nargs="*", default=list(DATASETS))
+    ap.add_argument("--datasets", nargs="*", default=list(DATASETS), choices=list(DATASETS))
     ap.add_argument("--k", nargs="*", type=int, default=[20, 40, 60, 80, 100])
-    ap.add_argument("--methods", nargs="*", default=None)
+    ap.add_argument("--methods", nargs="*", default=None, choices=[*_methods.METHODS, "auto"])
     ap.add_argument("--seeds", type=int, default=5,
                     help="repetitions r -> seeds first-seed + r")
     ap.add_argument("--first-seed", type=int, default=42,
@@ -487,6 +501,7 @@ def main(argv=None):
                     help="only print auto's MAE, coverage and width per cell of two results "
                          "files side by side (with --sparseeval-from) and exit")
     a = ap.parse_args(argv)
+    at_least_one(ap, a, ("k", "seeds"))
     if a.compare:
         print(calibration_table(*a.compare, a.sparseeval_from))
         return
@@ -494,6 +509,7 @@ def main(argv=None):
         print(versus_sparseeval(a.versus_sparseeval, a.sparseeval_from))
         return
     if a.table:
+        prepare_outputs(ap, a, ("plot",))
         print(summary_table(a.table, a.sparseeval_from))
         if a.plot:
             print(f"wrote {plot_table(a.table, a.plot, a.sparseeval_from)}")
@@ -509,6 +525,7 @@ def main(argv=None):
         for d in a.datasets:
             for k in a.k:
                 cells.append((d, k))
+    prepare_outputs(ap, a, ("out",), append=("out",))
     st = Settings(proxy_steps=a.proxy_steps, final_steps=a.final_steps,
                   init_steps=a.init_steps, auto_cv_below=a.auto_cv_below,
                   auto_halves=a.auto_halves)

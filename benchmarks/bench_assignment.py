@@ -15,6 +15,7 @@ import json
 import time
 
 import bench_tuning as bt
+from bench_args import at_least_one, prepare_outputs
 
 import jaxeval
 from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS
@@ -30,6 +31,8 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--out", default="/tmp/bench_assignment.json")
     args = ap.parse_args(argv)
+    at_least_one(ap, args, ("reps",))
+    prepare_outputs(ap, args, ("out",))
     out = {}
     for ds in args.datasets:
         sm = bt.load(ds)

@@ -50,7 +50,7 @@ import sys
 import time
 
 import numpy as np
-from bench_args import at_least_one, budget_fractions_upto
+from bench_args import at_least_one, at_least_two_arms, budget_fractions_upto, prepare_outputs
 
 DATASETS = {
     "ifeval": "oll2_ifeval",
@@ -327,7 +327,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     at_least_one(ap, args, ("reps", "lrf_reps", "instances"),
                  {"lrf_reps": " (leave --lrf off to skip UCB-E-LRF)"})
+    at_least_two_arms(ap, args.K)
     fracs = budget_fractions_upto(ap, args.max_frac)
+    prepare_outputs(ap, args, ("out",))
 
     if not have_banditeval():
         print("banditeval (and torch) not installed: pip install banditeval==0.1.1 "

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+from bench_args import prepare_outputs
 
 import jaxeval
 from jaxeval._policies import PREDICTION_POLICIES
@@ -93,6 +94,7 @@ def main(argv=None):
     if not 2 <= args.K < sm.n_models:
         ap.error(f"--K: {args.dataset} has {sm.n_models} distinct models: K must lie in "
                  f"[2, {sm.n_models - 1}] (at least one stays history), got {args.K}")
+    prepare_outputs(ap, args, ("out",))
     hist, cands = sm.split([sm.n_models - args.K], seed=args.seed)
     t0 = time.perf_counter()
     lr = jaxeval.fit_factorization(hist, seed=args.seed)

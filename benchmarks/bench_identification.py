@@ -39,7 +39,13 @@ from jaxeval._policies import PREDICTION_POLICIES
 # one set of settings is passed to every policy; those a policy does not read are
 # expected here, not a mistake to warn about
 warnings.filterwarnings("ignore", message=r".* (has|have) no effect for policy ")
-from bench_args import budget_fractions_upto
+from bench_args import (
+    at_least_one,
+    at_least_two_arms,
+    budget_fractions_upto,
+    prepare_outputs,
+    short_error,
+)
 
 DATASETS = {
     "ifeval": "oll2_ifeval",
@@ -64,7 +70,7 @@ def _panels(curves):
 def print_table(curves, policies):
     """Print the calls-to-95% (90%) markdown table from a ``curves`` dict."""
     keys = _panels(curves)
-    print("| dataset | K | median gap | " + " | ".join(policies) + " |")
+    print("| dataset | K | median gap | calls to 95% (90%): " + " | ".join(policies) + " |")
     print("|---|---|---|" + "---|" * len(policies))
     for ds, kk in keys:
         if not any(f"{ds}/{kk}/{p}" in curves for p in policies):
@@ -146,7 +152,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--datasets", nargs="+", default=list(DATASETS))
     ap.add_argument("--K", nargs="+", type=int, default=[10])
-    ap.add_argument("--policies", nargs="+", default=list(POLICIES))
+    ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
     ap.add_argument("--reps", type=int, default=40)
     ap.add_argument("--instances", type=int, default=None,
                     help="default 10 (K <= 10) / 5 (larger K)")
@@ -165,7 +171,11 @@ def main(argv=None):
     if unknown:
         ap.error(f"--datasets: unknown {unknown}; choose from {list(DATASETS)}")
 
+    at_least_one(ap, args, ("reps", "instances", "rank", "batch"))
+    at_least_two_arms(ap, args.K)
+
     if args.replot:
+        prepare_outputs(ap, args, ("plot",))
         curves, reps = {}, set()
         for path in args.replot:
             try:
@@ -175,7 +185,7 @@ def main(argv=None):
                 curves.update(c)
             except (OSError, ValueError, KeyError, TypeError) as e:
                 raise SystemExit(f"--replot: {path} is not a results file of this script "
-                                 f"({e!r})") from None
+                                 f"({short_error(e)})") from None
             reps.add(r)
         print_table(curves, args.policies)
         if args.plot:
@@ -184,6 +194,7 @@ def main(argv=None):
         return
 
     fracs = budget_fractions_upto(ap, args.max_frac)
+    prepare_outputs(ap, args, ("out", "plot"))
     curves = {}
     for ds in args.datasets:
         sm = jaxeval.load(DATASETS[ds])

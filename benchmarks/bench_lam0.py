@@ -16,6 +16,7 @@ import time
 
 import bench_tuning as bt
 import numpy as np
+from bench_args import at_least_one, prepare_outputs
 
 import jaxeval
 from jaxeval._simulate import DEFAULT_BUDGET_FRACTIONS
@@ -29,6 +30,8 @@ def main(argv=None):
                     choices=list(bt.DATASETS))
     ap.add_argument("--out", default="/tmp/bench_lam0.json")
     args = ap.parse_args(argv)
+    at_least_one(ap, args, ("reps",))
+    prepare_outputs(ap, args, ("out",))
     fracs = tuple(f for f in DEFAULT_BUDGET_FRACTIONS if f <= 0.5 + 1e-12)
     out = {}
     for ds in args.datasets:

@@ -29,7 +29,7 @@ import time
 
 import jax
 import jax.numpy as jnp
-from bench_args import at_least_one
+from bench_args import at_least_one, at_least_two_arms
 
 from jaxeval import _identification as idn
 
@@ -52,7 +52,12 @@ def main(argv=None):
     if args.item_block < 0:
         ap.error(f"--item-block: must be 0 (whole rows) or a positive block size, got "
                  f"{args.item_block}")
-    at_least_one(ap, args, ("R", "K", "calls"))
+    at_least_one(ap, args, ("R", "K", "calls", "ns"))
+    at_least_two_arms(ap, args.K)
+    over = [n for n in args.ns if args.calls > args.K * n]
+    if over:
+        ap.error(f"--calls: a budget of {args.calls} calls exceeds K*n = {args.K * min(over)} "
+                 f"(--K {args.K}, --ns {min(over)}); at most K*n for every n")
 
     print(f"R = {args.R} replicates, K = {args.K}, policy {args.policy}, synthetic truth "
           f"(rank 4), budget {args.calls} calls, kinds eb+hoeffding, item_block "

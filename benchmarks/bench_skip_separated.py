@@ -23,6 +23,7 @@ import time
 
 import bench_tuning as bt
 import numpy as np
+from bench_args import at_least_one, at_least_two_arms, prepare_outputs
 
 import jaxeval
 from jaxeval import _identification as idn
@@ -61,6 +62,11 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="/tmp/bench_skip_separated.json")
     args = ap.parse_args(argv)
+    at_least_one(ap, args, ("reps", "instances", "batch"))
+    at_least_two_arms(ap, args.K)
+    if not 0.0 < args.alpha < 1.0:
+        ap.error(f"--alpha: must lie in (0, 1), got {args.alpha}")
+    prepare_outputs(ap, args, ("out",))
     rows = {}
     print("| dataset | K | policy | calls to the stop, mean (median), share of K·n: off | "
           "on | on / off | stopped confident off / on | wrong recommendation off / on |")

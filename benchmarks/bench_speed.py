@@ -51,7 +51,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy_reference as ref  # noqa: E402
-from bench_args import at_least_one, budget_fractions_upto  # noqa: E402
+from bench_args import (  # noqa: E402
+    at_least_one,
+    at_least_two_arms,
+    budget_fractions_upto,
+    prepare_outputs,
+)
 from bench_banditeval import DATASETS, banditeval_ucbe, have_banditeval  # noqa: E402
 from speed_problem import speed_problem  # noqa: E402
 
@@ -113,7 +118,9 @@ def main(argv=None):
                             "rounds", "rank"))
     if not 0.0 < args.max_frac <= 1.0:
         ap.error(f"--max-frac: must lie in (0, 1], got {args.max_frac}")
+    at_least_two_arms(ap, args.K)
     budget_fractions_upto(ap, args.max_frac)
+    prepare_outputs(ap, args, ("out",))
 
     prob = speed_problem(args.dataset, K=args.K, max_frac=args.max_frac, seed=args.seed,
                          rank=args.rank)

@@ -45,7 +45,12 @@ warnings.filterwarnings("ignore", message=r".* (has|have) no effect for policy "
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # the same datasets and offline factorization as the tuning tables
-from bench_args import budget_fractions_upto  # noqa: E402
+from bench_args import (  # noqa: E402
+    at_least_one,
+    at_least_two_arms,
+    budget_fractions_upto,
+    prepare_outputs,
+)
 from bench_tuning import DATASETS, _factors, _ratio, load  # noqa: E402
 
 #: UCB-E's and ``pulse_ucb``'s ``a`` tuned on the tuning seed (BUILD_NOTES, 50 instances,
@@ -72,7 +77,10 @@ def main(argv=None):
     ap.add_argument("--out", default="/tmp/bench_top2.json")
     args = ap.parse_args(argv)
     K = args.K
+    at_least_one(ap, args, ("reps", "instances", "rank"))
+    at_least_two_arms(ap, K)
     fracs = budget_fractions_upto(ap, args.max_frac)
+    prepare_outputs(ap, args, ("out",))
     rows, results = [], {}
     for ds in args.datasets:
         t0 = time.time()

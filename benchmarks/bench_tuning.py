@@ -72,7 +72,13 @@ import jaxeval
 # one set of settings is passed to every policy; those a policy does not read are
 # expected here, not a mistake to warn about
 warnings.filterwarnings("ignore", message=r".* (has|have) no effect for policy ")
-from bench_args import budget_fractions_upto
+from bench_args import (
+    at_least_one,
+    at_least_two_arms,
+    budget_fractions_upto,
+    prepare_outputs,
+    short_error,
+)
 
 DATASETS = {
     "ifeval": "oll2_ifeval",
@@ -268,8 +274,13 @@ def replot(path, *, plot=None, gap_plot=None):
             saved = json.load(fh)
         args, results = saved["args"], saved["results"]
         pols = [*args["policies"], "sysrs"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise SystemExit(f"--replot: {path} is not a results file of this script ({e!r})") from None
+        has_bins = any(r.get("by_gap") for r in results.values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise SystemExit(f"--replot: {path} is not a results file of this script "
+                         f"({short_error(e)})") from None
+    if gap_plot and not has_bins:
+        raise SystemExit(f"--replot: {path} holds no per-bin figures (by_gap) for --gap-plot; "
+                         "run with --gap-bins > 0")
     if plot:
         from bench_identification import plot_curves
 
@@ -316,15 +327,22 @@ def main(argv=None):
                          "other policy; to set SySRs beside earlier tables of this script")
     args = ap.parse_args(argv)
     if args.replot:
+        prepare_outputs(ap, args, ("plot", "gap_plot"))
         return replot(args.replot, plot=args.plot, gap_plot=args.gap_plot)
+    at_least_one(ap, args, ("reps", "instances", "rank"))
+    at_least_two_arms(ap, args.K)
+    if args.gap_bins < 0:
+        ap.error(f"--gap-bins: must be 0 (no per-bin table) or more, got {args.gap_bins}")
     fracs = budget_fractions_upto(ap, args.max_frac)
     if args.sysrs_only:
+        prepare_outputs(ap, args, ("out",))
         return _sysrs_only(args, fracs)
     grids = {p: GRIDS[p] for p in args.policies}
     if "ucbe" not in grids:
         ap.error("--policies must include ucbe (the reference of the ratios)")
     if "ucbe" in args.defaults or not set(args.defaults) <= set(grids):
         ap.error("--defaults: policies of --policies other than ucbe (the tuned reference)")
+    prepare_outputs(ap, args, ("out", "plot", "gap_plot"))
 
     rows, results, curves, gap_rows = [], {}, {}, []
     for ds in args.datasets:

@@ -36,6 +36,11 @@ from pathlib import Path
 import numpy as np
 
 import jaxeval
+from jaxeval._identification import CORRUPTIONS, CS_KINDS
+from jaxeval._policies import POLICIES
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_args import at_least_one, at_least_two_arms  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SOURCES = {
@@ -77,8 +82,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--sources", nargs="+", default=list(SOURCES),
                     help=f"sources {list(SOURCES)} or groups {list(GROUPS)}")
-    ap.add_argument("--preds", nargs="+", default=["none", "biased", "random", "adversarial"])
-    ap.add_argument("--kinds", nargs="+", default=["eb", "hoeffding", "betting"])
+    ap.add_argument("--preds", nargs="+", default=list(CORRUPTIONS), choices=list(CORRUPTIONS))
+    ap.add_argument("--kinds", nargs="+", default=list(CS_KINDS), choices=list(CS_KINDS))
     ap.add_argument("--reps", type=int, default=2000)
     ap.add_argument("--K", type=int, default=5)
     ap.add_argument("--alpha", type=float, default=0.1)
@@ -87,7 +92,7 @@ def main(argv=None):
     ap.add_argument("--rank", type=int, default=8,
                     help="factorization rank (capped at n_items // 2 for tiny item sets)")
     ap.add_argument("--bias", type=float, default=0.3, help="shift of the biased predictions")
-    ap.add_argument("--policy", default="pulse")
+    ap.add_argument("--policy", default="pulse", choices=list(POLICIES))
     ap.add_argument("--synchronized", action=argparse.BooleanOptionalAction, default=None,
                     help="one item order shared by all arms (default: the policy's own "
                          "default, see jaxeval.simulate_identification)")
@@ -98,6 +103,13 @@ def main(argv=None):
     unknown = [s for s in sources if s not in SOURCES]
     if unknown:
         ap.error(f"--sources: unknown {unknown}; choose from {list(SOURCES)} or {list(GROUPS)}")
+    at_least_one(ap, args, ("reps", "chunk", "n_synthetic", "rank"))
+    at_least_two_arms(ap, args.K)
+    bad = [f for f in args.fracs if not 0.0 < f <= 1.0]
+    if bad:
+        ap.error(f"--fracs: budget fractions of K*n must lie in (0, 1], got {bad}")
+    if not 0.0 < args.alpha < 1.0:
+        ap.error(f"--alpha: must lie in (0, 1), got {args.alpha}")
 
     tol = 3 * np.sqrt(args.alpha * (1 - args.alpha) / args.reps)
     target = 1 - args.alpha - tol

@@ -396,7 +396,7 @@ def test_print_table_cells_gap_and_not_run(capsys):
               "ifeval/K50/sysrs": _c(0.5, 0.25, 0.0456)}
     bi.print_table(curves, ["ucbe", "sysrs"])
     assert capsys.readouterr().out.splitlines() == [
-        "| dataset | K | median gap | ucbe | sysrs |",
+        "| dataset | K | median gap | calls to 95% (90%): ucbe | sysrs |",
         "|---|---|---|---|---|",
         "| ifeval | 10 | 0.300 | 5.0% (4.0%) | not run |",
         "| musr | 10 | 0.013 | 21.4% (10.0%) | >max (50.0%) |",

@@ -65,6 +65,6 @@ def test_replot_refuses_what_it_cannot_draw(tmp_path):
     with pytest.raises(SystemExit, match="bad.json is not a results file"):
         bt.main(["--replot", str(bad), "--gap-plot", str(tmp_path / "g.png")])
     no_bins = _saved(tmp_path, by_gap=False)
-    with pytest.raises(ValueError, match="no per-bin figures"):
+    with pytest.raises(SystemExit, match=r"--replot: .*no per-bin figures"):
         bt.main(["--replot", str(no_bins), "--gap-plot", str(tmp_path / "g.png")])
     assert not (tmp_path / "g.png").exists()
