@@ -10,7 +10,7 @@ The ridge strength is relative: ``alpha = lam * mean(diag(Xc^T Xc))``, so one gr
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -68,6 +68,16 @@ def _centre(x: jax.Array, y: jax.Array):
     return xc, yc, xm, ym
 
 
+def _check_strengths(lams: Any, name: str) -> None:
+    """Refuse concrete strengths that are NaN, infinite or negative (a NaN gave the
+    intercept-only fit, w = 0, as if it were a strength); traced ones are the caller's."""
+    from jaxeval._runner import concrete_array
+
+    x = concrete_array(lams)
+    if x is not None and not np.all(np.isfinite(x) & (x >= 0)):
+        raise ValueError(f"{name}: ridge strengths must be finite and >= 0, got {lams!r}")
+
+
 def fit_ridge_path(x: jax.Array, y: jax.Array, lams: jax.Array) -> LinearMap:
     """Ridge fits for several relative strengths at once (one eigendecomposition).
 
@@ -99,6 +109,7 @@ def fit_ridge_path(x: jax.Array, y: jax.Array, lams: jax.Array) -> LinearMap:
         w = evecs @ (inv * proj)
         return LinearMap(w=w, b=ym - xm @ w)
 
+    _check_strengths(lams, "lams")
     return jax.vmap(one)(jnp.asarray(lams, dtype=_float_dtype(x)))
 
 
@@ -131,6 +142,7 @@ def fit_ridge(x: jax.Array, y: jax.Array, lam: jax.Array) -> LinearMap:
       >>> path.w.shape  # one map per strength
       (3, 8)
     """
+    _check_strengths(lam, "lam")
     p = fit_ridge_path(x, y, jnp.reshape(lam, (1,)))
     return jax.tree.map(lambda a: a[0], p)
 

@@ -223,6 +223,11 @@ def refine_anchors(
     scalar`` replaces the validation MSE as the guard's criterion (e.g. a
     leave-one-out error on training models, which keeps validation models untouched).
 
+    Keys: step ``t`` (``0 <= t < num_swaps``) fits its proxy with ``fold_in(key, t)``,
+    and the guard's fit of the last proposal, after the loop, with ``fold_in(key,
+    num_swaps)``; so every fit has its own draws, and a fit is reproduced from ``key``
+    and its step alone.
+
     Returns:
       ``(anchors [k], RefineTrace)``.
 
