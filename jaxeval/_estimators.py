@@ -23,7 +23,8 @@ conditional mean ``theta`` with respect to the filtration that reveals items one
 Every function here is elementwise: each argument may carry a leading ``[K]`` (arms) or any
 broadcastable batch shape. All are jittable and take numeric hyper-parameters (``lam``,
 ``lam0``, ``shrink``) as dynamic arrays, so new values never retrace. Counts (``n``,
-``n_unseen``, ``n_obs``) are integers; sums are float32.
+``n_unseen``, ``n_obs``) are integers; sums are float32 (under x64, float64 arguments
+give float64 results; the :class:`LambdaStats` state keeps its own dtypes).
 """
 
 from __future__ import annotations
