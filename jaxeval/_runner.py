@@ -708,9 +708,14 @@ class ReplicatePlan:
                 parts.append(jax.tree.map(lambda x, s=s, e=e: x[s:e], self._to_host(out, e)))
             res = parts[0] if len(parts) == 1 else jax.tree.map(
                 lambda *xs: np.concatenate(xs), *parts)
+            return lo, hi, res
+
+        def done(lo: int, hi: int, outs: list):
+            # counted once the caller has taken the range (a study has written its chunk
+            # by then: a progress line never counts a chunk that a kill would lose)
+            yield collect(lo, hi, outs)
             if progress is not None:
                 progress.update(hi - lo)
-            return lo, hi, res
 
         pending: tuple[int, int, list] | None = None
         for lo, hi in ranges:
@@ -719,10 +724,10 @@ class ReplicatePlan:
             if progress is not None:
                 progress.compiled()  # dispatch returns once the program is compiled
             if pending is not None:
-                yield collect(*pending)
+                yield from done(*pending)
             pending = (lo, hi, outs)
         if pending is not None:
-            yield collect(*pending)
+            yield from done(*pending)
 
     def run(self, seed: Any, start: int, n_replicates: int, *, progress: bool = True) -> Any:
         """Replicates ``start .. start + n_replicates - 1`` as numpy arrays."""

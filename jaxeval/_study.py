@@ -1909,7 +1909,8 @@ def extend_study(out: str | os.PathLike, n_units: int) -> Path:
     if n_units <= have:
         raise ValueError(
             f"n_units: expected more than the {have} units ({field}) the study in {out} has, "
-            f"got {n_units}" + ("" if n_units == have else
+            f"got {n_units}" + ("; resume_study (`jaxeval resume`) computes the units it "
+                                "still lacks" if n_units == have else
                                 f"; the first {n_units} rows of load_results({str(out)!r}) "
                                 "are the smaller study's numbers"))
     lo, hi = manifest["range"]
@@ -2668,8 +2669,8 @@ def _anchor_tasks(study: AnchorStudy) -> list[Task]:
             for lo, hi in ranges:
                 rows = [_anchor_unit(study, sm, k, study.first_seed + r) for r in range(lo, hi)]
                 arrays = {f: np.stack([r[f] for r in rows]) for f in rows[0]}
-                prog.update(hi - lo)
                 yield lo, hi, arrays
+                prog.update(hi - lo)  # (once the chunk is written, as the runner's lines)
 
         tasks.append(Task(f"k{k}", study.n_seeds, study.chunk_size, compute))
     return tasks
