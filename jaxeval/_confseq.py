@@ -467,7 +467,12 @@ def _check_update(y: Any, lo: Any, hi: Any, alpha: Any, active: Any) -> None:
         return
     try:
         l, h, yy = np.broadcast_arrays(l, h, yy)
-        on = np.ones(yy.shape, bool) if act is None else np.broadcast_to(act != 0, yy.shape)
+        if act is None:
+            on = np.ones(yy.shape, bool)
+        else:  # (on the leading axes, as update applies it: a [K] mask of [K, M] terms)
+            act = act != 0
+            on = np.broadcast_to(act.reshape(act.shape + (1,) * (yy.ndim - act.ndim)),
+                                 yy.shape)
     except ValueError:
         return  # (shapes are JAX's to refuse, with its own message)
     if np.any(on & ~(l <= h)):
