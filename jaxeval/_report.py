@@ -589,8 +589,10 @@ def _identification_plots(s: Mapping[str, Any], out: Path) -> list[Path]:
         lows.append(min(e["naive_coverage_family"]) - 0.02)
     ymin = max(0.0, min(lows))
     fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 4.4), squeeze=False)
-    # the naive baseline's curve uses the eb widths (summarize), so it goes on that panel
-    j_naive = kinds.index("eb") if "eb" in kinds else 0
+    # the naive baseline's curve uses the eb widths (summarize; a report's: its stopping
+    # kind's, "naive_kind"), so it goes on that panel
+    nk = s.get("naive_kind", "eb")
+    j_naive = kinds.index(nk) if nk in kinds else (kinds.index("eb") if "eb" in kinds else 0)
     for j, (ax, kind) in enumerate(zip(axes[0], kinds)):
         ax.axhspan(*band, color="0.88", lw=0, label=f"binomial 95% band ({s['replicates']} reps)")
         ax.axhline(nominal, color="k", ls="--", lw=1, label=f"nominal {100 * nominal:.0f}%")
@@ -630,6 +632,14 @@ def _identification_plots(s: Mapping[str, Any], out: Path) -> list[Path]:
             w = np.where(w > 1e-3, w, np.nan)
             ax.plot(fr, w, "o-", ms=3.5, lw=1.6, color=st["color"], label=st["label"])
         _budget_axis(ax, fr)
+        if not any((np.asarray(e["coverage"][kind]["mean_width"], dtype=float) > 1e-3).any()
+                   for e in s["policies"].values()):
+            # every arm fully evaluated at every budget (e.g. one budget of all K n):
+            # widths are exact, nothing to draw on a log axis
+            ax.text(0.5, 0.5, "every interval exact\n(all items evaluated)",
+                    ha="center", va="center", transform=ax.transAxes, fontsize=9)
+            ax.set_title(f"{kind} confidence sequences", fontsize=10)
+            continue
         ax.set_yscale("log")
         fmt = matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:g}")
         ax.yaxis.set_major_formatter(fmt)
@@ -744,6 +754,11 @@ def _anchor_plots(s: Mapping[str, Any], out: Path) -> list[Path]:
     return [p]
 
 
+#: The settings reports must share to be summarised together (:func:`reports_summary`).
+_SAME_PROBLEM = ("data", "synthetic", "K", "n_items", "n_train", "budgets", "alpha",
+                 "cs_kinds", "stop_kind", "mode", "corruption", "bias")
+
+
 def reports_summary(reports: Any) -> dict:
     """The summary of :func:`summarize` for :class:`~jaxeval.IdentificationReport` s of one
     problem (one per policy), so that :func:`format_summary` and :func:`plot_reports`
@@ -751,9 +766,11 @@ def reports_summary(reports: Any) -> dict:
 
     Args:
       reports: ``{label: report}``, or a list of reports labelled by their policies
-        (which must then differ). Every report must come from the same data, ``K``,
-        budgets, ``alpha`` and interval kinds; replicates may differ (the summary's
-        ``"replicates"`` is the fewest).
+        (which must then differ). Every report must come from the same problem: the
+        same data (a synthetic truth's scales included), ``K``, training models,
+        candidate sets, budgets, mode, ``alpha``, interval kinds and stopping kind, and
+        corruption; replicates may differ (the summary's ``"replicates"`` is the
+        fewest).
 
     Raises:
       ValueError: no report, repeated policies in a list, or reports of different
@@ -783,15 +800,21 @@ def reports_summary(reports: Any) -> dict:
                             f"{type(r).__name__}")
     (ref_name, ref), rest = items[0], items[1:]
     for name, r in rest:
-        for what, a, b in (("data", ref.settings.get("data"), r.settings.get("data")),
-                           ("K", ref.settings.get("K"), r.settings.get("K")),
-                           ("n_items", ref.settings.get("n_items"), r.settings.get("n_items")),
-                           ("budgets", ref.budgets.tolist(), r.budgets.tolist()),
-                           ("alpha", ref.settings.get("alpha"), r.settings.get("alpha")),
-                           ("cs_kinds", list(ref.cs_kinds), list(r.cs_kinds))):
+        # what makes the problem (the data and its scales, the candidates, the budgets, the
+        # intervals); a policy's own settings and the seed may differ
+        for what in _SAME_PROBLEM:
+            a, b = ref.settings.get(what), r.settings.get(what)
+            if what == "budgets":
+                a, b = ref.budgets.tolist(), r.budgets.tolist()
+            elif what == "cs_kinds":
+                a, b = list(ref.cs_kinds), list(r.cs_kinds)
             if a != b:
                 raise ValueError(f"reports[{name!r}]: {what} is {b!r}, but {a!r} in "
                                  f"reports[{ref_name!r}]; one summary holds one problem")
+        if not np.array_equal(np.asarray(ref.instances), np.asarray(r.instances)):
+            raise ValueError(f"reports[{name!r}]: its candidate sets (instances) are not "
+                             f"those of reports[{ref_name!r}]; play the policies on the same "
+                             "instances (the same seed and n_instances, or instances=)")
     policies = {}
     for name, r in items:
         R = int(np.shape(r.correct)[0])
@@ -823,6 +846,8 @@ def reports_summary(reports: Any) -> dict:
         "nominal_coverage": 1.0 - alpha,
         "replicates": min(e["replicates"] for e in policies.values()),
         "budget_fractions": [float(f) for f in ref.budget_fractions],
+        # (a report's naive curve uses its stopping kind's widths)
+        "naive_kind": str(ref.settings.get("stop_kind", "eb")),
         "problem": {"items": int(ref.settings["n_items"]), "median_top2_gap": float(
             np.median(np.concatenate([r.top_two_gap for _, r in items])))},
         "policies": policies,

@@ -1240,6 +1240,7 @@ def simulate_identification(
         instances = np.zeros((0, K), np.int64)
         pool_models = np.array([], dtype=str)
         data_name = f"synthetic(n={n}, rank={r})"
+        notes["synthetic"] = dataclasses.asdict(data)  # (its scales: not in the name)
         fit_rho = 1.0
     elif isinstance(data, ScoreMatrix):
         truth = "real"
