@@ -281,7 +281,8 @@ def _parser() -> argparse.ArgumentParser:
              "jaxeval anchors predict musr.npz scores.json", asub,
              "estimate a model's accuracy from its anchor scores (JSON {item: score} for "
              "exactly the anchors, or a list in anchor order; or many models' at once from a "
-             "score table, .csv / .tsv / .npz / .parquet, whose other items are ignored: "
+             "score table, .csv / .tsv / .npz / .parquet, of models as rows and items as "
+             "columns, every column a score (items other than the anchors are ignored): "
              "one JSON line per model); with --extra M --extra-seed S "
              "the mapping must hold exactly the anchors and the items `items --extra M "
              "--extra-seed S` printed, and an unbiased estimate with a finite-sample interval "
@@ -1252,15 +1253,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "extend":
             _STUDY_FOLDER[:] = [str(args.dir)]
             before = study_status(args.dir)["units"]
-            try:
-                extend_study(args.dir, args.to)
-            except ValueError as e:
-                if os.environ.get("JAXEVAL_DEBUG"):
-                    raise
-                raise ValueError(_renamed(str(e), {"n_units": "--to"})) from None
-            if not args.quiet:
-                print(f"[jaxeval] {args.dir}: the study now has {args.to} units (it had "
-                      f"{before}); computing the new ones", file=sys.stderr, flush=True)
+            if args.to == before:  # (this command again, after it was stopped: continue)
+                if not args.quiet:
+                    print(f"[jaxeval] {args.dir}: the study already has {before} units; "
+                          "continuing it", file=sys.stderr, flush=True)
+            else:
+                try:
+                    extend_study(args.dir, args.to)
+                except ValueError as e:
+                    if os.environ.get("JAXEVAL_DEBUG"):
+                        raise
+                    raise ValueError(_renamed(str(e), {"n_units": "--to"})) from None
+                if not args.quiet:
+                    print(f"[jaxeval] {args.dir}: the study now has {args.to} units (it had "
+                          f"{before}); computing the new ones", file=sys.stderr, flush=True)
             folder = resume_study(args.dir, progress=not args.quiet)
             if not args.no_report:
                 _report(folder)
