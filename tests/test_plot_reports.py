@@ -65,3 +65,48 @@ def test_reports_of_different_problems_or_labels_are_refused(reps):
         reports_summary({"a": 1})
     with pytest.raises(TypeError, match="reports: expected"):
         reports_summary(3)
+
+
+def test_reports_of_another_mode_scale_or_instances_are_refused():
+    """The problem is more than the data's name: the mode, a synthetic truth's scales
+    (recorded in settings["synthetic"]) and the candidate sets must match too."""
+    truth = jaxeval.SyntheticSpec(n_items=40)
+    kw = dict(K=3, n_replicates=8, budget_fractions=(1.0,), seed=0)
+    a = jaxeval.simulate_identification(truth, "ucbe", **kw)
+    assert a.settings["synthetic"] == {"n_items": 40, "rank": 4, "model_scale": 1.0,
+                                       "difficulty_scale": 1.5, "difficulty_mean": 0.0}
+    b = jaxeval.simulate_identification(jaxeval.SyntheticSpec(n_items=40, model_scale=3.0),
+                                        "uniform", **kw)
+    with pytest.raises(ValueError, match=r"reports\['uniform'\]: synthetic is .*"
+                       r"'model_scale': 3.0"):
+        reports_summary([a, b])
+    c = jaxeval.simulate_identification(truth, "uniform", K=3, n_replicates=8, seed=0,
+                                        mode="confidence")
+    with pytest.raises(ValueError, match=r"(budgets|mode) is "):
+        reports_summary([a, c])
+    sm = jaxeval.load("oll2_musr")
+    rk = dict(K=3, n_replicates=8, n_instances=2, budget_fractions=(0.5,))
+    r0 = jaxeval.simulate_identification(sm, "ucbe", seed=0, **rk)
+    r1 = jaxeval.simulate_identification(sm, "uniform", seed=1, **rk)
+    with pytest.raises(ValueError, match="candidate sets"):
+        reports_summary([r0, r1])
+    same = jaxeval.simulate_identification(sm, "uniform", seed=0, **rk)
+    assert list(reports_summary([r0, same])["policies"]) == ["ucbe", "uniform"]
+
+
+def test_reports_whose_every_budget_is_exact_still_plot(tmp_path):
+    """At a budget of all K n every interval is exact: no width to draw on a log axis
+    (it raised "Data cannot be log-scaled")."""
+    truth = jaxeval.SyntheticSpec(n_items=40)
+    reps = [jaxeval.simulate_identification(truth, p, K=3, n_replicates=8,
+                                            budget_fractions=(1.0,), seed=0)
+            for p in ("ucbe", "uniform")]
+    paths = jaxeval.plot_reports(reps, tmp_path)
+    assert len(paths) == 4 and all(p.stat().st_size > 5_000 for p in paths)
+
+
+def test_a_reports_naive_curve_goes_on_its_stopping_kinds_panel():
+    truth = jaxeval.SyntheticSpec(n_items=40)
+    r = jaxeval.simulate_identification(truth, "pulse", K=3, n_replicates=8, seed=0,
+                                        budget_fractions=(0.5, 1.0), stop_kind="hoeffding")
+    assert reports_summary([r])["naive_kind"] == "hoeffding"

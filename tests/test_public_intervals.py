@@ -112,3 +112,16 @@ def test_states_keep_their_dtypes_under_x64_in_a_scan():
         out, _ = jax.lax.scan(lam_step, init, jnp.asarray(y))
         assert jax.tree.map(lambda a: a.dtype, out) == jax.tree.map(lambda a: a.dtype, init)
         assert int(out.count) == 12
+
+
+@pytest.mark.parametrize("kind", confseq.KINDS)
+def test_an_arm_mask_applies_to_the_leading_axis_as_update_applies_it(kind):
+    """A [K] mask of [K, M] terms masks arms (rows), as the update does; the check read it
+    against the trailing axis (columns), refusing a valid call or checking nothing."""
+    cs = confseq.get(kind)
+    st = cs.init((2, 3))
+    y = jnp.array([[0.5, 0.5, 0.5], [5.0, 5.0, 5.0]])  # row 1 inactive: not looked at
+    new = cs.update(st, y, 0.0, 1.0, 0.5, 0.05, jnp.array([True, False]))
+    np.testing.assert_array_equal(np.asarray(cs.bounds(new)[0])[1], 0.0)
+    with pytest.raises(ValueError, match=r"at \(1, 0\): y=5.0"):
+        cs.update(st, y, 0.0, 1.0, 0.5, 0.05, jnp.array([False, True]))

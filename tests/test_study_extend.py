@@ -88,7 +88,8 @@ def test_extension_refusals_name_the_argument_and_leave_the_folder(tmp_path):
     run_study(study_from_dict(toy_config(n_replicates=16, chunk_size=8)), out, progress=False)
     before = _snapshot(out)
     for bad, err, text in [
-        (16, ValueError, r"n_units: expected more than the 16 units \(n_replicates\) .*got 16$"),
+        (16, ValueError, r"n_units: expected more than the 16 units \(n_replicates\) .*got "
+                         r"16; resume_study \(`jaxeval resume`\) computes the units it still"),
         (8, ValueError, r"got 8; the first 8 rows of load_results"),
         (20.0, TypeError, "n_units: expected an integer"),
         (True, TypeError, "n_units: expected an integer"),
@@ -161,3 +162,16 @@ def test_jaxeval_extend_computes_the_new_units_and_reports(tmp_path, capsys):
     st = study_status(out)
     assert st["complete"] and st["done"] == {"replicates": 24}
     assert json.loads((out / "summary.json").read_text())["replicates"] == 24
+
+
+def test_jaxeval_extend_again_after_a_stop_continues_the_folder(tmp_path, capsys):
+    """The same `jaxeval extend` command run again after it was stopped (the definition
+    already rewritten, the new units not all computed) continues the folder instead of
+    refusing a size it already has."""
+    out = tmp_path / "a"
+    run_study(study_from_dict(toy_config(n_replicates=16, chunk_size=8)), out, progress=False)
+    extend_study(out, 24)  # (as if the command was stopped right after the rewrite)
+    assert not study_status(out)["complete"]
+    assert main(["extend", str(out), "--to", "24", "--no-report"]) == 0
+    assert "the study already has 24 units; continuing it" in capsys.readouterr().err
+    assert study_status(out)["complete"]
