@@ -2218,6 +2218,9 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
             "numerics": next((m["numerics"] for m in mans if m.get("numerics")), _numerics()),
             "chunks": {name: c for name, (_, c) in merged.items()},
             "merged_from": [str(d) for d in dirs],
+            # (a part that was extended keeps the record of it)
+            **({"extended": ext} if (ext := [e for m in mans
+                                             for e in (m.get("extended") or [])]) else {}),
             **({"problem_sha256": fits[str(fit_src)]} if fit_src is not None else {}),
             **({"target_sha256": next(iter(codes.values()))} if codes else {}),
             "merged_versions": vers,
