@@ -144,6 +144,9 @@ def test_the_new_units_can_run_as_range_jobs_and_merge_with_the_extended_folder(
     run_study(bigger, tmp_path / "p", replicate_range=(24, 40), progress=False)
     merged = merge_studies([tmp_path / "a", tmp_path / "p"], tmp_path / "m")
     assert study_status(merged)["complete"]
+    # the merged folder keeps the record of the extension
+    manifest = json.loads((merged / "manifest.json").read_text())
+    assert manifest["extended"] == [{"from": 24, "to": 40}]
     run_study(bigger, tmp_path / "b", progress=False)
     ref = load_results(tmp_path / "b")[1]["replicates"]
     assert_same(load_results(merged)[1]["replicates"], ref)
