@@ -1112,8 +1112,7 @@ def _predict_table(pred, args: argparse.Namespace) -> int:
     except ValueError as e:
         raise ValueError(f"scores: {e} (anchors predict reads a table of models as rows, "
                          "or one model's scores as JSON {item: score})") from None
-    have = set(np.asarray(sm.items).astype(str).tolist())
-    missing = [a for a in pred.anchor_items.tolist() if a not in have]
+    missing = pred._missing_anchors(sm)
     if missing:
         none = len(missing) == pred.k
         raise ValueError(f"scores ({args.scores}): no column for {len(missing)} of the "

@@ -285,6 +285,11 @@ class AnchorPredictor:
             return np.column_stack(vals)  # [models, k]
         return anchor_scores
 
+    def _missing_anchors(self, sm: ScoreMatrix) -> list[str]:
+        """The anchor items that ScoreMatrix ``sm`` has no column for, in anchor order."""
+        have = set(np.asarray(sm.items).astype(str).tolist())
+        return [a for a in self.anchor_items.tolist() if a not in have]
+
     def _check_scores(self, anchor_scores: Any,
                       what: str = "anchor_scores") -> tuple[np.ndarray, bool]:
         """``(x [models, k] float32, single)``: the checked scores, in anchor order, and
@@ -293,8 +298,7 @@ class AnchorPredictor:
             # its anchor columns by name; a missing cell (0 under the mask) becomes NaN,
             # refused below with its item (its raw .scores would read it as a 0)
             sm = anchor_scores
-            have = set(np.asarray(sm.items).astype(str).tolist())
-            missing = [a for a in self.anchor_items.tolist() if a not in have]
+            missing = self._missing_anchors(sm)
             if missing:
                 raise ValueError(f"{what}: the ScoreMatrix has no column for {len(missing)} "
                                  f"of the {self.k} anchor items, e.g. {missing[:5]}")
