@@ -271,7 +271,7 @@ def _anchor_summary(study: Any, results: Mapping[str, Mapping[str, np.ndarray]])
             entry[f + "_sd"] = v.std(axis=0, ddof=1) if v.shape[0] > 1 else np.zeros(v.shape[1])
         methods[m] = entry
     seconds = {f"k{k}": float(results[f"k{k}"]["seconds"].sum()) for k in study.k}
-    return {
+    out = {
         "kind": "anchors",
         "name": study.name,
         "dataset": study.data.describe(),
@@ -283,6 +283,19 @@ def _anchor_summary(study: Any, results: Mapping[str, Mapping[str, np.ndarray]])
         "methods": methods,
         "seconds": seconds,
     }
+    try:  # the matrix the splits were drawn from (results alone summarise without it)
+        from jaxeval._study import _duplicates_removed
+
+        sm = study.data.load()
+    except (OSError, ValueError):
+        return out
+    out["problem"] = {"models": sm.n_models, "items": sm.n_items,
+                      "duplicates_removed": _duplicates_removed(sm)}
+    return out
+
+
+def _duplicates(n: int) -> str:
+    return f"{n} duplicate model{'s' if n != 1 else ''}"
 
 
 def _replicate_summary(study: Any, results: Mapping[str, Mapping[str, np.ndarray]]) -> dict:
@@ -386,9 +399,12 @@ def format_summary(summary: Mapping[str, Any]) -> str:
             f"alpha={summary['alpha']}"
         )
         if "training_models" in prob:
+            dup = prob.get("duplicates_removed", 0)
             lines.append(
                 f"  {prob['training_models']} training models, {prob['pool_models']} candidates, "
-                f"{prob['instances']} instances; median top-2 gap {prob['median_top2_gap']:.3f}"
+                f"{prob['instances']} instances"
+                + (f" ({_duplicates(dup)} removed first)" if dup else "")
+                + f"; median top-2 gap {prob['median_top2_gap']:.3f}"
             )
         else:
             lines.append(f"  median top-2 gap {prob['median_top2_gap']:.3f}")
@@ -417,6 +433,11 @@ def format_summary(summary: Mapping[str, Any]) -> str:
             f"Anchor study {summary['name']!r} on {summary['dataset']}: "
             f"{summary['seeds']} seeds (first {summary['first_seed']}), test MAE (pp) / tau-b"
         )
+        prob = summary.get("problem")
+        if prob:
+            dup = prob.get("duplicates_removed", 0)
+            lines.append(f"  {prob['models']} models x {prob['items']} items"
+                         + (f" ({_duplicates(dup)} removed first)" if dup else ""))
         lines.append("  method            " + "".join(f"k={k}".rjust(15) for k in summary["k"]))
         for name, e in summary["methods"].items():
             row = f"  {name:<17} "

@@ -2294,6 +2294,12 @@ def _problem_key(study: IdentificationStudy, needs_pred: bool) -> tuple:
     )
 
 
+def _duplicates_removed(sm: Any) -> int:
+    """How many models :meth:`DataSource.load` (or an earlier ``drop_duplicates`` whose
+    matrix was saved) removed as exact duplicates of another model's row."""
+    return len(sm.metadata.get("dropped_duplicates", ()))
+
+
 def _real_problem(study: IdentificationStudy, needs_pred: bool):
     """Split, instances and (when needed) factorization of a real-data study (cached).
 
@@ -2328,6 +2334,7 @@ def _real_problem(study: IdentificationStudy, needs_pred: bool):
         "items": n,
         "training_models": n_train,
         "pool_models": pool.n_models,
+        "duplicates_removed": _duplicates_removed(sm),
         "instances": len(inst),
         "median_top2_gap": float(np.median(top2[:, 0] - top2[:, 1])),
     }
@@ -2508,6 +2515,7 @@ def study_budgets(study: IdentificationStudy) -> tuple[dict, tuple[int, ...]]:
             "items": n,
             "training_models": n_train,
             "pool_models": m - n_train,
+            "duplicates_removed": _duplicates_removed(sm),
             "instances": study.n_instances,
         }
     kn = study.num_arms * n
