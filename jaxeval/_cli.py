@@ -282,7 +282,9 @@ def _parser() -> argparse.ArgumentParser:
              "estimate a model's accuracy from its anchor scores (JSON {item: score} for "
              "exactly the anchors, or a list in anchor order; or many models' at once from a "
              "score table, .csv / .tsv / .npz / .parquet, of models as rows and items as "
-             "columns, every column a score (items other than the anchors are ignored): "
+             "columns, every column a score (items other than the anchors are ignored), or "
+             "from lm-evaluation-harness output of the anchor items (a folder of samples "
+             "files, .jsonl, .jsonl.gz; --metric / --filter / --runs as for fit): "
              "one JSON line per model); with --extra M --extra-seed S "
              "the mapping must hold exactly the anchors and the items `items --extra M "
              "--extra-seed S` printed, and an unbiased estimate with a finite-sample interval "
@@ -291,8 +293,9 @@ def _parser() -> argparse.ArgumentParser:
              "voids the interval.")
     ap.add_argument("file", help="the predictor file")
     ap.add_argument("scores", help="a JSON file ('-' = stdin) of one model's scores, or a "
-                    "score table (.csv, .tsv, .npz, .parquet) of many models: one JSON line "
-                    "per model")
+                    "score table (.csv, .tsv, .npz, .parquet) or lm-evaluation-harness output "
+                    "(a folder, .jsonl, .jsonl.gz) of many models: one JSON line per model")
+    _add_data_options(ap, "SCORES", "")
     ap.add_argument("--extra", type=int, metavar="M", help="extra random items scored")
     ap.add_argument("--extra-seed", type=int, help="their seed (default 0; needs --extra)")
 
@@ -1045,8 +1048,14 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
                  else pred.anchor_items)
         print("\n".join(np.asarray(names).astype(str).tolist()))
         return 0
-    if Path(args.scores).suffix.lower() in _TABLE_SUFFIXES:
+    if _is_table(args.scores):
         return _predict_table(pred, args)
+    given = [f for f, v in (("--sep", args.sep), ("--metric", args.metric),
+                            ("--filter", args.filter), ("--runs", args.runs),
+                            ("--duplicate-names", args.duplicate_names)) if v is not None]
+    if given:
+        raise ValueError(f"{given[0]}: only for a score table or lm-evaluation-harness output "
+                         f"of many models, not one model's JSON scores ({args.scores})")
     scores = _read_json(args.scores, "scores", _ONE_MODEL_JSON)
     extra = (np.asarray(pred.extra_items(args.extra, seed=extra_seed)).astype(str)
              if args.extra else np.zeros(0, str))
@@ -1095,23 +1104,31 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
     return 0
 
 
-_TABLE_SUFFIXES = (".csv", ".tsv", ".npz", ".parquet", ".pq")
+_TABLE_SUFFIXES = (".csv", ".tsv", ".npz", ".parquet", ".pq", ".jsonl")
+
+
+def _is_table(value: str) -> bool:
+    """Whether ``anchors predict``'s SCORES is many models' scores (a table, or lm-eval
+    samples: a folder, .jsonl, .jsonl.gz) rather than one model's JSON."""
+    p = Path(value)
+    return ((value != "-" and p.is_dir()) or p.suffix.lower() in _TABLE_SUFFIXES
+            or p.name.lower().endswith(".jsonl.gz"))
 
 
 def _predict_table(pred, args: argparse.Namespace) -> int:
     """``anchors predict FILE TABLE``: one JSON line per model of a score table (models
     as rows, items as columns or a long table; any other items are ignored)."""
-    import jaxeval
-
     if args.extra is not None:
         raise ValueError("--extra: the unbiased estimate is one model at a time (a JSON "
                          "{item: score} per model, its extra items drawn with its own seed); "
                          "a table gives the anchor estimates only")
     try:
-        sm = jaxeval.load(args.scores)
+        sm = _load_table_arg("SCORES", args.scores, args.sep, _lm_eval_options(args, ""),
+                             args.duplicate_names, prefix="")
     except ValueError as e:
         raise ValueError(f"scores: {e} (anchors predict reads a table of models as rows, "
-                         "or one model's scores as JSON {item: score})") from None
+                         "lm-evaluation-harness output, or one model's scores as JSON "
+                         "{item: score})") from None
     missing = pred._missing_anchors(sm)
     if missing:
         none = len(missing) == pred.k
