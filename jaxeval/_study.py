@@ -1207,6 +1207,39 @@ def _folder_lock(out: Path):
         os.close(fd)  # releases the lock
 
 
+def _being_written(folder: Path) -> bool:
+    """Whether another process holds ``folder``'s run lock (:func:`_folder_lock`): a run
+    is writing it now. Probed with a shared lock taken and dropped at once."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: runs are unlocked
+        return False
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # (releases the probe's lock, if taken)
+    return False
+
+
+def _not_a_study(out: Path) -> StudyFolderError:
+    """The error for a folder without a manifest, saying which case it is."""
+    if not out.exists():
+        return StudyFolderError(f"{out} does not exist: not a study folder")
+    if not out.is_dir():
+        return StudyFolderError(f"{out} is a file, not a study folder")
+    if _being_written(out):
+        return StudyFolderError(
+            f"{out} holds no {MANIFEST_FILE} yet: a run is starting there (it holds the "
+            "folder's lock); not a study folder until it has written its manifest")
+    return StudyFolderError(f"{out} holds no {MANIFEST_FILE}: not a study folder")
+
+
 def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         out = []
@@ -1248,24 +1281,52 @@ def _recorded_locations(manifest: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _located(study: Study, manifest: Mapping[str, Any]) -> Study:
+#: How many folders above a study folder a relative ``.npz`` is looked for (a tree moved
+#: whole: ``runs/s`` and ``data/x.npz`` copied together to a node's scratch).
+_UP = 3
+
+
+def _located(study: Study, manifest: Mapping[str, Any], folder: Path | None = None) -> Study:
     """``study`` reading a relative ``.npz`` from the first of (the path from the current
-    directory, the folder's recorded locations) whose checksum is the one recorded; when
-    none matches, the first that exists (the checksum check then refuses it by name).
-    So a report or resume works from any directory, and a same-named file elsewhere
-    is not taken for the data."""
+    directory, the folder's recorded locations, the path from each of the ``_UP``
+    folders above ``folder``) whose checksum is the one recorded; when none matches,
+    the first that exists (the checksum check then refuses it by name). So a report or
+    resume works from any directory and after the tree was moved, and a same-named
+    file elsewhere is not taken for the data."""
     data = getattr(study, "data", None)
     if data is None or data.npz is None or Path(data.npz).is_absolute():
         return study
     here = Path(data.npz)
     found = [p for p in [here] + [Path(w) for w in _recorded_locations(manifest)] if p.is_file()]
+    want = manifest.get("data_sha256")
+    if folder is not None and want and not any(_sha256(p) == want for p in found):
+        above = [up / here for up in list(Path(folder).absolute().parents)[:_UP]]
+        found += [p for p in above if p.is_file() and _sha256(p) == want][:1]
     if not found:
         return study
-    want = manifest.get("data_sha256")
     pick = next((p for p in found if want and _sha256(p) == want), found[0])
     if pick == here:
         return study
     return dataclasses.replace(study, data=dataclasses.replace(data, location=str(pick)))
+
+
+def _data_found(study: Study, manifest: Mapping[str, Any], folder: Path) -> None:
+    """Refuse a study whose ``.npz`` data is nowhere :func:`_located` looks, naming the
+    places it looked (a moved folder used to get only the path it names)."""
+    data = getattr(study, "data", None)
+    if data is None or data.npz is None or data._file().is_file():
+        return
+    where = ""
+    if not Path(data.npz).is_absolute():  # (an absolute path is looked for there only)
+        rec = _recorded_locations(manifest)
+        where = (f" (looked from the current directory {os.getcwd()}"
+                 + (f", at the location recorded in {folder}: {', '.join(rec)}" if rec else "")
+                 + f", and from the {_UP} folders above {folder}); run from the directory "
+                 "the path is relative to, or")
+    raise StudyConfigError(
+        "data.npz", f"no such file: {data.npz}{where}"
+        + ("; " if not where else " ") + "put the data file (the same bytes) where the "
+        "path finds it")
 
 
 def _setup_changes(study: Study, since: int, until: int = SETUP) -> dict[str, str]:
@@ -1847,8 +1908,9 @@ def resume_study(out: str | os.PathLike, *, progress: bool = True) -> Path:
     out = Path(out)
     manifest = _read_manifest(out)
     if manifest is None:
-        raise StudyFolderError(f"{out} holds no {MANIFEST_FILE}: not a study folder")
-    study = _located(study_from_dict(manifest["config"], check=False), manifest)
+        raise _not_a_study(out)
+    study = _located(study_from_dict(manifest["config"], check=False), manifest, out)
+    _data_found(study, manifest, out)
     return run_study(study, out, replicate_range=tuple(manifest["range"]), progress=progress)
 
 
@@ -1899,8 +1961,8 @@ def extend_study(out: str | os.PathLike, n_units: int) -> Path:
     out = Path(out)
     manifest = _read_manifest(out)
     if manifest is None:
-        raise StudyFolderError(f"{out} holds no {MANIFEST_FILE}: not a study folder")
-    old = _located(study_from_dict(manifest["config"], check=False), manifest)
+        raise _not_a_study(out)
+    old = _located(study_from_dict(manifest["config"], check=False), manifest, out)
     field = "n_seeds" if isinstance(old, AnchorStudy) else "n_replicates"
     if isinstance(n_units, bool) or not isinstance(n_units, (int, np.integer)):
         raise TypeError(f"n_units: expected an integer (the new {field}), got {n_units!r}")
@@ -1919,11 +1981,14 @@ def extend_study(out: str | os.PathLike, n_units: int) -> Path:
             f"{out} holds the range job for units {lo}:{hi} of {have}; extend the folder "
             "that holds the whole study (`jaxeval merge` the ranges' folders first)")
     cfg = dict(manifest["config"], **{field: n_units})
-    new = _located(study_from_dict(cfg, check=False), manifest)  # (refuses a too-large n)
+    new = _located(study_from_dict(cfg, check=False), manifest, out)  # (a too-large n refused)
     with _folder_lock(out):
         if _is_writer():
             _check_writable(out)
-        # every refusal a resume would make comes before the folder is changed
+        # every refusal a resume would make comes before the folder is changed (its
+        # data first: a missing file is named, as a resume names it)
+        _data_found(old, manifest, out)
+        old.check()
         _open_folder(old, out, (0, have))
         new.check()
         # (chunks of an earlier set-up cannot be extended: the folder would never finish)
@@ -1948,7 +2013,8 @@ def study_status(out: str | os.PathLike, *, verify: bool = False) -> dict:
     """Progress of the study in ``out``.
 
     Returns a dict with ``done`` (units finished per task), ``range`` (the units
-    this folder is responsible for), ``range_complete`` (that range is done) and
+    this folder is responsible for), ``todo`` (the ``[lo, hi]`` spans of that range
+    no chunk holds, per task), ``range_complete`` (that range is done) and
     ``complete`` (every unit of the whole study is there: ready for reports), counting
     only chunks whose files exist (``missing_chunk_files`` lists the manifest's others).
     Checksums are verified when the results are read (:func:`load_results`), and here
@@ -1974,7 +2040,7 @@ def study_status(out: str | os.PathLike, *, verify: bool = False) -> dict:
     out = Path(out)
     manifest = _read_manifest(out)
     if manifest is None:
-        raise StudyFolderError(f"{out} holds no {MANIFEST_FILE}: not a study folder")
+        raise _not_a_study(out)
     study = study_from_dict(manifest["config"], check=False)
     missing = sorted(name for name in manifest["chunks"] if not (out / name).is_file())
     manifest = dict(manifest, chunks={k: v for k, v in manifest["chunks"].items()
@@ -1991,6 +2057,8 @@ def study_status(out: str | os.PathLike, *, verify: bool = False) -> dict:
         "done": done,
         "range_complete": all(not _gaps(_covered(manifest, t), lo, hi) for t in names),
         "complete": all(not _gaps(_covered(manifest, t), 0, study.n_units) for t in names),
+        # the units of the folder's range no chunk holds, per task ([lo, hi] spans)
+        "todo": {t: [list(g) for g in _gaps(_covered(manifest, t), lo, hi)] for t in names},
         "missing_chunk_files": missing,
         **({} if corrupt is None else {"corrupt_chunk_files": corrupt}),
     }
@@ -2025,8 +2093,8 @@ def load_results(
     out = Path(out)
     manifest = _read_manifest(out)
     if manifest is None:
-        raise StudyFolderError(f"{out} holds no {MANIFEST_FILE}: not a study folder")
-    study = _located(study_from_dict(manifest["config"], check=False), manifest)
+        raise _not_a_study(out)
+    study = _located(study_from_dict(manifest["config"], check=False), manifest, out)
     chunks = dict(manifest["chunks"])
     bad = _verify_chunks(out, manifest)  # refused below
     if bad:
@@ -2103,13 +2171,19 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
     out = Path(out)
     if not dirs:
         raise ValueError("merge_studies: 'dirs' is empty")
+    if out.exists() and not out.is_dir():
+        raise StudyFolderError(f"{out} is a file, not a folder: merge into a new folder")
     if out.exists() and any(out.iterdir()):
         raise StudyFolderError(f"{out} is not empty: merge into a new folder")
     mans = []
     for d in dirs:
         m = _read_manifest(d)
         if m is None:
-            raise StudyFolderError(f"{d} holds no {MANIFEST_FILE}: not a study folder")
+            raise _not_a_study(d)
+        if _being_written(d):  # (its manifest and chunks are still changing)
+            raise StudyFolderError(
+                f"{d} is being written by another process (it holds the folder's lock): "
+                "wait for that run to finish, then merge")
         chunks = dict(m["chunks"])
         bad = _verify_chunks(d, m)  # refused below
         if bad:
@@ -2126,9 +2200,13 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
         # compared by checksum, not path (array jobs copy it to node-local scratch)
         kb = _merge_key(m["config"])
         if ka != kb:
+            units = set(_diff_keys(ka, kb)) <= {"n_replicates", "n_seeds"}
             raise StudyFolderError(
                 f"{d} holds a different study than {dirs[0]}: "
                 f"{_describe_diff(ka, kb, (f'in {dirs[0]}', f'in {d}'))}"
+                + ("; to merge range jobs of a larger study with a finished one, extend "
+                   "the finished folder to the larger size first (`jaxeval extend DIR --to "
+                   "N --no-run`, extend_study)" if units else "")
             )
         if m.get("data_sha256") != ref.get("data_sha256"):
             raise StudyFolderError(f"{d} was computed on different data than {dirs[0]}")
