@@ -132,6 +132,9 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--to", type=int, required=True, metavar="N",
                    help="the new number of replicates (n_replicates; an anchor study's "
                    "n_seeds), more than the folder's")
+    e.add_argument("--no-run", action="store_true",
+                   help="only rewrite the folder's definition, computing nothing (for range "
+                   "jobs of the larger study.json, merged with the folder afterwards)")
     e.add_argument("--quiet", action="store_true", help="no progress lines")
     e.add_argument("--no-report", action="store_true", help="skip summary.json and plots")
 
@@ -409,6 +412,12 @@ def _results_for_report(folder):
     return study, results
 
 
+def _os_reason(e: OSError) -> str:
+    """An OSError as its reason and file (``File too large: runs/s/x``), without the
+    ``[Errno 27]`` prefix."""
+    return (e.strerror or str(e)) + (f": {e.filename}" if e.filename else "")
+
+
 def _report(folder: Path, *, plots: bool = True, quiet: bool = False) -> dict | None:
     import jax
 
@@ -429,7 +438,14 @@ def _report(folder: Path, *, plots: bool = True, quiet: bool = False) -> dict | 
         return None
     study, results = _results_for_report(folder)
     summary = summarize(study, results)
-    write_summary(summary, folder)
+    # (the study is complete whatever happens to its report: a full disk or quota here
+    # is a warning, not the exit status of a finished job)
+    later = "the study is complete; `jaxeval summary` / `jaxeval plot` write them later"
+    try:
+        write_summary(summary, folder)
+    except OSError as e:
+        print(f"jaxeval: warning: {folder / 'summary.json'} not written ({_os_reason(e)}); "
+              f"{later}", file=sys.stderr)
     if not quiet:
         print(format_summary(summary))
     if plots:
@@ -437,6 +453,9 @@ def _report(folder: Path, *, plots: bool = True, quiet: bool = False) -> dict | 
             paths = plot_study(summary, folder / "plots")
         except ImportError as e:
             print(f"(no plots: {e})", file=sys.stderr)
+        except OSError as e:
+            print(f"jaxeval: warning: plots not written in {folder / 'plots'} "
+                  f"({_os_reason(e)}); {later}", file=sys.stderr)
         else:
             if not quiet and paths:
                 print(f"plots: {', '.join(str(p) for p in paths)}")
@@ -1205,6 +1224,7 @@ def cli(argv: list[str] | None = None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``jaxeval`` command."""
+    _STUDY_FOLDER.clear()  # (set by the study commands for their messages)
     parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
@@ -1282,7 +1302,14 @@ def main(argv: list[str] | None = None) -> int:
                     raise ValueError(_renamed(str(e), {"n_units": "--to"})) from None
                 if not args.quiet:
                     print(f"[jaxeval] {args.dir}: the study now has {args.to} units (it had "
-                          f"{before}); computing the new ones", file=sys.stderr, flush=True)
+                          f"{before})" + ("" if args.no_run else "; computing the new ones"),
+                          file=sys.stderr, flush=True)
+            if args.no_run:
+                print(f"[jaxeval] {args.dir}: nothing computed (--no-run); compute the new "
+                      f"units with `jaxeval resume {args.dir}`, or as range jobs of "
+                      f"{Path(args.dir) / 'study.json'} merged with it", file=sys.stderr,
+                      flush=True)
+                return 0
             folder = resume_study(args.dir, progress=not args.quiet)
             if not args.no_report:
                 _report(folder)
@@ -1299,9 +1326,13 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 counts = (f"units done of {units}: "
                           + ", ".join(f"{t} {d}" for t, d in done.items()))
+            todo = sorted({(a, b) for spans in st["todo"].values() for a, b in spans})
             print(
                 f"merged {n} folder{'s' if n != 1 else ''} into {folder}: {counts}"
-                + (" (complete)" if st["complete"] else " (incomplete)")
+                + (" (complete)" if st["complete"] else
+                   " (incomplete: units " + ", ".join(f"{a}:{b}" for a, b in todo[:5])
+                   + (", ..." if len(todo) > 5 else "") + " missing; `jaxeval resume "
+                   f"{folder}` computes them, or merge their folders too)")
             )
             return 0
         if args.command == "status":
@@ -1340,7 +1371,14 @@ def main(argv: list[str] | None = None) -> int:
         # StudyConfigError is a ValueError; so is every refusal of bad data or settings
         if os.environ.get("JAXEVAL_DEBUG"):
             raise
-        print(f"jaxeval {args.command}: error: {e}", file=sys.stderr)
+        msg = str(e)
+        if isinstance(e, OSError) and e.filename is None and _STUDY_FOLDER:
+            # (a write that failed for want of space or quota names no file: the folder)
+            msg = f"{_os_reason(e)} (writing in {_STUDY_FOLDER[0]})"
+            if (Path(_STUDY_FOLDER[0]) / "manifest.json").is_file():
+                msg += (f"; the finished chunks are kept: `jaxeval resume "
+                        f"{_STUDY_FOLDER[0]}` continues the study")
+        print(f"jaxeval {args.command}: error: {msg}", file=sys.stderr)
         return 2
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover
     return 2
