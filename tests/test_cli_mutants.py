@@ -317,7 +317,9 @@ def test_merge_of_part_of_the_ranges_says_incomplete(tmp_path, capsys, monkeypat
     assert main(["merge", a, "--out", m]) == 0
     out = capsys.readouterr().out
     # the units done of the study's, as a count (not the per-task dict)
-    assert out.rstrip() == f"merged 1 folder into {m}: 40 of 100 units (incomplete)", out
+    assert out.rstrip() == (f"merged 1 folder into {m}: 40 of 100 units (incomplete: units "
+                            f"40:100 missing; `jaxeval resume {m}` computes them, or merge "
+                            "their folders too)"), out
 
 
 def test_campaign_items_file_keeps_items_that_start_with_a_hash(tmp_path, capsys,

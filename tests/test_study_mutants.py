@@ -83,6 +83,7 @@ def test_status_of_a_range_job_names_the_study_its_range_and_its_size(folders):
         "done": {"replicates": 8},
         "range_complete": True,
         "complete": False,
+        "todo": {"replicates": []},
         "missing_chunk_files": [],
     }
 
