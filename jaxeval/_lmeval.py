@@ -20,10 +20,15 @@ Rules:
   (``mask`` False, recorded in ``metadata['conversions']``; ``missing="error"``
   refuses instead). The same ``doc_id`` with different ``doc_hash`` values in two
   runs means the runs are not aligned and is refused.
-- The metric is ``metric=`` or else the first of :data:`DEFAULT_METRICS` present;
-  values must be numbers in [0, 1] (``true``/``false`` are read as 1/0 and
-  recorded). Several filters per document need ``filter=``; the documents of a run
-  with no line for the filter chosen are recorded.
+- The metric is ``metric=`` or else the first of :data:`DEFAULT_METRICS` present
+  (on a file's first line of the filter chosen), or else, when none is, the one field
+  that line's ``metrics`` list names, if that line holds it as a number (a
+  ``true``/``false`` there is not taken as a metric: the file is refused as having no
+  usable metric field; ``metric=`` reads it); values must be numbers in [0, 1]
+  (``true``/``false`` are read as 1/0 and recorded, e.g. in ``acc`` or a field named
+  by ``metric=``).
+  Several filters per document need ``filter=``; the documents of a run with no line
+  for the filter chosen are recorded.
 - Refused, naming the file (and line): corrupt JSON, a line without ``doc_id``,
   duplicate ``doc_id`` (``0`` and ``"0"`` in one file included), a missing,
   non-numeric, NaN or out-of-range metric, an empty file, several runs of one task for
@@ -298,8 +303,12 @@ def load_lm_eval(
       path: one ``samples_<task>_<timestamp>.jsonl`` file (or ``.jsonl.gz``; one model), a model's
         output folder (one model, possibly several tasks), or a folder of model
         folders (one row per model).
-      metric: the per-sample field to read (default: first of
-        :data:`DEFAULT_METRICS` present).
+      metric: the per-sample field to read (default: the first of
+        :data:`DEFAULT_METRICS` present on a file's first line, or else the single
+        field named by that line's ``metrics`` list, if its value there is a number
+        and not ``true``/``false``, which is refused as no usable metric; ``true``/
+        ``false`` in a default metric such as ``acc``, or in the field ``metric=``
+        names, are read as 1/0).
       filter: which ``filter`` value to keep when a task logs several per document
         (e.g. ``"strict-match"`` or ``"flexible-extract"``); one name for every task,
         or a mapping ``{task: filter}`` for a folder whose tasks log different filters

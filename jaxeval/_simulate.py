@@ -631,6 +631,10 @@ def draw_instances(n_pool: int, K: int, n_instances: int, seed: int) -> np.ndarr
     """The candidate sets of a real-data simulation: ``n_instances`` K-subsets of a
     pool of ``n_pool`` models, seeded by ``(seed, K)``. Shared with
     :class:`jaxeval.IdentificationStudy`, so both play the same instances."""
+    n_pool = check_int("n_pool", n_pool, 1)
+    K = check_int("K", K, 1, n_pool, why=f"a pool of {n_pool} models")
+    n_instances = check_int("n_instances", n_instances, 1)
+    seed = check_int("seed", seed, 0)
     rng = np.random.default_rng([seed, K])
     return np.stack([rng.choice(n_pool, K, replace=False) for _ in range(n_instances)])
 
@@ -913,6 +917,30 @@ def _config(policy, K, n, batch_size, budgets, budget_fractions, mode, cs_kinds,
     )
 
 
+def _refuse_text_and_bools(name: str, values: Any, what: str) -> Any:
+    """``values`` (a generator as a tuple), after refusing a string or a bool where a
+    sequence of numbers is due: iterated, ``"05"`` would be the checkpoints 0 and 5 and
+    ``[True]`` the number 1."""
+    expected = f"{name} must be a sequence of {what}"
+    if isinstance(values, (str, bytes)):
+        raise TypeError(f"{expected}, not a string, got {values!r}")
+    if isinstance(values, np.ndarray):
+        if values.dtype.kind in "bSU":
+            raise TypeError(f"{expected}, got an array of {values.dtype}: {values!r}")
+        items = values.ravel().tolist() if values.dtype == object else ()
+    elif isinstance(values, Sequence):
+        items = values
+    else:
+        try:
+            values = items = tuple(values)
+        except TypeError:  # (not iterable: refused by the caller's checks)
+            return values
+    for v in items:
+        if isinstance(v, (bool, np.bool_, str, bytes)):
+            raise TypeError(f"{expected}, got {values!r} (holding {type(v).__name__} {v!r})")
+    return values
+
+
 def _canonical_budgets(budgets, fractions, total, warn=True):
     if budgets is not None and fractions is not None:
         raise ValueError("give either budgets or budget_fractions, not both")
@@ -921,6 +949,7 @@ def _canonical_budgets(budgets, fractions, total, warn=True):
         if fractions is None:
             fr = DEFAULT_BUDGET_FRACTIONS
         else:
+            fractions = _refuse_text_and_bools("budget_fractions", fractions, "numbers")
             try:
                 fr = tuple(float(f) for f in fractions)
             except (TypeError, ValueError):
@@ -932,11 +961,15 @@ def _canonical_budgets(budgets, fractions, total, warn=True):
         if any(not (0 < f <= 1) for f in fr):
             raise ValueError(f"budget_fractions must lie in (0, 1], got {fr}")
         budgets = [max(1, int(round(f * total))) for f in fr]
+    else:
+        budgets = _refuse_text_and_bools("budgets", budgets, "integers (LLM calls)")
     arr = np.asarray(budgets)
+    if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
+        raise ValueError(f"budgets must be finite counts of LLM calls, got {budgets!r}")
     if arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer):
         hint = ""
         if (arr.ndim == 1 and arr.size and np.issubdtype(arr.dtype, np.floating)
-                and np.any(arr != np.round(arr))):
+                and np.any(arr != np.round(arr))):  # (finite: NaN and inf are refused above)
             hint = ("; budgets are counts of LLM calls: shares of K*n (as a study's "
                     "budgets) go in budget_fractions=")
         raise ValueError(f"budgets must be a non-empty 1-D sequence of integers, got "

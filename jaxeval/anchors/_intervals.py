@@ -276,9 +276,18 @@ def dr_estimate(
 
 def level_text(alpha: float) -> str:
     """The coverage ``1 - alpha`` in percent for messages: ``"90%"``, ``"97.5%"``,
-    ``"99.999%"`` (four significant figures, more where four would print 100%)."""
-    pct = 100.0 * (1.0 - float(alpha))
+    ``"99.999%"`` (four significant figures, more where four would print 100%: up to
+    17, and for an ``alpha`` below float64's resolution of ``1 - alpha``, such as
+    ``1e-17``, ``"(100 - 1e-15)%"``; never ``"100%"`` for ``alpha > 0``)."""
+    alpha = float(alpha)
+    pct = 100.0 * (1.0 - alpha)
     text = f"{pct:.4g}"
-    if text == "100" and pct < 100.0:
+    if text == "100" and alpha > 0:
         text = f"{pct:.12g}"
+        for digits in range(13, 18):  # (12 digits print 100 from alpha ~ 5e-15 down)
+            if text != "100":
+                break
+            text = f"{pct:.{digits}g}"
+        if text == "100":  # (1 - alpha rounds to 1)
+            text = f"(100 - {100.0 * alpha:.4g})"
     return text + "%"

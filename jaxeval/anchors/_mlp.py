@@ -18,7 +18,10 @@ from typing import NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
+
+from jaxeval._runner import check_int
 
 __all__ = [
     "AnchorMLP", "MLPFit", "init_mlp", "mlp_apply", "train_mlp", "dropout_keep", "HIDDEN",
@@ -30,6 +33,17 @@ HIDDEN = (128, 64, 32)
 
 #: Hidden widths of the residual MLP (a correction on top of a linear map).
 RES_HIDDEN = (32, 16)
+
+
+def _check_rate(name: str, rate: object) -> None:
+    """Refuse a concrete (Python or NumPy) dropout rate outside ``[0, 1)``: at 1 every
+    unit is dropped and the kept ones are divided by 0. A traced rate is not checked."""
+    if isinstance(rate, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected a rate in [0, 1), got {rate!r}")
+    if isinstance(rate, np.ndarray) and rate.ndim == 0 and rate.dtype.kind in "iuf":
+        rate = rate.item()
+    if isinstance(rate, (int, float, np.integer, np.floating)) and not 0 <= rate < 1:
+        raise ValueError(f"{name}: expected a rate in [0, 1), got {rate!r}")
 
 
 def dropout_keep(key: jax.Array, shape: tuple, rate: float) -> jax.Array:
@@ -49,6 +63,7 @@ def dropout_keep(key: jax.Array, shape: tuple, rate: float) -> jax.Array:
       >>> bool(abs(float(m.mean()) - 0.9) < 0.01)
       True
     """
+    _check_rate("rate", rate)
     if rate <= 0:  # every entry (the largest uint32 threshold would drop hash 2**32 - 1)
         return jnp.ones(shape, bool)
     seed = jax.random.bits(key, (), jnp.uint32)
@@ -80,6 +95,7 @@ class AnchorMLP(eqx.Module):
         self, key: jax.Array, k: int, hidden=HIDDEN, dropout: float = 0.1,
         zero_last: bool = False,
     ):
+        _check_rate("dropout", dropout)
         sizes = (k, *hidden, 1)
         keys = jax.random.split(key, len(sizes) - 1)
         # float32 whatever jax_enable_x64 says: the same initial weights, hence the same fit
@@ -187,14 +203,14 @@ def train_mlp(
       key: PRNG key (initialisation and dropout).
       x_tr, y_tr: ``[m, k]`` training anchor scores and ``[m]`` targets.
       x_val, y_val: validation anchors and targets (checkpoint choice).
-      num_steps: number of Adam steps (static; rounded down to a multiple of
+      num_steps: number of Adam steps (static, >= 1; rounded down to a multiple of
         ``eval_every``, and at least ``eval_every``: one checkpoint is always taken).
-      eval_every: checkpoint spacing (static).
+      eval_every: checkpoint spacing (static, >= 1).
       learning_rate: Adam step size (traced).
       weight_decay: decoupled weight decay (AdamW; traced; 0 = plain Adam).
-      dropout: dropout rate (static).
+      dropout: dropout rate in ``[0, 1)`` (static).
       use_validation: when False the last iterate is returned (the proxy rule).
-      hidden: hidden widths (static; the reference's by default).
+      hidden: hidden widths, each >= 1 (static; the reference's by default).
       base_tr, base_val: optional base predictions ``[m]``; when given the network
         is a residual correction of them (see :func:`mlp_apply`) whose last layer
         starts at zero, so step 0 is the base map itself.
@@ -219,6 +235,10 @@ def train_mlp(
       >>> int(fit.best_step), mlp_apply(fit.params, static, x[50:]).shape
       (100, (10,))
     """
+    num_steps = check_int("num_steps", num_steps, 1)
+    eval_every = check_int("eval_every", eval_every, 1)
+    hidden = tuple(check_int(f"hidden[{i}]", h, 1) for i, h in enumerate(hidden))
+    _check_rate("dropout", dropout)
     k = x_tr.shape[1]
     kinit, kdrop = jax.random.split(key)
     if (base_tr is None) != (base_val is None):
