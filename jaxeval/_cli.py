@@ -856,6 +856,10 @@ def _add_data_options(p: argparse.ArgumentParser, what: str, prefix: str) -> Non
     p.add_argument(f"--{prefix}filter", metavar="[TASK=]FILTER", action="append",
                    help=f"{lm} the filter to keep where a task logs several (e.g. "
                    "strict-match); TASK=FILTER for one task, repeatable")
+    p.add_argument(f"--{prefix}task", metavar="TASK", action="append",
+                   help=f"{lm} read only this task's samples files where a folder holds "
+                   "several (repeatable; items are then named by doc_id alone for one task, "
+                   "TASK/doc_id for several)")
     p.add_argument(f"--{prefix}runs", choices=("error", "latest"),
                    help=f"{lm} with several runs of a task per model, 'latest' keeps the "
                    "newest (default: refuse)")
@@ -874,6 +878,11 @@ def _lm_eval_options(args: argparse.Namespace, prefix: str = "history_") -> dict
         opts["metric"] = getattr(args, prefix + "metric")
     if getattr(args, prefix + "runs", None) is not None:
         opts["runs"] = getattr(args, prefix + "runs")
+    tasks = getattr(args, prefix + "task", None)
+    if tasks:
+        if len(set(tasks)) != len(tasks):
+            raise ValueError(f"{flag}task: a task given twice in {tasks}")
+        opts["task"] = tasks[0] if len(tasks) == 1 else list(tasks)
     given = getattr(args, prefix + "filter") or []
     pairs = [f for f in given if "=" in f]
     if pairs and len(pairs) != len(given):
@@ -933,21 +942,24 @@ def _load_table(what, value, sep, lm_eval, duplicate_names, prefix):
         if p.suffix.lower() != ".npz":
             raise ValueError(f"{flag}duplicate-names: only for an .npz file, not {value!r}")
         if lm_eval or sep is not None:
-            raise ValueError(f"--sep / {flag}filter / {flag}metric / {flag}runs: not for an "
-                             f".npz file ({value!r})")
+            raise ValueError(f"--sep / {flag}filter / {flag}metric / {flag}task / {flag}runs: "
+                             f"not for an .npz file ({value!r})")
         return jaxeval.load(value, duplicate_names=duplicate_names)
     if lm_eval:
         if sep is not None:
             raise ValueError(f"--sep: only for a .csv / .tsv table, not with {flag}filter / "
-                             f"{flag}metric / {flag}runs (lm-evaluation-harness output)")
+                             f"{flag}metric / {flag}task / {flag}runs (lm-evaluation-harness "
+                             "output)")
         if not (p.is_dir() or p.suffix.lower() in (".jsonl", ".json")
                 or p.name.lower().endswith(".jsonl.gz")):
-            raise ValueError(f"{flag}metric / {flag}filter / {flag}runs: only for lm-evaluation-"
-                             f"harness output (a folder, .jsonl or .jsonl.gz), not {value!r}")
+            raise ValueError(f"{flag}metric / {flag}filter / {flag}task / {flag}runs: only for "
+                             "lm-evaluation-harness output (a folder, .jsonl or .jsonl.gz), not "
+                             f"{value!r}")
         try:
             return jaxeval.load(value, **lm_eval)
         except (ValueError, TypeError) as e:
-            msg = _renamed(str(e), {"filter": f"{flag}filter", "metric": f"{flag}metric"})
+            msg = _renamed(str(e), {"filter": f"{flag}filter", "metric": f"{flag}metric",
+                                    "task": f"{flag}task"})
             if msg != str(e):
                 raise ValueError(msg) from None
             raise
@@ -1047,7 +1059,10 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
                              f"duplicates, {sm.n_items} items), --k {args.k}: {e}") from None
         pred.save(out)
         print("\n".join(pred.anchor_items.tolist()))
-        print(f"saved {out}: {pred!r}", file=sys.stderr)
+        what = ("each model's full-benchmark score (the data's target)" if pred.external_target
+                else f"each model's mean score over the {sm.n_items} items")
+        print(f"saved {out}: {pred!r}; it estimates {what}, as a fraction in [0, 1]",
+              file=sys.stderr)
         return 0
     if args.extra is not None and args.extra < 1:
         raise ValueError(f"--extra: expected M >= 1 extra items, got {args.extra}")
@@ -1070,7 +1085,8 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
     if _is_table(args.scores):
         return _predict_table(pred, args)
     given = [f for f, v in (("--sep", args.sep), ("--metric", args.metric),
-                            ("--filter", args.filter), ("--runs", args.runs),
+                            ("--filter", args.filter), ("--task", args.task),
+                            ("--runs", args.runs),
                             ("--duplicate-names", args.duplicate_names)) if v is not None]
     if given:
         raise ValueError(f"{given[0]}: only for a score table or lm-evaluation-harness output "
@@ -1151,25 +1167,43 @@ def _predict_table(pred, args: argparse.Namespace) -> int:
     missing = pred._missing_anchors(sm)
     if missing:
         none = len(missing) == pred.k
+        found = np.asarray(sm.items).astype(str).tolist()
         raise ValueError(f"scores ({args.scores}): no column for {len(missing)} of the "
                          f"{pred.k} anchor items, e.g. {missing[:5]} (the items `jaxeval "
-                         "anchors items FILE` prints)"
+                         f"anchors items FILE` prints); its {len(found)} items are named like "
+                         f"{found[:5]}"
                          + ("; a table holds one row per model and the items as columns "
                             "(or long columns model,item,score); one model's scores can be "
-                            "JSON {item: score}" if none else ""))
-    try:  # (by item name; a missing anchor cell is refused with its item)
-        est, lo, hi = pred.predict(sm)
-    except ValueError as e:  # name the command's argument and the model, not predict()'s
-        msg = _renamed(str(e), {"anchor_scores": f"scores ({args.scores})"})
-        m = re.search(r"first at \((\d+), \d+\)", msg)
-        if m:
-            msg += f" (model {str(sm.models[int(m.group(1))])!r})"
-        raise ValueError(msg) from None
+                            "JSON {item: score}; lm-evaluation-harness items are named by "
+                            "doc_id (TASK/doc_id where several tasks are read: --task picks "
+                            "one)" if none else ""))
+    t = sm.take(items=pred.anchor_items)
+    scored = t.mask.all(axis=1) if t.mask is not None else np.ones(t.n_models, bool)
+    names = np.asarray(sm.models).astype(str).tolist()
     level = 1 - float(pred.alpha)
-    for name, e, a, b in zip(np.asarray(sm.models).astype(str).tolist(), est, lo, hi):
-        print(json.dumps({"model": name, "estimate": float(e), "lower": float(a),
-                          "upper": float(b), "level": level}))
-    return 0
+    if scored.any():
+        try:  # (by item name)
+            est, lo, hi = pred.predict(sm.take(models=np.flatnonzero(scored)))
+        except ValueError as e:  # name the command's argument and the model, not predict()'s
+            msg = _renamed(str(e), {"anchor_scores": f"scores ({args.scores})"})
+            m = re.search(r"first at \((\d+), \d+\)", msg)
+            if m:
+                msg += f" (model {names[int(np.flatnonzero(scored)[int(m.group(1))])]!r})"
+            raise ValueError(msg) from None
+        for name, e, a, b in zip(np.asarray(names)[scored].tolist(), est, lo, hi):
+            print(json.dumps({"model": name, "estimate": float(e), "lower": float(a),
+                              "upper": float(b), "level": level}))
+    if scored.all():
+        return 0
+    # models with an unscored anchor: named with their missing items, after the others'
+    # estimates (one model's gap does not cost the batch); the exit status says it
+    anchors = np.asarray(pred.anchor_items).astype(str)
+    for r in np.flatnonzero(~scored):
+        gap = anchors[~t.mask[r]].tolist()
+        print(f"jaxeval anchors: error: scores ({args.scores}): model {names[r]!r} has no "
+              f"score for {len(gap)} of the {pred.k} anchor items, e.g. {gap[:5]}: not "
+              "estimated", file=sys.stderr)
+    return 2
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:

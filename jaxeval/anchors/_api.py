@@ -285,6 +285,21 @@ class AnchorPredictor:
             return np.column_stack(vals)  # [models, k]
         return anchor_scores
 
+    def _check_source(self, sm: ScoreMatrix, what: str) -> None:
+        """Warn when lm-evaluation-harness scores were read with other tasks, metrics or
+        filters than the predictor's fit (both recorded; other data is not compared)."""
+        want = dict(self.info or {}).get("lm_eval")
+        got = _lm_eval_source(sm)
+        if not want or got is None:
+            return
+        diff = [f"{k} {got.get(k)!r} where the fit read {want.get(k)!r}"
+                for k in ("tasks", "metric", "filter") if got.get(k) != want.get(k)]
+        if diff:
+            warnings.warn(
+                f"{what}: lm-evaluation-harness scores read with {'; '.join(diff)}: the "
+                "predictor maps its anchors' scores as it was fitted, so another task, "
+                "metric or filter gives a wrong estimate without an error", stacklevel=4)
+
     def _missing_anchors(self, sm: ScoreMatrix) -> list[str]:
         """The anchor items that ScoreMatrix ``sm`` has no column for, in anchor order."""
         have = set(np.asarray(sm.items).astype(str).tolist())
@@ -302,6 +317,7 @@ class AnchorPredictor:
             if missing:
                 raise ValueError(f"{what}: the ScoreMatrix has no column for {len(missing)} "
                                  f"of the {self.k} anchor items, e.g. {missing[:5]}")
+            self._check_source(sm, what)
             t = sm.take(items=self.anchor_items)
             anchor_scores = t.scores if t.mask is None else np.where(t.mask, t.scores, np.nan)
         anchor_scores = self._by_name(anchor_scores, what)
@@ -771,6 +787,25 @@ _fit_jit = jax.jit(_fit_many, static_argnums=(2, 3, 4, 5))
 _cv_jit = jax.jit(candidate_cv_residuals, static_argnums=(4, 5, 6))
 
 
+def _lm_eval_source(sm: Any) -> dict | None:
+    """How a score matrix was read from lm-evaluation-harness output (its tasks, the
+    metric and filter per task), or None for other data: recorded by a fit, compared by
+    ``predict`` so that another task, metric or filter is not mapped without a word."""
+    md = getattr(sm, "metadata", None) or {}
+    if md.get("format") != "lm-evaluation-harness samples":
+        return None
+    tasks = sorted(str(t) for t in md.get("tasks") or ())
+    f = md.get("filter")
+    return {
+        "tasks": tasks,
+        "metric": {str(t): str(m) for t, m in sorted(dict(md.get("metric") or {}).items())},
+        # (one filter name for every task, or {task: name}: compared per task)
+        "filter": None if f is None else (
+            {t: str(f) for t in tasks} if isinstance(f, str)
+            else {str(t): str(v) for t, v in sorted(dict(f).items()) if t in tasks}),
+    }
+
+
 def _warn_shared_rows(train: ScoreMatrix, validation: ScoreMatrix) -> None:
     """Warn when a validation model's scores equal a training model's on every item
     (a duplicate under another name: it makes validation optimistic)."""
@@ -983,6 +1018,8 @@ def fit_anchors(
         "settings": repr(st),
         "jax_version": jax.__version__,
     }
+    if _lm_eval_source(train) is not None:
+        info["lm_eval"] = _lm_eval_source(train)
     return AnchorPredictor(
         items=np.asarray(train.items),
         anchor_index=np.asarray(f.anchors, np.int32),
