@@ -90,3 +90,100 @@ def test_loading_options_are_refused_for_one_models_json(tmp_path, capsys, flag)
     err = capsys.readouterr().err
     assert f"{flag[0]}: only for a score table or lm-evaluation-harness output" in err
     assert str(js) in err
+
+
+# ------------------------------------------------------------ a lab's walk (lm-eval)
+def _lab_folder(root, n_models, seed, tasks=("gsm8k",), items=12):
+    """Folders of lm-eval samples files: models m0.., doc ids 0..items-1, fields ``acc``
+    and ``acc_norm`` (different 0/1 draws) per task."""
+    rng = np.random.default_rng(seed)
+    for i in range(n_models):
+        for t in tasks:
+            rows = [{"doc_id": j, "acc": float(rng.random() < 0.5),
+                     "acc_norm": float(rng.random() < 0.5)} for j in range(items)]
+            _samples(root / f"m{seed}_{i}", t, rows)
+    return root
+
+
+def _lab_predictor(tmp_path):
+    import jaxeval
+
+    old = jaxeval.load(_lab_folder(tmp_path / "old", 40, 0), metric="acc")
+    with pytest.warns(UserWarning):  # (few validation models: a wide interval, said)
+        pred = jaxeval.fit_anchors(old, 3, method="random_mean", seed=0, progress=False)
+    return pred
+
+
+def test_a_fit_on_lm_eval_output_records_how_it_was_read(tmp_path):
+    import warnings
+
+    import jaxeval
+
+    pred = _lab_predictor(tmp_path)
+    assert pred.info["lm_eval"] == {"tasks": ["gsm8k"], "metric": {"gsm8k": "acc"},
+                                    "filter": None}
+    p = pred.save(tmp_path / "p.npz")
+    again = jaxeval.AnchorPredictor.load(p)
+    assert again.info["lm_eval"] == pred.info["lm_eval"]
+    new = _lab_folder(tmp_path / "new", 3, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # read as fitted: no warning
+        est = again.predict(jaxeval.load(new, metric="acc"))[0]
+    with pytest.warns(UserWarning, match=r"anchor_scores: lm-evaluation-harness scores read "
+                      r"with metric \{'gsm8k': 'acc_norm'\} where the fit read \{'gsm8k': "
+                      r"'acc'\}"):
+        other = again.predict(jaxeval.load(new, metric="acc_norm"))[0]
+    assert est.shape == other.shape == (3,)
+
+
+def test_cli_predict_warns_of_another_metric_and_picks_a_task(tmp_path, capsys):
+    pred = _lab_predictor(tmp_path)
+    p = str(pred.save(tmp_path / "p.npz"))
+    mixed = _lab_folder(tmp_path / "new", 2, 1, tasks=("gsm8k", "arc_easy"))
+    # two tasks: items are TASK/doc_id; the refusal shows them and names --task
+    assert main(["anchors", "predict", p, str(mixed), "--metric", "acc"]) == 2
+    err = capsys.readouterr().err
+    assert "named like ['arc_easy/0', 'arc_easy/1'" in err and "--task picks one" in err
+    assert main(["anchors", "predict", p, str(mixed), "--metric", "acc",
+                 "--task", "gsm8k"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 2 and "warning" not in err
+    with pytest.warns(UserWarning, match=r"metric \{'gsm8k': 'acc_norm'\} where the fit "
+                      r"read \{'gsm8k': 'acc'\}"):
+        assert main(["anchors", "predict", p, str(mixed), "--metric", "acc_norm",
+                     "--task", "gsm8k"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+def test_cli_task_option_is_for_lm_eval_output_only(tmp_path, capsys):
+    p = str(_by_hand().save(tmp_path / "p.npz"))
+    t = tmp_path / "new.csv"
+    t.write_text("model," + ",".join(f"q{j}" for j in range(10)) + "\n"
+                 + "a," + ",".join("1" for _ in range(10)) + "\n")
+    assert main(["anchors", "predict", p, str(t), "--task", "gsm8k"]) == 2
+    assert "--task / --runs: only for lm-evaluation-harness output" in capsys.readouterr().err
+    runs = _lab_folder(tmp_path / "runs", 1, 2)
+    assert main(["anchors", "predict", p, str(runs), "--task", "x", "--task", "x"]) == 2
+    assert "--task: a task given twice" in capsys.readouterr().err
+    assert main(["anchors", "predict", p, str(runs), "--task", "nope", "--metric", "acc"]) == 2
+    assert "no samples file for task(s) ['nope']" in capsys.readouterr().err
+
+
+def test_cli_fit_says_what_the_predictor_estimates(tmp_path, capsys):
+    import jaxeval
+
+    rng = np.random.default_rng(3)
+    scores = (rng.random((40, 12)) < 0.5).astype(np.float32)
+    items = [f"q{j}" for j in range(12)]
+    models = [f"m{i}" for i in range(40)]
+    plain = jaxeval.ScoreMatrix(scores, models=models, items=items).to_npz(tmp_path / "a.npz")
+    full = jaxeval.ScoreMatrix(scores, models=models, items=items,
+                               target=rng.random(40)).to_npz(tmp_path / "b.npz")
+    for data, what in ((plain, "each model's mean score over the 12 items"),
+                       (full, "each model's full-benchmark score (the data's target)")):
+        out = tmp_path / f"p_{data.stem}.npz"
+        with pytest.warns(UserWarning):  # (few validation models: said)
+            assert main(["anchors", "fit", str(data), "--k", "3", "--method", "random_mean",
+                         "--out", str(out), "--quiet"]) == 0
+        err = capsys.readouterr().err
+        assert f"it estimates {what}, as a fraction in [0, 1]" in err

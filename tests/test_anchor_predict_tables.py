@@ -66,8 +66,9 @@ def test_jaxeval_anchors_predict_reads_a_table_of_models(tmp_path, capsys):
                    + "a," + ",".join(["1"] * 10) + "\n"
                    + "b,1,1,1,1,1,,1,1,1,1\n")
     assert main(["anchors", "predict", str(p), str(csv)]) == 2
-    err = capsys.readouterr().err
-    assert "item 'q5'" in err and "(model 'b')" in err
+    out, err = capsys.readouterr()
+    assert [json.loads(x)["model"] for x in out.splitlines()] == ["a"]  # the others kept
+    assert "model 'b' has no score for 1 of the 3 anchor items, e.g. ['q5']" in err
     # the unbiased estimate stays one model at a time
     p = _unbiased_by_hand().save(tmp_path / "u.npz")
     assert main(["anchors", "predict", str(p), str(table), "--extra", "2"]) == 2

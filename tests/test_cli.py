@@ -823,7 +823,7 @@ def test_anchors_fit_reads_lm_eval_output_with_its_options(tmp_path, capsys, mon
                  "d.npz", "--duplicate-names", "rename"]) == 0
     assert main(["anchors", "fit", "dup.npz", "--k", "5", "--method", "random_mean", "--out",
                  "e.npz", "--duplicate-names", "rename", "--sep", ";"]) == 2
-    assert "--sep / --filter / --metric / --runs: not for an .npz file" in \
+    assert "--sep / --filter / --metric / --task / --runs: not for an .npz file" in \
         capsys.readouterr().err
     # every model lacks a document (another one each): --drop-incomplete has nothing left
     for m in range(12):

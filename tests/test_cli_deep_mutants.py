@@ -327,7 +327,8 @@ def test_history_metric_advice_and_lm_eval_flags_on_a_table(tmp_path, capsys, mo
     assert "pass --history-metric explicitly" in capsys.readouterr().err
     Path("h.csv").write_text("model,q0,q1\nm0,1,0\nm1,0,1\n")
     assert main(base + ["--history", "h.csv", "--history-metric", "acc"]) == 2
-    assert ("error: --history-metric / --history-filter / --history-runs: only for "
+    assert ("error: --history-metric / --history-filter / --history-task / --history-runs: "
+            "only for "
             "lm-evaluation-harness output (a folder, .jsonl or .jsonl.gz), not 'h.csv'") in \
         capsys.readouterr().err
     Path("h.tsv").write_text("model\tq0\tq1\nm0\t1\t0\nm1\t0\t1\n")
