@@ -945,7 +945,9 @@ class IdentificationCampaign:
         campaign loaded from that file, is fine; saving a *new* campaign over one that
         holds answers, or a stale copy over a file that was told more since it was
         loaded, is refused naming ``path`` (it would delete answers paid for). Pass
-        ``overwrite=True`` to replace the file whatever it holds.
+        ``overwrite=True`` to replace the file whatever it holds, except the file a
+        ``load(..., strict=False)`` stopped early on: its answers that did not replay
+        are never deleted by a save (save to another path).
         """
         if not isinstance(overwrite, (bool, np.bool_)):
             raise TypeError(f"overwrite: expected a bool, got {overwrite!r}")
@@ -1162,7 +1164,11 @@ class IdentificationCampaign:
             self._build()
         except (TypeError, ValueError, KeyError) as e:
             raise ValueError(f"{path}: not a usable saved campaign ({e})") from None
-        starts = np.concatenate([[0], np.cumsum(arrays["lens"])])
+        try:  # (whole numbers stored as floats read as saved_scores reads them)
+            lens = _whole(np.asarray(arrays["lens"]), "lens")
+        except ValueError as e:
+            raise ValueError(f"{path}: not a usable saved campaign ({e})") from None
+        starts = np.concatenate([[0], np.cumsum(lens)])
         edited = self._edited(meta, arrays)
         if edited:
             warnings.warn(f"{path}: {edited} (checksums differ: edited by hand, or damaged); "
