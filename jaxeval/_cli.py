@@ -412,6 +412,13 @@ def _results_for_report(folder):
     return study, results
 
 
+def _q(path: str | os.PathLike) -> str:
+    """A path as the shell reads it back in a command to paste (quoted where needed)."""
+    import shlex
+
+    return shlex.quote(str(path))
+
+
 def _os_reason(e: OSError) -> str:
     """An OSError as its reason and file (``File too large: runs/s/x``), without the
     ``[Errno 27]`` prefix."""
@@ -433,7 +440,7 @@ def _report(folder: Path, *, plots: bool = True, quiet: bool = False) -> dict | 
             what = (f"this folder holds units {lo}:{hi} of {st['units']} (a range job, "
                     f"done): `jaxeval merge` it with the other ranges' folders for a report")
         else:
-            what = f"interrupted: `jaxeval resume {folder}` finishes it"
+            what = f"interrupted: `jaxeval resume {_q(folder)}` finishes it"
         print(f"{folder}: study incomplete; {what}", file=sys.stderr)
         return None
     study, results = _results_for_report(folder)
@@ -1161,6 +1168,8 @@ def _predict_table(pred, args: argparse.Namespace) -> int:
         sm = _load_table_arg("SCORES", args.scores, args.sep, _lm_eval_options(args, ""),
                              args.duplicate_names, prefix="")
     except ValueError as e:
+        if str(e).startswith("--"):  # (an option's own refusal: not about the data)
+            raise
         raise ValueError(f"scores: {e} (anchors predict reads a table of models as rows, "
                          "lm-evaluation-harness output, or one model's scores as JSON "
                          "{item: score})") from None
@@ -1323,6 +1332,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "extend":
             _STUDY_FOLDER[:] = [str(args.dir)]
             before = study_status(args.dir)["units"]
+            if args.to == before and args.no_run:
+                print(f"[jaxeval] {args.dir}: the study already has {before} units; nothing "
+                      "to do (--no-run)", file=sys.stderr, flush=True)
+                return 0
             if args.to == before:  # (this command again, after it was stopped: continue)
                 if not args.quiet:
                     print(f"[jaxeval] {args.dir}: the study already has {before} units; "
@@ -1340,7 +1353,7 @@ def main(argv: list[str] | None = None) -> int:
                           file=sys.stderr, flush=True)
             if args.no_run:
                 print(f"[jaxeval] {args.dir}: nothing computed (--no-run); compute the new "
-                      f"units with `jaxeval resume {args.dir}`, or as range jobs of "
+                      f"units with `jaxeval resume {_q(args.dir)}`, or as range jobs of "
                       f"{Path(args.dir) / 'study.json'} merged with it", file=sys.stderr,
                       flush=True)
                 return 0
@@ -1349,6 +1362,7 @@ def main(argv: list[str] | None = None) -> int:
                 _report(folder)
             return 0
         if args.command == "merge":
+            _STUDY_FOLDER[:] = [str(args.out)]  # (a failed write is said to be there)
             folder = merge_studies(args.dirs, args.out)
             st = study_status(folder)
             n = len(args.dirs)
@@ -1366,7 +1380,7 @@ def main(argv: list[str] | None = None) -> int:
                 + (" (complete)" if st["complete"] else
                    " (incomplete: units " + ", ".join(f"{a}:{b}" for a, b in todo[:5])
                    + (", ..." if len(todo) > 5 else "") + " missing; `jaxeval resume "
-                   f"{folder}` computes them, or merge their folders too)")
+                   f"{_q(folder)}` computes them, or merge their folders too)")
             )
             return 0
         if args.command == "status":
@@ -1380,7 +1394,7 @@ def main(argv: list[str] | None = None) -> int:
             try:  # (written before printing: a reader that goes away stops the print)
                 write_summary(s, args.dir)
             except OSError as e:  # e.g. a read-only folder: the table is still printed
-                print(f"jaxeval summary: warning: summary.json not written: {e}",
+                print(f"jaxeval summary: warning: summary.json not written: {_os_reason(e)}",
                       file=sys.stderr)
             print(json.dumps(s, indent=1) if args.json else format_summary(s))
             return 0
@@ -1411,7 +1425,7 @@ def main(argv: list[str] | None = None) -> int:
             msg = f"{_os_reason(e)} (writing in {_STUDY_FOLDER[0]})"
             if (Path(_STUDY_FOLDER[0]) / "manifest.json").is_file():
                 msg += (f"; the finished chunks are kept: `jaxeval resume "
-                        f"{_STUDY_FOLDER[0]}` continues the study")
+                        f"{_q(_STUDY_FOLDER[0])}` continues the study")
         print(f"jaxeval {args.command}: error: {msg}", file=sys.stderr)
         return 2
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover

@@ -2270,47 +2270,69 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
         for _lo, _hi, d, name, c in lst:
             merged[name] = (d, c)
     if _is_writer():
-        out.mkdir(parents=True, exist_ok=True)
-        for name, (d, _) in merged.items():
-            (out / name).parent.mkdir(parents=True, exist_ok=True)
-            tmp = (out / name).with_name(f".tmp-{os.getpid()}-{Path(name).name}")
-            shutil.copyfile(d / name, tmp)
-            os.replace(tmp, out / name)
-        if fit_src is not None:
-            _atomic_write_bytes(out / PROBLEM_FILE, (fit_src / PROBLEM_FILE).read_bytes())
-        study = study_from_dict(ref["config"], check=False)
-        cfg = study.to_dict()
-        manifest = {
-            "format": FORMAT,
-            "study_hash": _hash_json(cfg),
-            "results_hash": ref["results_hash"],
-            "config": cfg,
-            # a merged folder stands for the whole study (whatever ranges went in), so
-            # `resume` on a partial merge computes exactly the units still missing
-            "range": [0, study.n_units],
-            "data_sha256": ref.get("data_sha256"),
-            # (every part's: a node's scratch copy may be gone by the time of a report)
-            "data_locations": list(dict.fromkeys(w for m in mans
-                                                 for w in _recorded_locations(m))),
-            "versions": _versions(),
-            "numerics": next((m["numerics"] for m in mans if m.get("numerics")), _numerics()),
-            "chunks": {name: c for name, (_, c) in merged.items()},
-            "merged_from": [str(d) for d in dirs],
-            # (a part that was extended keeps the record of it)
-            **({"extended": ext} if (ext := [e for m in mans
-                                             for e in (m.get("extended") or [])]) else {}),
-            **({"problem_sha256": fits[str(fit_src)]} if fit_src is not None else {}),
-            **({"target_sha256": next(iter(codes.values()))} if codes else {}),
-            "merged_versions": vers,
-            "task_names": ref.get("task_names") or [t.name for t in study.tasks()],
-        }
-        names = manifest["task_names"]
-        cov = {t: _covered(manifest, t) for t in names}
-        manifest["complete"] = all(not _gaps(cov[t], 0, study.n_units) for t in names)
-        manifest["range_complete"] = manifest["complete"]  # (its range: the whole study)
-        _atomic_write_json(out / STUDY_FILE, cfg)
-        _atomic_write_json(out / MANIFEST_FILE, manifest)
+        made = not out.exists()  # (else: an empty folder, checked above)
+        try:
+            _write_merged(out, merged, fit_src, ref, mans, dirs, vers, fits, codes)
+        except BaseException:
+            # a failed merge (a full disk, a kill) leaves no half folder in the way of the
+            # same merge again: the manifest is written last, so nothing here is a study
+            if not (out / MANIFEST_FILE).is_file():
+                if made:
+                    shutil.rmtree(out, ignore_errors=True)
+                else:
+                    for p in list(out.iterdir()):
+                        if p.is_dir():
+                            shutil.rmtree(p, ignore_errors=True)
+                        else:
+                            p.unlink(missing_ok=True)
+            raise
     return out
+
+
+def _write_merged(out: Path, merged: dict, fit_src: Path | None, ref: dict, mans: list,
+                  dirs: list, vers: dict, fits: dict, codes: dict) -> None:
+    """The files of a merged folder: chunks, the pinned fit, ``study.json``, then the
+    manifest (last: a folder without it is no study)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name, (d, _) in merged.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        tmp = (out / name).with_name(f".tmp-{os.getpid()}-{Path(name).name}")
+        shutil.copyfile(d / name, tmp)
+        os.replace(tmp, out / name)
+    if fit_src is not None:
+        _atomic_write_bytes(out / PROBLEM_FILE, (fit_src / PROBLEM_FILE).read_bytes())
+    study = study_from_dict(ref["config"], check=False)
+    cfg = study.to_dict()
+    manifest = {
+        "format": FORMAT,
+        "study_hash": _hash_json(cfg),
+        "results_hash": ref["results_hash"],
+        "config": cfg,
+        # a merged folder stands for the whole study (whatever ranges went in), so
+        # `resume` on a partial merge computes exactly the units still missing
+        "range": [0, study.n_units],
+        "data_sha256": ref.get("data_sha256"),
+        # (every part's: a node's scratch copy may be gone by the time of a report)
+        "data_locations": list(dict.fromkeys(w for m in mans
+                                             for w in _recorded_locations(m))),
+        "versions": _versions(),
+        "numerics": next((m["numerics"] for m in mans if m.get("numerics")), _numerics()),
+        "chunks": {name: c for name, (_, c) in merged.items()},
+        "merged_from": [str(d) for d in dirs],
+        # (a part that was extended keeps the record of it)
+        **({"extended": ext} if (ext := [e for m in mans
+                                         for e in (m.get("extended") or [])]) else {}),
+        **({"problem_sha256": fits[str(fit_src)]} if fit_src is not None else {}),
+        **({"target_sha256": next(iter(codes.values()))} if codes else {}),
+        "merged_versions": vers,
+        "task_names": ref.get("task_names") or [t.name for t in study.tasks()],
+    }
+    names = manifest["task_names"]
+    cov = {t: _covered(manifest, t) for t in names}
+    manifest["complete"] = all(not _gaps(cov[t], 0, study.n_units) for t in names)
+    manifest["range_complete"] = manifest["complete"]  # (its range: the whole study)
+    _atomic_write_json(out / STUDY_FILE, cfg)
+    _atomic_write_json(out / MANIFEST_FILE, manifest)
 
 
 def _gaps(spans: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
