@@ -231,3 +231,43 @@ def test_a_finished_study_whose_report_cannot_be_written_still_succeeds(tmp_path
             "device); the study is complete") in err
     assert f"jaxeval: warning: plots not written in {out / 'plots'} (No space left" in err
     assert study_status(out)["complete"]
+
+
+def test_a_merge_that_fails_writing_leaves_no_half_folder(tmp_path, capsys, monkeypatch):
+    """A full disk during a merge: the command names the folder, and the half-made
+    folder is removed, so the same merge runs again once there is room."""
+    import errno
+
+    import jaxeval._study as st
+
+    _, parts = _parts(tmp_path)
+
+    def no_space(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(st.shutil, "copyfile", no_space)
+    m = tmp_path / "merged out"  # (a space: the hint is quoted for the shell)
+    assert main(["merge", *map(str, parts), "--out", str(m)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"jaxeval merge: error: No space left on device (writing in {m})")
+    assert not m.exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["merge", *map(str, parts), "--out", str(empty)]) == 2
+    assert list(empty.iterdir()) == []  # (an empty folder given: emptied again, kept)
+    monkeypatch.undo()
+    monkeypatch.syspath_prepend(str(TESTS))
+    assert main(["merge", str(parts[0]), "--out", str(m)]) == 0
+    assert f"`jaxeval resume '{m}'` computes them" in capsys.readouterr().out
+
+
+def test_predict_option_errors_are_not_told_as_data_errors(tmp_path, capsys):
+    from test_anchor_api_mutants import _by_hand
+
+    p = _by_hand().save(tmp_path / "p.npz")
+    t = tmp_path / "new.csv"
+    t.write_text("model,q2,q5,q7\na,1,0,0\n")
+    assert main(["anchors", "predict", str(p), str(t), "--sep", ""]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxeval anchors: error: --sep: expected one character")
+    assert "anchors predict reads a table" not in err
