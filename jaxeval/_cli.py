@@ -1146,15 +1146,18 @@ def _cmd_anchors(args: argparse.Namespace) -> int:
     return 0
 
 
-_TABLE_SUFFIXES = (".csv", ".tsv", ".npz", ".parquet", ".pq", ".jsonl")
+_TABLE_SUFFIXES = (".csv", ".tsv", ".npz", ".parquet", ".pq")
 
 
 def _is_table(value: str) -> bool:
     """Whether ``anchors predict``'s SCORES is many models' scores (a table, or lm-eval
-    samples: a folder, .jsonl, .jsonl.gz) rather than one model's JSON."""
+    samples: a folder, a ``samples_*.jsonl`` / ``.jsonl.gz`` file) rather than one
+    model's JSON (any other name, ``.jsonl`` included)."""
+    from jaxeval._lmeval import is_samples_name
+
     p = Path(value)
     return ((value != "-" and p.is_dir()) or p.suffix.lower() in _TABLE_SUFFIXES
-            or p.name.lower().endswith(".jsonl.gz"))
+            or (p.name.lower().startswith("samples_") and is_samples_name(p.name)))
 
 
 def _predict_table(pred, args: argparse.Namespace) -> int:
@@ -1374,13 +1377,20 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 counts = (f"units done of {units}: "
                           + ", ".join(f"{t} {d}" for t, d in done.items()))
-            todo = sorted({(a, b) for spans in st["todo"].values() for a, b in spans})
+            def spans(todo):
+                return (", ".join(f"{a}:{b}" for a, b in todo[:5])
+                        + (", ..." if len(todo) > 5 else ""))
+
+            todos = {t: [tuple(g) for g in v] for t, v in st["todo"].items() if v}
+            if len({tuple(v) for v in todos.values()}) == 1:  # (the same in every task)
+                missing = "units " + spans(next(iter(todos.values())))
+            else:
+                missing = "; ".join(f"{t} units {spans(v)}" for t, v in todos.items())
             print(
                 f"merged {n} folder{'s' if n != 1 else ''} into {folder}: {counts}"
                 + (" (complete)" if st["complete"] else
-                   " (incomplete: units " + ", ".join(f"{a}:{b}" for a, b in todo[:5])
-                   + (", ..." if len(todo) > 5 else "") + " missing; `jaxeval resume "
-                   f"{_q(folder)}` computes them, or merge their folders too)")
+                   f" (incomplete: {missing} missing; `jaxeval resume {_q(folder)}` "
+                   "computes them, or merge their folders too)")
             )
             return 0
         if args.command == "status":

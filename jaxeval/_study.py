@@ -36,6 +36,7 @@ import math
 import os
 import shutil
 import sys
+import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -1195,13 +1196,21 @@ def _folder_lock(out: Path):
     out.mkdir(parents=True, exist_ok=True)
     fd = os.open(out, os.O_RDONLY)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise StudyFolderError(
-                f"{out} is being written by another process (it holds the folder's lock); "
-                "wait for that run to finish, then resume, or use another --out folder"
-            ) from None
+        for wait in (0.02, 0.05, 0.1, 0.2, None):
+            # (a reader's probe of the lock, _being_written, holds it for microseconds:
+            # a few short waits before calling the folder taken)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if wait is None:
+                    raise StudyFolderError(
+                        f"{out} is being written by another process (it holds the folder's "
+                        "lock); wait for that run to finish, then resume, or use another "
+                        "--out folder") from None
+                time.sleep(wait)
+            except OSError:  # a mount without flock (Lustre without -o flock): unlocked
+                break
         yield
     finally:
         os.close(fd)  # releases the lock
@@ -1222,6 +1231,8 @@ def _being_written(folder: Path) -> bool:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
+    except OSError:  # a mount without flock (Lustre without -o flock): runs go unlocked
+        return False
     finally:
         os.close(fd)  # (releases the probe's lock, if taken)
     return False
@@ -1299,12 +1310,22 @@ def _located(study: Study, manifest: Mapping[str, Any], folder: Path | None = No
     here = Path(data.npz)
     found = [p for p in [here] + [Path(w) for w in _recorded_locations(manifest)] if p.is_file()]
     want = manifest.get("data_sha256")
-    if folder is not None and want and not any(_sha256(p) == want for p in found):
-        above = [up / here for up in list(Path(folder).absolute().parents)[:_UP]]
-        found += [p for p in above if p.is_file() and _sha256(p) == want][:1]
+    sums: dict[Path, str] = {}  # (each file read once: data files can be large)
+
+    def matches(p: Path) -> bool:
+        if p not in sums:
+            sums[p] = _sha256(p)
+        return sums[p] == want
+
+    if folder is not None and want and not any(matches(p) for p in found):
+        # (resolved: a folder given as ../s has the parents of where it is)
+        for up in list(Path(folder).resolve().parents)[:_UP]:
+            if (up / here).is_file() and matches(up / here):
+                found.append(up / here)
+                break
     if not found:
         return study
-    pick = next((p for p in found if want and _sha256(p) == want), found[0])
+    pick = next((p for p in found if want and matches(p)), found[0])
     if pick == here:
         return study
     return dataclasses.replace(study, data=dataclasses.replace(data, location=str(pick)))
