@@ -187,3 +187,23 @@ def test_cli_fit_says_what_the_predictor_estimates(tmp_path, capsys):
                          "--out", str(out), "--quiet"]) == 0
         err = capsys.readouterr().err
         assert f"it estimates {what}, as a fraction in [0, 1]" in err
+
+
+def test_review_follow_ups_of_the_lab_walk(tmp_path, capsys):
+    """A filter named at predict time for output logging that one filter is no change
+    (no warning); one model's JSON scores in a .jsonl file are still one model's (a
+    harness samples file is named samples_*)."""
+    import warnings
+
+    import jaxeval
+
+    pred = _lab_predictor(tmp_path)  # (fitted without filter=)
+    new = _lab_folder(tmp_path / "new", 2, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pred.predict(jaxeval.load(new, metric="acc", filter="none"))
+    p = _by_hand().save(tmp_path / "p.npz")
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps({"q2": 1, "q5": 0, "q7": 0}) + "\n")
+    assert main(["anchors", "predict", str(p), str(one)]) == 0
+    assert json.loads(capsys.readouterr().out)["estimate"] == pytest.approx(0.6, abs=1e-6)

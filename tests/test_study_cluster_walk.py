@@ -9,6 +9,7 @@ import fcntl
 import json
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -271,3 +272,62 @@ def test_predict_option_errors_are_not_told_as_data_errors(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("jaxeval anchors: error: --sep: expected one character")
     assert "anchors predict reads a table" not in err
+
+
+def test_review_follow_ups_of_the_cluster_walk(tmp_path, monkeypatch, capsys):
+    """A moved study reached as ../s finds its data above it; the data file is read once
+    per lookup; a mount without flock neither fails a merge nor a run; a merge whose
+    tasks lack different units says which task lacks what."""
+    import errno
+
+    import jaxeval._study as st
+
+    a = tmp_path / "a"
+    a.mkdir()
+    monkeypatch.chdir(a)
+    run_study(_npz_study(a), "runs/s", progress=False)
+    shutil.move(str(a), str(tmp_path / "b"))
+    other = tmp_path / "b" / "runs" / "other"
+    other.mkdir()
+    monkeypatch.chdir(other)
+    real, seen = st._sha256, []
+
+    def counted(p):
+        seen.append(p)
+        return real(p)
+
+    monkeypatch.setattr(st, "_sha256", counted)
+    study, _ = load_results("../s")
+    assert study.data.location is not None and seen.count(seen[-1]) == 1
+    assert Path(study.data.location).resolve() == tmp_path / "b" / "data" / "s.npz"
+    monkeypatch.setattr(st, "_sha256", real)
+    # flock unsupported (ENOSYS): no lock, no failure
+    import fcntl
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    monkeypatch.chdir(tmp_path)
+    _, parts = _parts(tmp_path / "nf")
+    merge_studies(parts, tmp_path / "nf" / "m")
+    assert study_status(tmp_path / "nf" / "m")["complete"]
+    monkeypatch.undo()
+    monkeypatch.syspath_prepend(str(TESTS))
+    # an identification study whose tasks lack different units
+    ident = study_from_dict({"kind": "identification", "name": "two",
+                             "data": {"synthetic": {"n_items": 20}}, "num_arms": 2,
+                             "policies": ["uniform", "ucbe"], "n_replicates": 16,
+                             "chunk_size": 8, "lanes": 8, "budgets": [0.5, 1.0]})
+    run_study(ident, tmp_path / "i0", replicate_range=(0, 8), progress=False)
+    folder = tmp_path / "i0"
+    man = json.loads((folder / "manifest.json").read_text())
+    gone = [k for k, c in man["chunks"].items() if c["task"] == "ucbe"]
+    for k in gone:
+        (folder / k).unlink()
+        del man["chunks"][k]
+    (folder / "manifest.json").write_text(json.dumps(man))
+    capsys.readouterr()
+    assert main(["merge", str(folder), "--out", str(tmp_path / "im")]) == 0
+    out = capsys.readouterr().out
+    assert "(incomplete: uniform units 8:16; ucbe units 0:16 missing;" in out, out
