@@ -1194,8 +1194,11 @@ def _predict_table(pred, args: argparse.Namespace) -> int:
     names = np.asarray(sm.models).astype(str).tolist()
     level = 1 - float(pred.alpha)
     if scored.any():
+        pred._check_source(sm, f"scores ({args.scores})")  # (named as the command names it)
         try:  # (by item name)
-            est, lo, hi = pred.predict(sm.take(models=np.flatnonzero(scored)))
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "anchor_scores: lm-evaluation-harness")
+                est, lo, hi = pred.predict(sm.take(models=np.flatnonzero(scored)))
         except ValueError as e:  # name the command's argument and the model, not predict()'s
             msg = _renamed(str(e), {"anchor_scores": f"scores ({args.scores})"})
             m = re.search(r"first at \((\d+), \d+\)", msg)
