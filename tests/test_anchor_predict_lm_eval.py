@@ -148,10 +148,12 @@ def test_cli_predict_warns_of_another_metric_and_picks_a_task(tmp_path, capsys):
                  "--task", "gsm8k"]) == 0
     out, err = capsys.readouterr()
     assert len(out.splitlines()) == 2 and "warning" not in err
-    with pytest.warns(UserWarning, match=r"metric \{'gsm8k': 'acc_norm'\} where the fit "
-                      r"read \{'gsm8k': 'acc'\}"):
+    with pytest.warns(UserWarning, match=rf"^scores \({mixed}\): lm-evaluation-harness scores "
+                      r"read with metric \{'gsm8k': 'acc_norm'\} where the fit "
+                      r"read \{'gsm8k': 'acc'\}") as got:
         assert main(["anchors", "predict", p, str(mixed), "--metric", "acc_norm",
                      "--task", "gsm8k"]) == 0
+    assert len(got) == 1  # (said once, in the command's words)
     assert len(capsys.readouterr().out.splitlines()) == 2
 
 
