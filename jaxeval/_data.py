@@ -812,7 +812,8 @@ class ScoreMatrix(FrozenState):
 
         Args:
           path: destination; ``.npz`` is appended when missing (in any case: ``m.NPZ``
-            is written as is, as :func:`jaxeval.load` reads it).
+            is written as is, as :func:`jaxeval.load` reads it). An existing file
+            there is replaced (atomically: an interrupted write leaves the old one).
 
         Returns:
           The path written.

@@ -284,7 +284,10 @@ def load_table(
       item_col: column naming the items (long only).
       score_col: column holding the scores in [0, 1] (long only).
       target_col: optional column with each model's external full-benchmark score
-        in [0, 1] (long: must be the same on all of a model's rows).
+        in [0, 1] (long: must be the same on all of a model's rows). Default: a column
+        named ``target`` (fractions) or ``full_score_pct`` (percent, divided by 100), as
+        the .npz loader reads them, noted in ``metadata['conversions']``; with neither,
+        no target. A long table's other columns are not read (noted too).
       sep: CSV separator (default ``,``; tab for ``.tsv``).
       name: the ``source`` to record (default: the path).
 
@@ -317,6 +320,17 @@ def load_table(
         seen.add(h)
     notes: dict[str, Any] = {"format": f"table ({layout})", "conversions": []}
     flags: dict[str, bool] = {}
+    auto = None
+    if target_col is None:
+        # the columns the .npz loader reads as the target: a wide table read them as
+        # benchmark items, a long one dropped them, without a word
+        found = [c for c in _TARGET_COLUMNS if c in header
+                 and c not in (model_col, item_col, score_col)]
+        if len(found) > 1:
+            raise ValueError(f"{src}: columns {found} are both present (each would be the "
+                             "models' full-benchmark score): pass target_col= to choose")
+        if found:
+            target_col = auto = found[0]
     if layout == "long":
         sm_args = _long(header, rows, where, src, model_col, item_col, score_col, target_col,
                         notes, flags)
@@ -335,9 +349,20 @@ def load_table(
                     f"score_col=)"
                 ) from None
             raise
+    if auto is not None:
+        if auto == "full_score_pct":  # (percent, as the .npz loader reads it)
+            sm_args["target"] = np.asarray(sm_args["target"], np.float64) / 100.0
+        notes["conversions"].append(
+            f"column {auto!r} read as each model's full-benchmark score (target"
+            + (", percent / 100" if auto == "full_score_pct" else "") + "), not as an item; "
+            "pass target_col= to name it yourself")
     if flags.get("bool"):
         notes["conversions"].append("true/false cells read as 1/0")
     return ScoreMatrix(**sm_args, source=src, metadata=notes)
+
+
+#: Columns read as the target when ``target_col`` is not given (as the .npz loader does).
+_TARGET_COLUMNS = ("target", "full_score_pct")
 
 
 def _col(header: list[str], col: str, src: str, what: str) -> int:
@@ -351,6 +376,10 @@ def _long(header, rows, wheres, src, model_col, item_col, score_col, target_col,
     ii = _col(header, item_col, src, "item")
     isc = _col(header, score_col, src, "score")
     it = None if target_col is None else _col(header, target_col, src, "target")
+    unread = [h for j, h in enumerate(header) if j not in (im, ii, isc, it)]
+    if unread:  # (said: a long table's other columns hold no scores jaxeval reads)
+        notes["conversions"].append(f"columns {unread} not read (a long table's scores are "
+                                    f"'{score_col}'; pass target_col= for a target column)")
     models: dict[str, int] = {}
     items: dict[str, int] = {}
     first_row: dict[tuple[int, int], int] = {}

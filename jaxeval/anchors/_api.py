@@ -688,7 +688,9 @@ class AnchorPredictor:
     def __repr__(self) -> str:
         return (
             f"AnchorPredictor(k={self.k}, method={self.method!r}, kind={self.kind!r}, "
-            f"interval=+-{self.radius:.4f} at {level_text(self.alpha)}, "
+            + (f"interval=+-{self.radius:.4f}" if np.isfinite(self.radius)
+               else "interval=[0, 1] (too few validation models)")
+            + f" at {level_text(self.alpha)}, "
             f"validation MAE {self.validation_mae_pp:.2f} pp)"
         )
 
