@@ -467,6 +467,10 @@ def _check_update(y: Any, lo: Any, hi: Any, alpha: Any, active: Any) -> None:
         return
     try:
         l, h, yy = np.broadcast_arrays(l, h, yy)
+        if act is not None and act.ndim > yy.ndim:
+            # terms of fewer axes than the mask (scalars over a [K] state): to its shape,
+            # so that its active elements are checked (they were skipped)
+            l, h, yy = np.broadcast_arrays(l, h, yy, np.empty(act.shape, bool))[:3]
         if act is None:
             on = np.ones(yy.shape, bool)
         else:  # (on the leading axes, as update applies it: a [K] mask of [K, M] terms)
