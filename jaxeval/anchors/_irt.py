@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxeval._factorization import ItemFactors, fit_factors, predict_scores, update_model_factors
+from jaxeval.anchors._lowrank import check_anchor_indices
 
 __all__ = ["IRTConfig", "fit_item_factors", "irt_item_predictions", "pirt_estimate"]
 
@@ -63,6 +64,7 @@ def irt_item_predictions(
     steps from the prior centre); anchors keep their observed scores.
     """
     n = item_factors.V.shape[0]
+    check_anchor_indices(anchors, n, "the item factors' items")
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.floating):
         # integer or bool 0/1 scores: in the factors' float dtype, not rho cast to an integer

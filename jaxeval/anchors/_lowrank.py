@@ -21,7 +21,7 @@ estimate is calibrated linearly on the training models.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -51,12 +51,29 @@ class LowRankBasis(NamedTuple):
     V: jax.Array
 
 
+def check_anchor_indices(anchors: Any, n: int, what: str) -> None:
+    """Refuse concrete ``anchors`` that are not distinct integer indices of ``n`` items
+    (a scatter would drop an index past the end, or keep one of two repeats, silently);
+    traced ones are the caller's."""
+    if isinstance(anchors, jax.core.Tracer):
+        return
+    a = np.asarray(anchors)
+    if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
+        raise ValueError(f"anchors: expected a 1-d array of integer item indices, got "
+                         f"shape {a.shape} and dtype {a.dtype}")
+    if a.size and (a.min() < 0 or a.max() >= n):
+        raise ValueError(f"anchors: item indices must lie in [0, {n}) ({what}), got "
+                         f"{a.tolist()}")
+    if np.unique(a).size != a.size:
+        raise ValueError(f"anchors: expected distinct items, got {a.tolist()}")
+
+
 def lowrank_basis(s_tr: jax.Array, max_rank: int = max(LOWRANK_RANKS)) -> LowRankBasis:
     """Principal directions of the centred training scores (one thin SVD).
 
     Args:
       s_tr: ``[m, n]`` training scores.
-      max_rank: columns kept (static); clipped to ``min(m, n)``.
+      max_rank: columns kept (static, >= 1); clipped to ``min(m, n)``.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -65,6 +82,9 @@ def lowrank_basis(s_tr: jax.Array, max_rank: int = max(LOWRANK_RANKS)) -> LowRan
       >>> lowrank_basis(s, 4).V.shape
       (12, 4)
     """
+    from jaxeval._runner import check_int
+
+    max_rank = check_int("max_rank", max_rank, 1)
     m, n = s_tr.shape
     R = min(max_rank, m, n)
     mu = jnp.mean(s_tr, axis=0)
@@ -125,17 +145,7 @@ def fit_lowrank_validated(
       >>> lin.w.shape, bool(mse < jnp.var(s[60:].mean(1)))
       ((10,), True)
     """
-    if not isinstance(anchors, jax.core.Tracer):
-        a = np.asarray(anchors)
-        n = basis.V.shape[0]
-        if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
-            raise ValueError(f"anchors: expected a 1-d array of integer item indices, got "
-                             f"shape {a.shape} and dtype {a.dtype}")
-        if a.size and (a.min() < 0 or a.max() >= n):
-            raise ValueError(f"anchors: item indices must lie in [0, {n}) (the basis's "
-                             f"items), got {a.tolist()}")
-        if np.unique(a).size != a.size:
-            raise ValueError(f"anchors: expected distinct items, got {a.tolist()}")
+    check_anchor_indices(anchors, basis.V.shape[0], "the basis's items")
     R = basis.V.shape[1]
     ranks = sorted({min(r, R) for r in LOWRANK_RANKS})
     grid_r = jnp.repeat(jnp.asarray(ranks), len(LOWRANK_LAMS))
