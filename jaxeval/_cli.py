@@ -1156,8 +1156,17 @@ def _is_table(value: str) -> bool:
     from jaxeval._lmeval import is_samples_name
 
     p = Path(value)
-    return ((value != "-" and p.is_dir()) or p.suffix.lower() in _TABLE_SUFFIXES
-            or (p.name.lower().startswith("samples_") and is_samples_name(p.name)))
+    if (value != "-" and p.is_dir()) or p.suffix.lower() in _TABLE_SUFFIXES:
+        return True
+    if not is_samples_name(p.name):
+        return False
+    if p.name.lower().endswith(".gz") or p.name.lower().startswith("samples_"):
+        return True
+    try:  # a .jsonl of another name: samples where it holds more than one JSON line
+        with open(p, "rb") as f:
+            return sum(1 for line in f if line.strip()) > 1
+    except OSError:
+        return False
 
 
 def _predict_table(pred, args: argparse.Namespace) -> int:

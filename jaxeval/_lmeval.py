@@ -182,6 +182,7 @@ def _read_run(
         kept = {o["doc_id"] for _, o in samples if isinstance(o["doc_id"], (int, str))}
         if docs - kept:  # documents logged under other filters only: recorded, not lost
             flags["lost"] = sorted(docs - kept, key=lambda d: (isinstance(d, str), d))
+    flags["filter_read"] = filter if filter is not None else filters[0]
     used = _pick_metric(path, samples, metric)
     values: dict[Any, float] = {}
     hashes: dict[Any, str] = {}
@@ -432,11 +433,13 @@ def load_lm_eval(
     elif filter is not None and not isinstance(filter, str):
         raise TypeError(f"filter: expected a filter name or a {{task: filter}} mapping, got "
                         f"{type(filter).__name__}")
+    filters_read: dict[str, set] = {}  # (the filter each task's lines were read under)
     for m_name, per_task in layout.items():
         row: dict[Any, float] = {}
         for t, f in sorted(per_task.items()):
             f_t = filter.get(t) if isinstance(filter, dict) else filter
             used, values, hashes = _read_run(f, metric, f_t, flags)
+            filters_read.setdefault(t, set()).add(flags.pop("filter_read"))
             if "lost" in flags:  # per task: runs, documents, the first run's examples
                 runs_t, n_t, first = lost.get(t, (0, 0, None))
                 lost[t] = (runs_t + 1, n_t + len(flags["lost"]),
@@ -512,7 +515,8 @@ def load_lm_eval(
         notes["conversions"].append(
             f"{len(dropped)} older run(s) of the same task ignored (runs='latest'): {dropped}"
         )
-    notes.update(metric=metrics_used, tasks=tasks, files=files)
+    notes.update(metric=metrics_used, tasks=tasks, files=files,
+                 filters_read={t: sorted(v) for t, v in sorted(filters_read.items())})
     if filter is not None:
         notes["filter"] = filter
     return ScoreMatrix(

@@ -1318,8 +1318,12 @@ def _located(study: Study, manifest: Mapping[str, Any], folder: Path | None = No
         return sums[p] == want
 
     if folder is not None and want and not any(matches(p) for p in found):
-        # (resolved: a folder given as ../s has the parents of where it is)
-        for up in list(Path(folder).resolve().parents)[:_UP]:
+        # (as written and resolved: a folder given as ../s has the parents of where it
+        # is; one reached through a symbolic link, those of the link's tree too)
+        f = Path(folder)
+        ups = list(f.absolute().parents)[:_UP] if ".." not in f.parts else []
+        ups += [u for u in list(f.resolve().parents)[:_UP] if u not in ups]
+        for up in ups:
             if (up / here).is_file() and matches(up / here):
                 found.append(up / here)
                 break

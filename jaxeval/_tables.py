@@ -268,7 +268,7 @@ def load_table(
     model_col: str = "model",
     item_col: str = "item",
     score_col: str = "score",
-    target_col: str | None = None,
+    target_col: str | None = "auto",
     sep: str | None = None,
     name: str | None = None,
 ) -> ScoreMatrix:
@@ -284,10 +284,11 @@ def load_table(
       item_col: column naming the items (long only).
       score_col: column holding the scores in [0, 1] (long only).
       target_col: optional column with each model's external full-benchmark score
-        in [0, 1] (long: must be the same on all of a model's rows). Default: a column
-        named ``target`` (fractions) or ``full_score_pct`` (percent, divided by 100), as
-        the .npz loader reads them, noted in ``metadata['conversions']``; with neither,
-        no target. A long table's other columns are not read (noted too).
+        in [0, 1] (long: must be the same on all of a model's rows); ``None``: none.
+        Default ``"auto"``: a column named ``target`` (fractions) or ``full_score_pct``
+        (percent, divided by 100), as the .npz loader reads them, where it holds one
+        number in range per model (noted in ``metadata['conversions']``; else the
+        table reads as without it). A long table's other columns are not read (noted).
       sep: CSV separator (default ``,``; tab for ``.tsv``).
       name: the ``source`` to record (default: the path).
 
@@ -307,7 +308,8 @@ def load_table(
     src = name or str(path)
     if layout not in ("auto", "long", "wide"):
         raise ValueError(f"load_table: layout must be 'auto', 'long' or 'wide', got {layout!r}")
-    header, rows, where = _read_cells(path, sep, model_col, (item_col, score_col, target_col))
+    header, rows, where = _read_cells(path, sep, model_col, (
+        item_col, score_col, None if target_col == "auto" else target_col))
     if not rows:
         raise ValueError(f"{src}: the table has a header but no rows")
     guessed = layout == "auto"
@@ -321,22 +323,27 @@ def load_table(
     notes: dict[str, Any] = {"format": f"table ({layout})", "conversions": []}
     flags: dict[str, bool] = {}
     auto = None
-    if target_col is None:
-        # the columns the .npz loader reads as the target: a wide table read them as
-        # benchmark items, a long one dropped them, without a word
+    if target_col == "auto":
+        # the columns the .npz loader reads as the target (a wide table read them as
+        # benchmark items, a long one dropped them, without a word); not the first
+        # column of a wide table without a model column (it names the models)
+        target_col = None
         found = [c for c in _TARGET_COLUMNS if c in header
-                 and c not in (model_col, item_col, score_col)]
+                 and c not in (model_col, item_col, score_col)
+                 and not (layout == "wide" and model_col not in header and c == header[0])]
         if len(found) > 1:
             raise ValueError(f"{src}: columns {found} are both present (each would be the "
-                             "models' full-benchmark score): pass target_col= to choose")
+                             "models' full-benchmark score): pass target_col= to choose, "
+                             "or target_col=None for none")
         if found:
-            target_col = auto = found[0]
-    if layout == "long":
-        sm_args = _long(header, rows, where, src, model_col, item_col, score_col, target_col,
-                        notes, flags)
-    else:
+            auto = found[0]
+
+    def parse(tcol):
+        if layout == "long":
+            return _long(header, rows, where, src, model_col, item_col, score_col, tcol,
+                         notes, flags)
         try:
-            sm_args = _wide(header, rows, where, src, model_col, target_col, notes, flags)
+            return _wide(header, rows, where, src, model_col, tcol, notes, flags)
         except ValueError as e:
             named = {model_col, item_col, score_col} & set(header)
             if guessed and len(header) in (3, 4) and not named and "is not a number" in str(e):
@@ -349,9 +356,27 @@ def load_table(
                     f"score_col=)"
                 ) from None
             raise
+
     if auto is not None:
-        if auto == "full_score_pct":  # (percent, as the .npz loader reads it)
-            sm_args["target"] = np.asarray(sm_args["target"], np.float64) / 100.0
+        # taken only where it is one number per model in range (percent for
+        # full_score_pct); else the table reads as without it (a gold-answer column
+        # named 'target' in a long table, a per-row value), as it always did
+        saved = (list(notes["conversions"]), dict(flags))
+        try:
+            sm_args = parse(auto)
+            t = np.asarray(sm_args["target"], np.float64)
+            t = t / 100.0 if auto == "full_score_pct" else t
+            if not np.all(np.isnan(t) | ((t >= 0) & (t <= 1))):
+                raise ValueError("out of range")
+            sm_args["target"] = t
+        except ValueError:
+            notes["conversions"][:] = saved[0]
+            flags.clear()
+            flags.update(saved[1])
+            auto = None
+    if auto is None:
+        sm_args = parse(target_col)
+    if auto is not None:
         notes["conversions"].append(
             f"column {auto!r} read as each model's full-benchmark score (target"
             + (", percent / 100" if auto == "full_score_pct" else "") + "), not as an item; "

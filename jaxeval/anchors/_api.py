@@ -292,8 +292,7 @@ class AnchorPredictor:
         got = _lm_eval_source(sm)
         if not want or got is None:
             return
-        # (a filter is compared where both readings name one: a file logging one filter
-        # reads the same without the option as with it)
+        # (the filters the lines were read under, named by the option or the one logged)
         diff = [f"{k} {got.get(k)!r} where the fit read {want.get(k)!r}"
                 for k in ("tasks", "metric", "filter") if got.get(k) != want.get(k)
                 and not (k == "filter" and None in (got.get(k), want.get(k)))]
@@ -801,13 +800,14 @@ def _lm_eval_source(sm: Any) -> dict | None:
         return None
     tasks = sorted(str(t) for t in md.get("tasks") or ())
     f = md.get("filter")
+    read = md.get("filters_read")  # (the filter each task was read under, named or not)
     return {
         "tasks": tasks,
         "metric": {str(t): str(m) for t, m in sorted(dict(md.get("metric") or {}).items())},
-        # (one filter name for every task, or {task: name}: compared per task)
-        "filter": None if f is None else (
-            {t: str(f) for t in tasks} if isinstance(f, str)
-            else {str(t): str(v) for t, v in sorted(dict(f).items()) if t in tasks}),
+        "filter": ({str(t): "/".join(v) for t, v in sorted(dict(read).items())} if read
+                   else None if f is None else
+                   {t: str(f) for t in tasks} if isinstance(f, str)
+                   else {str(t): str(v) for t, v in sorted(dict(f).items()) if t in tasks}),
     }
 
 
