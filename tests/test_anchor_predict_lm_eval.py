@@ -121,7 +121,7 @@ def test_a_fit_on_lm_eval_output_records_how_it_was_read(tmp_path):
 
     pred = _lab_predictor(tmp_path)
     assert pred.info["lm_eval"] == {"tasks": ["gsm8k"], "metric": {"gsm8k": "acc"},
-                                    "filter": None}
+                                    "filter": {"gsm8k": "none"}}  # (the one logged)
     p = pred.save(tmp_path / "p.npz")
     again = jaxeval.AnchorPredictor.load(p)
     assert again.info["lm_eval"] == pred.info["lm_eval"]
@@ -209,3 +209,44 @@ def test_review_follow_ups_of_the_lab_walk(tmp_path, capsys):
     one.write_text(json.dumps({"q2": 1, "q5": 0, "q7": 0}) + "\n")
     assert main(["anchors", "predict", str(p), str(one)]) == 0
     assert json.loads(capsys.readouterr().out)["estimate"] == pytest.approx(0.6, abs=1e-6)
+
+
+def test_second_review_follow_ups_of_the_lab_walk(tmp_path, capsys):
+    """The filter compared is the one the lines were read under, named or not (output
+    logging only another filter, read without the option, is warned of); harness files
+    of other names are still harness output where they cannot be one model's JSON."""
+    import gzip
+    import shutil
+
+    import jaxeval
+
+    rng = np.random.default_rng(5)
+
+    def two_filters(root, i, keep=("strict-match", "flexible-extract")):
+        rows = [{"doc_id": j, "filter": f, "acc": float(rng.random() < 0.5)}
+                for j in range(12) for f in keep]
+        return _samples(root / f"m{i}", "gsm8k", rows)
+
+    for i in range(40):
+        two_filters(tmp_path / "old", i)
+    old = jaxeval.load(tmp_path / "old", filter="strict-match")
+    with pytest.warns(UserWarning):
+        pred = jaxeval.fit_anchors(old, 3, method="random_mean", seed=0, progress=False)
+    assert pred.info["lm_eval"]["filter"] == {"gsm8k": "strict-match"}
+    f = two_filters(tmp_path / "new", 0, keep=("flexible-extract",))
+    with pytest.warns(UserWarning, match=r"filter \{'gsm8k': 'flexible-extract'\} where "
+                      r"the fit read \{'gsm8k': 'strict-match'\}"):
+        pred.predict(jaxeval.load(f.parent))
+    # harness output named otherwise: a .jsonl.gz, a .jsonl of several lines
+    p = str(pred.save(tmp_path / "p.npz"))
+    same = two_filters(tmp_path / "n2", 1, keep=("strict-match",))
+    gz = tmp_path / "run.jsonl.gz"
+    gz.write_bytes(gzip.compress(same.read_bytes()))
+    plain = tmp_path / "run.jsonl"
+    shutil.copy(same, plain)
+    for path in (gz, plain):
+        # (a file not named samples_<task>_... names its task by its name: said)
+        with pytest.warns(UserWarning, match=r"tasks \['run'\] where the fit read "
+                          r"\['gsm8k'\]"):
+            assert main(["anchors", "predict", p, str(path)]) == 0
+        assert len(capsys.readouterr().out.splitlines()) == 1

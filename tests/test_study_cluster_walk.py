@@ -331,3 +331,21 @@ def test_review_follow_ups_of_the_cluster_walk(tmp_path, monkeypatch, capsys):
     assert main(["merge", str(folder), "--out", str(tmp_path / "im")]) == 0
     out = capsys.readouterr().out
     assert "(incomplete: uniform units 8:16; ucbe units 0:16 missing;" in out, out
+
+
+def test_a_moved_tree_reached_through_a_symbolic_link_finds_its_data(tmp_path,
+                                                                     monkeypatch):
+    """proj/runs is a link to real/runs; the data is proj/data: found from the folder
+    as given (the link's tree), not only from its resolved place."""
+    a = tmp_path / "a"
+    a.mkdir()
+    monkeypatch.chdir(a)
+    run_study(_npz_study(a), "runs/s", progress=False)
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    shutil.move(str(a / "data"), str(proj / "data"))
+    shutil.move(str(a / "runs"), str(tmp_path / "real"))
+    (proj / "runs").symlink_to(tmp_path / "real")
+    monkeypatch.chdir(tmp_path)
+    study, _ = load_results(proj / "runs" / "s")
+    assert Path(study.data.location) == proj / "data" / "s.npz"

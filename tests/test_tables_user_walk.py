@@ -66,3 +66,21 @@ def test_a_predictor_whose_interval_is_all_of_zero_to_one_says_so():
     assert "interval=+-0.1500 at 90%" in repr(_by_hand())
     assert "interval=[0, 1] (too few validation models) at 90%" in repr(
         _by_hand(radius=float("inf")))
+
+
+def test_a_target_column_that_is_no_score_reads_as_before(tmp_path):
+    """Automatic only where it is one number in range per model: a long table's
+    gold-answer column named 'target', a per-row value, or the first column naming the
+    models of a wide table read as they always did; target_col=None turns it off."""
+    gold = _write(tmp_path, "g.csv", "model,item,score,target\na,q1,1,B\na,q2,0,C\n")
+    sm = jaxeval.load(gold)
+    assert sm.target is None and sm.items.tolist() == ["q1", "q2"]
+    rows = _write(tmp_path, "r.csv", "model,item,score,target\na,q1,1,1\na,q2,0,0\n")
+    assert jaxeval.load(rows).target is None
+    first = _write(tmp_path, "f.csv", "target,q1,q2\na,1,0\nb,0,1\n")
+    sm = jaxeval.load(first)
+    assert sm.models.tolist() == ["a", "b"] and sm.items.tolist() == ["q1", "q2"]
+    wide = _write(tmp_path, "w.csv", "model,q1,target\na,1,0\nb,0,1\n")
+    assert jaxeval.load(wide).items.tolist() == ["q1"]
+    off = jaxeval.load(wide, target_col=None)
+    assert off.items.tolist() == ["q1", "target"] and off.target is None
