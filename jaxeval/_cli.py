@@ -1266,13 +1266,12 @@ def cli(argv: list[str] | None = None) -> int:
             warnings.showwarning = _show_warning
             return main(argv)
     except KeyboardInterrupt:
-        import shlex
         import signal
 
         hint = ""
         if _STUDY_FOLDER and (Path(_STUDY_FOLDER[0]) / "manifest.json").is_file():
             hint = (f"; the finished chunks are kept in {_STUDY_FOLDER[0]}: `jaxeval resume "
-                    f"{shlex.quote(_STUDY_FOLDER[0])}` continues the study")
+                    f"{_q(_STUDY_FOLDER[0])}` continues the study")
         print(f"jaxeval: interrupted{hint}", file=sys.stderr, flush=True)
         if hasattr(signal, "SIGINT") and hasattr(os, "kill"):
             signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -2006,7 +2006,9 @@ def extend_study(out: str | os.PathLike, n_units: int) -> Path:
             f"{out} holds the range job for units {lo}:{hi} of {have}; extend the folder "
             "that holds the whole study (`jaxeval merge` the ranges' folders first)")
     cfg = dict(manifest["config"], **{field: n_units})
-    new = _located(study_from_dict(cfg, check=False), manifest, out)  # (a too-large n refused)
+    new = study_from_dict(cfg, check=False)  # (a too-large n refused)
+    if getattr(old, "data", None) is not None:  # (the same data, already located)
+        new = dataclasses.replace(new, data=old.data)
     with _folder_lock(out):
         if _is_writer():
             _check_writable(out)
@@ -2818,8 +2820,6 @@ def _anchor_unit(study: AnchorStudy, sm: Any, k: int, seed: int) -> dict[str, np
     Seeds are evaluated one at a time so a repetition's numbers never depend on
     which other seeds share its chunk.
     """
-    import time
-
     from jaxeval.anchors._protocol import evaluate_protocol
 
     t0 = time.perf_counter()

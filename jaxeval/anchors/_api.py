@@ -1023,8 +1023,9 @@ def fit_anchors(
         "settings": repr(st),
         "jax_version": jax.__version__,
     }
-    if _lm_eval_source(train) is not None:
-        info["lm_eval"] = _lm_eval_source(train)
+    source = _lm_eval_source(train)
+    if source is not None:
+        info["lm_eval"] = source
     return AnchorPredictor(
         items=np.asarray(train.items),
         anchor_index=np.asarray(f.anchors, np.int32),
