@@ -11,6 +11,7 @@ import contextlib
 import copy
 import dataclasses
 import hashlib
+import io
 import json
 import os
 import time
@@ -840,6 +841,132 @@ class ScoreMatrix(FrozenState):
             arrays["target"] = self.target
         atomic_savez(path, arrays, compressed=True)
         return path
+
+    def to_csv(self, path: str | os.PathLike, *, sep: str | None = None) -> Path:
+        """Save as a wide table (models as rows, items as columns) that
+        :func:`jaxeval.load` reads back.
+
+        The header is ``model``, the items, and ``target`` when there is one; an
+        unobserved cell (and an unknown target) is left empty. Scores, mask, names, their
+        order and the target come back unchanged (each score is written with the fewest
+        digits that read back as the same float32); the source and metadata are not
+        written (:meth:`to_npz` keeps them).
+
+        Args:
+          path: destination ending in ``.csv`` or ``.tsv`` (any case; tab-separated by
+            default). An existing file there is replaced (atomically: an interrupted write leaves
+            the old one).
+          sep: one-character separator; default ``,``, a tab for a ``.tsv`` path (as
+            :func:`jaxeval.load` reads them).
+
+        Returns:
+          The path written.
+
+        Raises:
+          ValueError: a name the table would read back as something else: one with
+            spaces around it (a table's cells are stripped), an item named ``model``
+            (the model column) or ``target`` / ``full_score_pct`` (read back as the
+            target); :meth:`to_npz` keeps such names.
+
+        Example:
+          >>> import numpy as np, pathlib, tempfile, jaxeval
+          >>> sm = jaxeval.ScoreMatrix(np.array([[1.0, np.nan], [0.25, 0.0]]),
+          ...                          models=["a", "b, large"], items=["q1", "q2"])
+          >>> p = sm.to_csv(pathlib.Path(tempfile.mkdtemp()) / "scores.csv")
+          >>> print(p.read_text(), end="")
+          model,q1,q2
+          a,1,
+          "b, large",0.25,0
+          >>> back = jaxeval.load(p)
+          >>> back.mask.tolist(), back.models.tolist()
+          ([[True, False], [True, True]], ['a', 'b, large'])
+        """
+        import csv
+
+        path = Path(path)
+        if path.suffix.lower() not in (".csv", ".tsv"):
+            raise ValueError(f"to_csv: path must end in .csv or .tsv (jaxeval.load tells a "
+                             f"table by its suffix), got {str(path)!r}")
+        if sep is None:
+            sep = "\t" if path.suffix.lower() == ".tsv" else ","
+        if not isinstance(sep, str) or len(sep) != 1 or sep in ('"', "\n", "\r"):
+            raise ValueError(f"to_csv: sep must be one character (not a quote or line "
+                             f"break), got {sep!r}")
+        for what, names in (("model", self.models), ("item", self.items)):
+            bad = [str(x) for x in names if str(x) != str(x).strip()]
+            if bad:
+                raise ValueError(
+                    f"to_csv: {what} name {bad[0]!r} has spaces around it, which a table "
+                    f"read back strips ({len(bad)} such {what} name(s)); rename it, or "
+                    "save with to_npz, which keeps names as they are")
+        taken = sorted(set(map(str, self.items)) & {"model", "target", "full_score_pct"})
+        if taken:
+            role = ("the model column" if taken[0] == "model"
+                    else "the models' full-benchmark score (target)")
+            raise ValueError(
+                f"to_csv: an item is named {taken[0]!r}, which a table read back takes for "
+                f"{role}; rename it (ScoreMatrix(..., items=...)), or save with to_npz")
+
+        def cell(v: Any, seen: bool = True) -> str:
+            if not seen or np.isnan(v):
+                return ""
+            return np.format_float_positional(np.float32(v), unique=True, trim="-")
+
+        header = ["model", *map(str, self.items)]
+        if self.target is not None:
+            header.append("target")
+        buf = io.StringIO()
+        writer = csv.writer(buf, delimiter=sep, lineterminator="\n")
+        writer.writerow(header)
+        for r, name in enumerate(self.models):
+            row = [str(name), *(cell(v, o) for v, o in zip(self.scores[r], self.mask[r]))]
+            if self.target is not None:
+                row.append(cell(self.target[r]))
+            writer.writerow(row)
+        with atomic_open(path) as fh:
+            fh.write(buf.getvalue().encode("utf-8"))
+        return path
+
+    def to_pandas(self, layout: str = "wide") -> Any:
+        """The scores as a pandas DataFrame (needs pandas).
+
+        Args:
+          layout: ``"wide"`` (default): models as rows (index named ``model``), items as
+            columns (named ``item``), NaN where a cell is unobserved; ``ScoreMatrix(df)``
+            reads it back (names, scores and mask; pass ``target=sm.target`` for the
+            target). ``"long"``: one row per observed cell, columns ``model``, ``item``,
+            ``score``, and ``target`` when there is one (NaN where unknown).
+
+        Example:
+          >>> import numpy as np, jaxeval
+          >>> sm = jaxeval.ScoreMatrix(np.array([[1.0, np.nan], [0.25, 0.0]]),
+          ...                          models=["a", "b"], items=["q1", "q2"])
+          >>> sm.to_pandas()                                   # doctest: +SKIP
+          item     q1   q2
+          model
+          a      1.00  NaN
+          b      0.25  0.0
+          >>> sm.to_pandas("long").shape                       # doctest: +SKIP
+          (3, 3)
+        """
+        if layout not in ("wide", "long"):
+            raise ValueError(f"to_pandas: layout must be 'wide' or 'long', got {layout!r}")
+        try:
+            import pandas as pd
+        except ImportError as e:  # pragma: no cover - exercised only without pandas
+            raise ImportError("to_pandas needs pandas; pip install 'jaxeval[dataframes]'") \
+                from e
+        if layout == "wide":
+            return pd.DataFrame(
+                np.where(self.mask, self.scores, np.float32(np.nan)),
+                index=pd.Index(self.models.tolist(), name="model", dtype=object),
+                columns=pd.Index(self.items.tolist(), name="item", dtype=object))
+        r, c = np.nonzero(self.mask)
+        cols = {"model": self.models[r].tolist(), "item": self.items[c].tolist(),
+                "score": self.scores[r, c]}
+        if self.target is not None:
+            cols["target"] = self.target[r]
+        return pd.DataFrame(cols)
 
     def protocol_split(self, seed: int) -> Split:
         """The anchor-evaluation split of METHODS.md section 6.2.

@@ -31,6 +31,12 @@ from jaxeval._data import ScoreMatrix, out_of_unit_hint
 
 __all__ = ["load_table"]
 
+#: Cell texts read as a missing score (lower-cased; pandas' default NA spellings).
+_MISSING = frozenset((
+    "nan", "-nan", "na", "n/a", "#n/a", "#n/a n/a", "#na", "<na>", "null", "none",
+    "1.#ind", "-1.#ind", "1.#qnan", "-1.#qnan",
+))
+
 _BOOL = {"true": 1.0, "false": 0.0, "True": 1.0, "False": 0.0, "TRUE": 1.0, "FALSE": 0.0}
 
 
@@ -224,14 +230,15 @@ def _read_cells(path: Path, sep: str | None, model_col: str = "model",
 
 
 def _to_float(cell: Any, src: str, where: str, notes: dict) -> float:
-    """One cell as float; '' -> NaN; true/false -> 1/0 (noted); anything else refused."""
+    """One cell as float; '' and the NA spellings of ``_MISSING`` -> NaN; true/false ->
+    1/0 (noted); anything else refused."""
     if isinstance(cell, (bool, np.bool_)):
         notes["bool"] = True
         return float(cell)
     if isinstance(cell, (int, float, np.integer, np.floating)):
         return float(cell)
     text = str(cell).strip()
-    if text == "" or text.lower() in ("nan", "na", "null", "none"):
+    if text == "" or text.lower() in _MISSING:
         return float("nan")
     if text in _BOOL:
         notes["bool"] = True
@@ -291,6 +298,9 @@ def load_table(
         table reads as without it). A long table's other columns are not read (noted).
       sep: CSV separator (default ``,``; tab for ``.tsv``).
       name: the ``source`` to record (default: the path).
+
+    An empty cell, or one reading ``NaN``, ``NA``, ``N/A``, ``#N/A``, ``<NA>``, ``NULL``
+    or ``None`` (any case; pandas' spellings of a missing value), is an unobserved score.
 
     Returns:
       A :class:`~jaxeval.ScoreMatrix`; what the loader converted is listed in
