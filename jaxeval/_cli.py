@@ -871,8 +871,8 @@ def _add_data_options(p: argparse.ArgumentParser, what: str, prefix: str) -> Non
                    help=f"{lm} with several runs of a task per model, 'latest' keeps the "
                    "newest (default: refuse)")
     p.add_argument(f"--{prefix}duplicate-names", choices=("error", "rename"),
-                   help=f".npz {what}: repeated model or item names are refused (default) or "
-                   "renamed with '#2', '#3', ...")
+                   help=f".npz or wide-table {what}: repeated model (or .npz item) names "
+                   "are refused (default) or renamed with '#2', '#3', ...")
 
 
 def _lm_eval_options(args: argparse.Namespace, prefix: str = "history_") -> dict:
@@ -946,12 +946,20 @@ def _load_table(what, value, sep, lm_eval, duplicate_names, prefix):
     flag = "--" + prefix.replace("_", "-")
     p = Path(value)
     if duplicate_names is not None:
-        if p.suffix.lower() != ".npz":
-            raise ValueError(f"{flag}duplicate-names: only for an .npz file, not {value!r}")
-        if lm_eval or sep is not None:
+        table = p.suffix.lower() in (".csv", ".tsv", ".parquet", ".pq")
+        if p.suffix.lower() != ".npz" and not table:
+            raise ValueError(f"{flag}duplicate-names: only for an .npz file or a table "
+                             f"(.csv, .tsv, .parquet), not {value!r}")
+        if not table and (lm_eval or sep is not None):
             raise ValueError(f"--sep / {flag}filter / {flag}metric / {flag}task / {flag}runs: "
                              f"not for an .npz file ({value!r})")
-        return jaxeval.load(value, duplicate_names=duplicate_names)
+        if lm_eval:
+            raise ValueError(f"{flag}filter / {flag}metric / {flag}task / {flag}runs: "
+                             f"not for a table ({value!r})")
+        if sep is None:
+            return jaxeval.load(value, duplicate_names=duplicate_names)
+        return jaxeval.load(value, duplicate_names=duplicate_names,
+                            sep=_one_sep(sep, what, value))
     if lm_eval:
         if sep is not None:
             raise ValueError(f"--sep: only for a .csv / .tsv table, not with {flag}filter / "
@@ -972,13 +980,18 @@ def _load_table(what, value, sep, lm_eval, duplicate_names, prefix):
             raise
     if sep is None:
         return jaxeval.load(value)
+    return jaxeval.load(value, sep=_one_sep(sep, what, value))
+
+
+def _one_sep(sep: str, what: str, value: str) -> str:
+    """``--sep`` as the one character it means, for a .csv / .tsv ``value``."""
     # a shell passes --sep '\t' as backslash-t: the tab it means
     sep = {"\\t": "\t", "tab": "\t"}.get(sep, sep)
     if len(sep) != 1:
         raise ValueError(f"--sep: expected one character (or '\\t' for a tab), got {sep!r}")
     if Path(value).suffix.lower() not in (".csv", ".tsv"):
         raise ValueError(f"--sep: only for a .csv / .tsv table, not {what} {value!r}")
-    return jaxeval.load(value, sep=sep)
+    return sep
 
 
 def _renamed(msg: str, names: dict[str, str], forms: tuple[str, ...] = (":",)) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxeval._data import ScoreMatrix, out_of_unit_hint
+from jaxeval._data import ScoreMatrix, out_of_unit_hint, rename_duplicates
 
 __all__ = ["load_table"]
 
@@ -278,6 +278,7 @@ def load_table(
     target_col: str | None = "auto",
     sep: str | None = None,
     name: str | None = None,
+    duplicate_names: str = "error",
 ) -> ScoreMatrix:
     """Load a score matrix from a long or wide CSV/TSV/Parquet table.
 
@@ -298,6 +299,10 @@ def load_table(
         table reads as without it). A long table's other columns are not read (noted).
       sep: CSV separator (default ``,``; tab for ``.tsv``).
       name: the ``source`` to record (default: the path).
+      duplicate_names: a wide table whose rows repeat a model name: ``"error"``
+        (default) refuses it, naming the rows; ``"rename"`` suffixes repeats with
+        ``#2``, ``#3``, ... (noted), as for an .npz file. (A long table's rows of one
+        name are that one model's cells.)
 
     An empty cell, or one reading ``NaN``, ``NA``, ``N/A``, ``#N/A``, ``<NA>``, ``NULL``
     or ``None`` (any case; pandas' spellings of a missing value), is an unobserved score.
@@ -316,6 +321,9 @@ def load_table(
     """
     path = Path(path)
     src = name or str(path)
+    if duplicate_names not in ("error", "rename"):
+        raise ValueError(f"load_table: duplicate_names must be 'error' or 'rename', got "
+                         f"{duplicate_names!r}")
     if layout not in ("auto", "long", "wide"):
         raise ValueError(f"load_table: layout must be 'auto', 'long' or 'wide', got {layout!r}")
     header, rows, where = _read_cells(path, sep, model_col, (
@@ -393,7 +401,31 @@ def load_table(
             "pass target_col= to name it yourself")
     if flags.get("bool"):
         notes["conversions"].append("true/false cells read as 1/0")
+    if layout == "wide":
+        sm_args["models"] = _unique_models(sm_args["models"], where, src, duplicate_names,
+                                           notes)
+    elif duplicate_names == "rename":
+        raise ValueError(f"{src}: duplicate_names='rename' is for a wide table (a model per "
+                         "row); a long table's rows of one model name are that model's cells")
     return ScoreMatrix(**sm_args, source=src, metadata=notes)
+
+
+def _unique_models(models: list[str], wheres: list[str], src: str, duplicate_names: str,
+                   notes: dict) -> Any:
+    """A wide table's model names, repeats refused naming their rows (``"error"``) or
+    suffixed ``#2``, ``#3``, ... (``"rename"``, noted)."""
+    first: dict[str, int] = {}
+    for r, m in enumerate(models):
+        if m in first and duplicate_names == "error":
+            raise ValueError(
+                f"{src}: model {m!r} is on {wheres[first[m]]} and on {wheres[r]} (a wide "
+                "table has one row per model); pass duplicate_names='rename' to suffix "
+                "repeats with '#2', '#3', ..."
+            )
+        first.setdefault(m, r)
+    if len(first) == len(models):
+        return models
+    return rename_duplicates(models, "models", notes, src).tolist()
 
 
 #: Columns read as the target when ``target_col`` is not given (as the .npz loader does).
