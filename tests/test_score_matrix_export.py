@@ -134,3 +134,42 @@ def test_other_text_is_still_refused(tmp_path):
     p.write_text("model,q1,q2\na,1,missing\nb,0,1\n")
     with pytest.raises(ValueError, match="is not a number: 'missing'"):
         jaxeval.load(p)
+
+
+def test_a_wide_table_repeating_a_model_name(tmp_path):
+    p = tmp_path / "dup.csv"
+    p.write_text("model,q1,q2\na,1,0\nb,1,1\na,0,1\n")
+    with pytest.raises(ValueError, match=r"model 'a' is on line 2 and on line 4 .*pass "
+                                         r"duplicate_names='rename'"):
+        jaxeval.load(p)
+    sm = jaxeval.load(p, duplicate_names="rename")
+    assert sm.models.tolist() == ["a", "b", "a#2"]
+    assert sm.scores.tolist() == [[1, 0], [1, 1], [0, 1]]
+    assert any("'#k' suffix" in c for c in sm.metadata["conversions"])
+    with pytest.raises(ValueError, match="duplicate_names must be 'error' or 'rename'"):
+        jaxeval.load(p, duplicate_names="keep")
+    long = tmp_path / "long.csv"
+    long.write_text("model,item,score\na,q1,1\na,q2,0\n")
+    assert jaxeval.load(long).shape == (1, 2)
+    with pytest.raises(ValueError, match="duplicate_names='rename' is for a wide table"):
+        jaxeval.load(long, duplicate_names="rename")
+
+
+def test_the_command_line_renames_a_tables_repeated_models(tmp_path, capsys, monkeypatch):
+    from jaxeval._cli import main
+
+    monkeypatch.chdir(tmp_path)
+    sm = jaxeval.load("oll2_musr").take(models=np.arange(60), items=np.arange(40))
+    sm = jaxeval.ScoreMatrix(sm.scores, models=[f"m{i}" for i in range(60)], items=sm.items)
+    text = sm.to_csv("s.csv").read_text().replace("\nm7,", "\nm3,")  # m3 twice
+    (tmp_path / "s.csv").write_text(text)
+    (tmp_path / "t.csv").write_text(text.replace(",", ";"))
+    base = ["anchors", "fit", "--k", "5", "--method", "random_mean"]
+    assert main(base[:2] + ["s.csv"] + base[2:] + ["--out", "a.npz"]) == 2
+    assert "pass --duplicate-names rename" in capsys.readouterr().err
+    assert main(base[:2] + ["s.csv"] + base[2:] + ["--out", "a.npz", "--duplicate-names",
+                                                   "rename"]) == 0
+    assert main(base[:2] + ["t.csv"] + base[2:] + ["--out", "b.npz", "--duplicate-names",
+                                                   "rename", "--sep", ";"]) == 0
+    a, b = (jaxeval.AnchorPredictor.load(f) for f in ("a.npz", "b.npz"))
+    assert a.anchor_items.tolist() == b.anchor_items.tolist()
