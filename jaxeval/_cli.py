@@ -932,12 +932,19 @@ def _load_table_arg(what: str, value: str, sep: str | None, lm_eval: dict | None
     harness options and ``duplicate_names`` for an .npz file (each refused for other
     data); the loader's advice is given in the command's flags (``--{prefix}...``)."""
     try:
-        return _load_table(what, value, sep, lm_eval, duplicate_names, prefix)
+        sm = _load_table(what, value, sep, lm_eval, duplicate_names, prefix)
     except (ValueError, TypeError) as e:
         msg = _command_hints(str(e), prefix)
         if msg != str(e):
             raise type(e)(msg) from None
         raise
+    for note in sm.metadata.get("conversions", []):
+        # what the loader read differently from the file as it stands (older runs
+        # dropped, names renamed, a target column, cells read as unobserved); a dtype
+        # widened changes nothing
+        if not re.fullmatch(r"\S+ 0/1 scores converted to float32", str(note)):
+            print(f"{what}: {note}", file=sys.stderr)
+    return sm
 
 
 def _load_table(what, value, sep, lm_eval, duplicate_names, prefix):
