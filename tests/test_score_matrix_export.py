@@ -169,7 +169,51 @@ def test_the_command_line_renames_a_tables_repeated_models(tmp_path, capsys, mon
     assert "pass --duplicate-names rename" in capsys.readouterr().err
     assert main(base[:2] + ["s.csv"] + base[2:] + ["--out", "a.npz", "--duplicate-names",
                                                    "rename"]) == 0
+    err = capsys.readouterr().err  # what the loader changed is said
+    assert "DATA: 1 repeated 'models' names made unique with a '#k' suffix (e.g. ['m3#2'])" \
+        in err
     assert main(base[:2] + ["t.csv"] + base[2:] + ["--out", "b.npz", "--duplicate-names",
                                                    "rename", "--sep", ";"]) == 0
     a, b = (jaxeval.AnchorPredictor.load(f) for f in ("a.npz", "b.npz"))
     assert a.anchor_items.tolist() == b.anchor_items.tolist()
+
+
+def test_the_command_line_says_which_runs_it_dropped(tmp_path, capsys, monkeypatch):
+    """``--history-runs latest`` kept the newest run of a task without a word."""
+    import json
+
+    from jaxeval._cli import main
+
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(0)
+    for m in range(12):
+        d = tmp_path / "runs" / f"org__m{m}"
+        d.mkdir(parents=True)
+        stamps = ["2025-01-01T00-00-00.000001"] + (["2025-02-01T00-00-00.000001"] if m == 4
+                                                   else [])
+        for stamp in stamps:
+            lines = [json.dumps({"doc_id": i, "acc": float(rng.random() < 0.5)})
+                     for i in range(10)]
+            (d / f"samples_arc_{stamp}.jsonl").write_text("\n".join(lines))
+    args = ["campaign", "new", "c.npz", "--candidates", "x1", "x2", "--policy", "ucbe",
+            "--history", "runs", "--history-runs", "latest"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "--history: 1 older run(s) of the same task ignored (runs='latest')" in err
+    assert "2025-01-01T00-00-00.000001" in err
+
+
+def test_the_command_line_says_which_cells_it_read_as_unobserved(tmp_path, capsys, monkeypatch):
+    from jaxeval._cli import main
+
+    monkeypatch.chdir(tmp_path)
+    sm = jaxeval.load("oll2_musr").take(models=np.arange(60), items=np.arange(40))
+    text = sm.to_csv("s.csv").read_text()
+    lines = text.splitlines()
+    lines[5] = ",".join(lines[5].split(",")[:-1] + ["N/A"])
+    (tmp_path / "s.csv").write_text("\n".join(lines) + "\n")
+    assert main(["anchors", "fit", "s.csv", "--k", "5", "--method", "random_mean", "--out",
+                 "a.npz", "--drop-incomplete"]) == 0
+    err = capsys.readouterr().err
+    assert "DATA: 1 NaN cells read as unobserved (mask=False)" in err
+    assert "0/1 scores" not in err
