@@ -590,12 +590,12 @@ class ScoreMatrix(FrozenState):
                                  "UTF-8") from None
         if sel.ndim != 1:
             raise ValueError(f"{what}: expected a 1-D selection, got shape {sel.shape}")
-        if sel.size == 0:
-            return np.zeros(0, np.int64)
-        if sel.dtype == bool:
+        if sel.dtype == bool:  # (an empty mask too: its length is checked)
             if sel.shape != names.shape:
                 raise ValueError(f"{what} mask has shape {sel.shape}, expected {names.shape}")
             return np.flatnonzero(sel)
+        if sel.size == 0:
+            return np.zeros(0, np.int64)
         if sel.dtype.kind in "US":
             lookup = {name: i for i, name in enumerate(names.tolist())}
             missing = [s for s in sel.tolist() if s not in lookup]
@@ -609,7 +609,13 @@ class ScoreMatrix(FrozenState):
         elif sel.dtype.kind in "iu":
             idx = sel.astype(np.int64)
             if idx.min() < -names.size or idx.max() >= names.size:
-                raise IndexError(f"{what} index out of range for {names.size} {what}")
+                bad = idx[(idx < -names.size) | (idx >= names.size)]
+                known = set(names.tolist())
+                named = [str(int(i)) for i in bad if str(int(i)) in known]
+                hint = (f" (integers are positions; {named[0]!r} is a name: pass names as "
+                        f"strings, e.g. {named[:3]})" if named else "")
+                raise IndexError(f"{self.source}: {what} index {int(bad[0])} out of range "
+                                 f"for {names.size} {what}{hint}")
             idx = idx % names.size
         else:
             raise TypeError(
@@ -1087,6 +1093,8 @@ def _pid_alive(pid: int) -> bool:
     always True on Windows, where ``os.kill`` would end the process."""
     if os.name == "nt":
         return True
+    if pid <= 0:  # (os.kill(0, 0) signals this process group: never a writer's pid)
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
