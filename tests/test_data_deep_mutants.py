@@ -140,9 +140,9 @@ def test_require_complete_counts_and_names_the_incomplete_rows():
 def test_take_index_bounds_and_errors_name_the_axis():
     sm = ScoreMatrix(np.eye(3), models=["a", "b", "c"], items=["x", "y", "z"])
     assert sm.take(models=[-3, -1]).models.tolist() == ["a", "c"]
-    with pytest.raises(IndexError, match="models index out of range for 3 models"):
+    with pytest.raises(IndexError, match="models index 3 out of range for 3 models"):
         sm.take(models=[3])
-    with pytest.raises(IndexError, match="items index out of range for 3 items"):
+    with pytest.raises(IndexError, match="items index -4 out of range for 3 items"):
         sm.take(items=[-4])
     with pytest.raises(KeyError, match=r"unknown item names \['q'\]"):
         sm.take(items=["x", "q"])
