@@ -294,8 +294,8 @@ def load_table(
       target_col: optional column with each model's external full-benchmark score
         in [0, 1] (long: must be the same on all of a model's rows); ``None``: none.
         Default ``"auto"``: a column named ``target`` (fractions) or ``full_score_pct``
-        (percent, divided by 100), as the .npz loader reads them, where it holds one
-        number in range per model (noted in ``metadata['conversions']``; else the
+        (percent, divided by 100; a warning where every value is at most 1), as the .npz
+        loader reads them, where it holds one number in range (or a blank) per model (noted in ``metadata['conversions']``; else the
         table reads as without it). A long table's other columns are not read (noted).
       sep: CSV separator (default ``,``; tab for ``.tsv``).
       name: the ``source`` to record (default: the path).
@@ -357,11 +357,14 @@ def load_table(
             auto = found[0]
 
     def parse(tcol):
+        # (a named target column's cells are checked where they are, naming it; one
+        # found by "auto" is checked as a whole below, percent for full_score_pct)
+        check = tcol is not None and tcol != auto
         if layout == "long":
             return _long(header, rows, where, src, model_col, item_col, score_col, tcol,
-                         notes, flags)
+                         notes, flags, check)
         try:
-            return _wide(header, rows, where, src, model_col, tcol, notes, flags)
+            return _wide(header, rows, where, src, model_col, tcol, notes, flags, check)
         except ValueError as e:
             named = {model_col, item_col, score_col} & set(header)
             if guessed and len(header) in (3, 4) and not named and "is not a number" in str(e):
@@ -386,6 +389,13 @@ def load_table(
             t = t / 100.0 if auto == "full_score_pct" else t
             if not np.all(np.isnan(t) | ((t >= 0) & (t <= 1))):
                 raise ValueError("out of range")
+            if auto == "full_score_pct" and np.nanmax(t, initial=0.0) <= 0.01 \
+                    and np.any(t > 0):
+                warnings.warn(
+                    f"{src}: column 'full_score_pct' is read as percent, but every value is "
+                    f"at most 1 (fractions?): the targets are at most 1%; pass "
+                    f"target_col='full_score_pct' to read the column as fractions",
+                    UserWarning, stacklevel=3)
             sm_args["target"] = t
         except ValueError:
             notes["conversions"][:] = saved[0]
@@ -438,7 +448,8 @@ def _col(header: list[str], col: str, src: str, what: str) -> int:
     return header.index(col)
 
 
-def _long(header, rows, wheres, src, model_col, item_col, score_col, target_col, notes, flags):
+def _long(header, rows, wheres, src, model_col, item_col, score_col, target_col, notes, flags,
+          check_target=False):
     im = _col(header, model_col, src, "model")
     ii = _col(header, item_col, src, "item")
     isc = _col(header, score_col, src, "score")
@@ -474,6 +485,8 @@ def _long(header, rows, wheres, src, model_col, item_col, score_col, target_col,
         cells.append((mi, ii_, value))
         if it is not None:
             t = _to_float(row[it], src, f"{where}, column '{target_col}'", flags)
+            if check_target and not np.isnan(t):
+                _check_range(t, src, where, target_col)
             if mi in targets and not (
                 targets[mi][0] == t or (np.isnan(t) and np.isnan(targets[mi][0]))
             ):
@@ -517,7 +530,7 @@ _ITEMS_HEADER = re.compile(
     r"( ?(id|name|idx|index|no|number)s?)?", re.IGNORECASE)
 
 
-def _wide(header, rows, wheres, src, model_col, target_col, notes, flags):
+def _wide(header, rows, wheres, src, model_col, target_col, notes, flags, check_target=False):
     im = header.index(model_col) if model_col in header else 0
     h0 = re.sub(r"[\s_\-.]+", " ", re.sub(r"([a-z])([A-Z])", r"\1 \2", str(header[0]).strip()))
     if model_col not in header and _ITEMS_HEADER.fullmatch(h0):
@@ -572,6 +585,8 @@ def _wide(header, rows, wheres, src, model_col, target_col, notes, flags):
             scores[r, k] = v
         if it is not None:
             t = _to_float(row[it], src, f"{where}, column '{target_col}'", flags)
+            if check_target and not np.isnan(t):
+                _check_range(t, src, f"{where} (model {name!r})", target_col)
             target.append(t)
     return dict(
         scores=scores,
