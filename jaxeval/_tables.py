@@ -295,8 +295,9 @@ def load_table(
         in [0, 1] (long: must be the same on all of a model's rows); ``None``: none.
         Default ``"auto"``: a column named ``target`` (fractions) or ``full_score_pct``
         (percent, divided by 100; a warning where every value is at most 1), as the .npz
-        loader reads them, where it holds one number in range (or a blank) per model (noted in ``metadata['conversions']``; else the
-        table reads as without it). A long table's other columns are not read (noted).
+        loader reads them, where it holds one number in range (or a blank) per model
+        (noted in ``metadata['conversions']``; else the table reads as without it). A long
+        table's other columns are not read (noted).
       sep: CSV separator (default ``,``; tab for ``.tsv``).
       name: the ``source`` to record (default: the path).
       duplicate_names: a wide table whose rows repeat a model name: ``"error"``
