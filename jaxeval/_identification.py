@@ -1325,6 +1325,12 @@ def _setup(rep_key, data: ProblemData, config: Config, params: Params, instance=
     return order_key, truth, inst, theta
 
 
+def _float32(tree):
+    """``tree`` with its floating leaves as float32 (others as they are)."""
+    return jax.tree.map(lambda x: x.astype(jnp.float32) if jnp.issubdtype(
+        jnp.result_type(x), jnp.floating) else x, tree)
+
+
 def run_identification(
     rep_key: jax.Array, data: ProblemData, params: Params, config: Config, instance=None
 ) -> IdentificationOutput:
@@ -1351,6 +1357,8 @@ def run_identification(
       >>> out.checkpoints.calls.tolist(), out.checkpoints.pulls.sum(-1).tolist()
       ([10, 60], [10, 60])
     """
+    # float32 throughout: float64 operands (x64 on) would mix dtypes in the state
+    data, params = _float32(data), _float32(params)
     if (config.policy == "sysrs" and config.horizon is None and config.mode == "budget"
             and len(config.budgets) > 1):
         # one fixed-budget run per checkpoint (same key: same instance and item order)
