@@ -16,8 +16,9 @@ Public API (everything else lives in private ``_module`` files):
   :func:`load_results` / :func:`study_status` for studies on disk (:class:`IdentificationStudy`,
   :class:`AnchorStudy`, :class:`ReplicateStudy`); the ``jaxeval`` command line
 - identification: :func:`simulate_identification` -> :class:`IdentificationReport`
-  (kernels in ``jaxeval._identification``; truth :class:`SyntheticSpec` or a ScoreMatrix);
-  :func:`plot_reports` draws several policies' reports
+  (truth :class:`SyntheticSpec` or a ScoreMatrix); :func:`plot_reports` draws several
+  policies' reports; :func:`identification_kernel` -> :class:`IdentificationKernel`, the
+  same loop as a pure JAX function for your own ``jit`` / ``vmap`` / ``shard_map``
 - a real identification campaign: :class:`IdentificationCampaign` (ask which model to
   evaluate on which items, tell the scores, read anytime-valid intervals; save / load)
 - accuracy from anchor items: :func:`fit_anchors` -> :class:`AnchorPredictor`
@@ -35,8 +36,10 @@ from jaxeval._report import plot_reports
 from jaxeval._runner import run_replicates
 from jaxeval._simulate import (
     GapBin,
+    IdentificationKernel,
     IdentificationReport,
     SyntheticSpec,
+    identification_kernel,
     simulate_identification,
 )
 from jaxeval._study import (
@@ -73,6 +76,8 @@ __all__ = [
     "AnchorPredictor",
     "fit_anchors",
     "simulate_identification",
+    "identification_kernel",
+    "IdentificationKernel",
     "plot_reports",
     "IdentificationReport",
     "GapBin",

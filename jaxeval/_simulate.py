@@ -14,8 +14,10 @@ item orders for every policy, so policies are compared on identical work.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
+import inspect
 import json
 import math
 import os
@@ -1361,6 +1363,10 @@ def simulate_identification(
         **syn,
     )
     params = jax.tree.map(np.asarray, params)
+    wanted = _KERNEL_WANTED.get()
+    if wanted is not None:  # (identification_kernel: the checked set-up, no run)
+        wanted.append((pdata, params, config))
+        return None  # type: ignore[return-value]
     leaves, treedef = jax.tree.flatten((pdata, params))
     balanced = instance_assignment == "balanced"
     fn = _replicate_fn(config, treedef, balanced)
@@ -1392,6 +1398,111 @@ def simulate_identification(
         jaxeval_version=_version(), **notes,
     )
     return _summarise(out, config, settings, instances, pool_models, needs_pred)
+
+
+# set by identification_kernel: simulate_identification then hands back its set-up
+_KERNEL_WANTED: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "jaxeval_identification_kernel", default=None)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class IdentificationKernel:
+    """One identification problem as a pure JAX function, for your own ``jit``, ``vmap``,
+    ``lax.scan`` or ``shard_map`` (from :func:`identification_kernel`).
+
+    Calling it, ``kernel(key)`` (or ``kernel(key, instance=i)``), runs one replicate:
+    ``kernel.fn(key, kernel.data, kernel.params)``. ``fn`` is pure and traceable; the
+    static settings are baked into it (:attr:`config`), the arrays are its operands, so
+    new keys, new ``params`` values (``kernel.params._replace(alpha=0.1)``) or new data of
+    the same shapes never recompile.
+
+    Attributes:
+      fn: ``(key, data, params, instance=None) -> IdentificationOutput``; ``instance``
+        (real data) plays row ``instance % I`` of ``data.instances`` instead of one drawn
+        from the key, as ``instance_assignment="balanced"`` does.
+      data: the truth's arrays (a NamedTuple pytree: ``pool`` ``[m, n]`` float32,
+        ``instances`` ``[I, K]`` int32, ``item_factors``), as
+        :func:`simulate_identification` builds them.
+      params: the dynamic settings (a NamedTuple of float32 scalars: ``alpha``, ``a``,
+        ``scale``, ``rho``, ``lam0``, ``shrink``, ``eps``, ``bias``, ...).
+      config: the static settings (hashable; policy, K, budgets, interval kinds, ...).
+
+    The output (a NamedTuple pytree) holds ``theta`` ``[K]`` (true accuracies),
+    ``instance`` and ``checkpoints``, a record per budget: ``recommended``, ``calls``,
+    ``pulls`` ``[K]``, ``estimate`` / ``naive`` ``[K]``, ``lower`` / ``upper`` ``[Q, K]``
+    for the ``Q`` interval kinds of ``config.cs_kinds``, ``lam``, and ``status`` (0 ok;
+    codes as in :attr:`IdentificationReport.status_counts`). Replicate ``i`` of
+    ``simulate_identification(..., seed=s)`` is
+    ``kernel(jax.random.fold_in(jax.random.key(s), i))`` (``instance=i`` as well under
+    ``instance_assignment="balanced"``): the same truth, recommendations and calls (floats
+    may differ in the last bits where replicates are batched in other shapes).
+
+    Everything is float32: float64 operands (under x64) are cast. Under your own
+    ``jax.shard_map`` pass ``check_vma=False`` (as :func:`run_replicates` does): the
+    loop's scans start from constants, which the varying-axis check refuses.
+
+    See :func:`identification_kernel` for an example.
+    """
+
+    fn: Any
+    data: Any
+    params: Any
+    config: Any
+
+    def __call__(self, key: Any, instance: Any = None) -> Any:
+        """One replicate: ``fn(key, data, params, instance)``."""
+        return self.fn(key, self.data, self.params, instance=instance)
+
+
+def identification_kernel(data: ScoreMatrix | SyntheticSpec | Any, policy: str = "pulse_ucb",
+                          **kwargs: Any) -> IdentificationKernel:
+    """The identification loop of :func:`simulate_identification` as a pure JAX function,
+    for composing in your own JAX code (the low-level API).
+
+    Takes :func:`simulate_identification`'s arguments and checks them alike (the same
+    split of training and pool models, instances and factorization for the same
+    ``seed``), but runs nothing: it returns the kernel, its operands and its static
+    settings (:class:`IdentificationKernel`). ``n_replicates``, ``chunk_size``,
+    ``lanes``, ``devices``, ``progress`` and ``instance_assignment`` are the runner's
+    and are not taken.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxeval
+      >>> kern = jaxeval.identification_kernel(jaxeval.SyntheticSpec(n_items=40), "ucbe",
+      ...                                      K=3, budgets=(12, 60))
+      >>> keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(0), i))(jnp.arange(8))
+      >>> out = jax.jit(jax.vmap(kern))(keys)         # 8 replicates in one call
+      >>> out.checkpoints.calls.shape, out.checkpoints.lower.shape
+      ((8, 2), (8, 2, 2, 3))
+      >>> loose = kern.params._replace(alpha=jnp.float32(0.2))  # no recompilation
+      >>> out2 = jax.jit(jax.vmap(kern.fn, (0, None, None)))(keys, kern.data, loose)
+      >>> bool((out2.checkpoints.upper - out2.checkpoints.lower
+      ...       <= out.checkpoints.upper - out.checkpoints.lower).all())
+      True
+    """
+    runner = [k for k in _RUNNER_ARGS if k in kwargs]
+    if runner:
+        raise TypeError(f"identification_kernel: {', '.join(runner)} belong(s) to the runner "
+                        "(simulate_identification), not to the kernel")
+    got: list = []
+    token = _KERNEL_WANTED.set(got)
+    try:
+        simulate_identification(data, policy, n_replicates=1, **kwargs)
+    finally:
+        _KERNEL_WANTED.reset(token)
+    pdata, params, config = got[0]
+    as_jax = functools.partial(jax.tree.map, jax.numpy.asarray)
+    return IdentificationKernel(fn=functools.partial(idn.run_identification, config=config),
+                                data=as_jax(pdata), params=as_jax(params), config=config)
+
+
+_RUNNER_ARGS = ("n_replicates", "chunk_size", "lanes", "devices", "progress",
+                "instance_assignment")
+# help() and inspect show simulate_identification's own arguments (less the runner's)
+_SIM_SIGNATURE = inspect.signature(simulate_identification)
+identification_kernel.__signature__ = _SIM_SIGNATURE.replace(  # type: ignore[attr-defined]
+    parameters=[p for name, p in _SIM_SIGNATURE.parameters.items() if name not in _RUNNER_ARGS],
+    return_annotation="IdentificationKernel")
 
 
 def _check_instances(instances, K: int, pool: ScoreMatrix, train: ScoreMatrix | None = None,
