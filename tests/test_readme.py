@@ -55,6 +55,8 @@ def test_quickstart_runs(tmp_path, monkeypatch):
     assert ns["p"].shape == (3, ns["sm"].n_items) and (tmp_path / "ifeval_factors.npz").is_file()
     assert ns["lr"].rank == 8
     assert ns["means"].shape == (100_000,) and abs(float(ns["means"].mean()) - 0.3) < 0.005
+    assert ns["out"].checkpoints.recommended.shape == (64, 1)
+    assert set(np.unique(ns["out"].checkpoints.calls).tolist()) == {ns["kern"].config.budgets[0]}
 
     ns = {"__name__": "readme"}
     exec(compile(blocks[1], str(README), "exec"), ns)
