@@ -21,8 +21,7 @@ Both take explicit per-arm item orders (``orders[i]`` = the order arm ``i`` sees
 items in), so, given the orders jaxeval's sampler generates
 (:func:`jaxeval._sampling.arm_order`), the decisions are the same; the budget grid is
 handled the same way (batches are never cut at intermediate checkpoints: a checkpoint
-records the state after the last whole batch that fits within its budget,
-whose state is recorded).
+records the state after the last whole batch that fits within its budget).
 
 Example:
   >>> import numpy as np

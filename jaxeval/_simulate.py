@@ -1414,7 +1414,9 @@ class IdentificationKernel:
     ``kernel.fn(key, kernel.data, kernel.params)``. ``fn`` is pure and traceable; the
     static settings are baked into it (:attr:`config`), the arrays are its operands, so
     new keys, new ``params`` values (``kernel.params._replace(alpha=0.1)``) or new data of
-    the same shapes never recompile.
+    the same shapes never recompile. Operands you replace are not checked (the kernel
+    runs traced): keep ``alpha`` in (0, 1), scores in [0, 1] and ``instances`` rows
+    indexing ``pool`` (an index past the end reads the last row).
 
     Attributes:
       fn: ``(key, data, params, instance=None) -> IdentificationOutput``; ``instance``
