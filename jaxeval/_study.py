@@ -2269,6 +2269,11 @@ def merge_studies(dirs: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
         warnings.warn(f"merge_studies: the folders were computed with different versions "
                       f"{vers}; their numbers may differ in the last bits (recorded in the "
                       "merged manifest's 'merged_versions')", stacklevel=2)
+    names = {str(d): m["config"].get("name") for d, m in zip(dirs, mans)}
+    if len({json.dumps(v) for v in names.values()}) > 1:  # (a label: not in the numbers)
+        warnings.warn(f"merge_studies: the folders' studies are named differently {names}; "
+                      f"the merged study is named {ref['config'].get('name')!r}, as the "
+                      f"first folder's", stacklevel=2)
     ref_study = study_from_dict(ref["config"], check=False)
     for task in {c["task"] for m in mans for c in m["chunks"].values()}:
         setups = {_chunk_setup(c) for m in mans for c in m["chunks"].values()
