@@ -349,3 +349,22 @@ def test_a_moved_tree_reached_through_a_symbolic_link_finds_its_data(tmp_path,
     monkeypatch.chdir(tmp_path)
     study, _ = load_results(proj / "runs" / "s")
     assert Path(study.data.location) == proj / "data" / "s.npz"
+
+
+def test_parts_named_differently_merge_with_a_warning(tmp_path):
+    """A study's name is a label (not in its numbers): parts named differently merge,
+    but the merged study's name is said, not taken silently from the first."""
+    a = study_from_dict(toy_config(n_replicates=32, chunk_size=16, name="run-a"))
+    b = study_from_dict(toy_config(n_replicates=32, chunk_size=16, name="run-b"))
+    run_study(a, tmp_path / "a", replicate_range=(0, 16), progress=False)
+    run_study(b, tmp_path / "b", replicate_range=(16, 32), progress=False)
+    with pytest.warns(UserWarning, match=r"named differently .*'run-a'.*'run-b'.*the merged "
+                                         r"study is named 'run-a'"):
+        merge_studies([tmp_path / "a", tmp_path / "b"], tmp_path / "m")
+    assert study_status(tmp_path / "m")["complete"]
+    import warnings
+
+    with warnings.catch_warnings():  # same names: no warning
+        warnings.simplefilter("error")
+        run_study(a, tmp_path / "c", replicate_range=(16, 32), progress=False)
+        merge_studies([tmp_path / "a", tmp_path / "c"], tmp_path / "m2")

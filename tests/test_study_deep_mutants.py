@@ -147,7 +147,8 @@ def test_merge_accepts_parts_whose_name_or_chunk_size_differ(folders, tmp_path):
     range jobs that differ only there merge into the first part's definition."""
     s = study_from_dict(tiny_config(name="other", chunk_size=4))
     b = run_study(s, tmp_path / "b", replicate_range=(8, 16), progress=False)
-    merged = merge_studies([folders["a"], b], tmp_path / "m")
+    with pytest.warns(UserWarning, match="named differently"):  # (said since)
+        merged = merge_studies([folders["a"], b], tmp_path / "m")
     study, res = load_results(merged)
     assert study == study_from_dict(tiny_config())
     whole = load_results(folders["whole"])[1]["replicates"]
