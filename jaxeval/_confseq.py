@@ -448,56 +448,79 @@ class ConfSeq(eqx.Module):
 _CACHE: dict[tuple, ConfSeq] = {}
 
 
-def _check_update(y: Any, lo: Any, hi: Any, alpha: Any, active: Any) -> None:
+def _on_active(arrays: list[np.ndarray], act: np.ndarray | None):
+    """``arrays`` broadcast together (and to ``act``'s shape where the mask has more axes),
+    with the mask of their elements that ``update`` changes; None where the shapes do not
+    broadcast (JAX's to refuse, with its own message)."""
+    try:
+        arrays = np.broadcast_arrays(*arrays)
+        if act is not None and act.ndim > arrays[0].ndim:
+            # terms of fewer axes than the mask (scalars over a [K] state): to its shape,
+            # so that its active elements are checked (they were skipped)
+            arrays = np.broadcast_arrays(*arrays, np.empty(act.shape, bool))[:-1]
+        shape = arrays[0].shape
+        if act is None:
+            on = np.ones(shape, bool)
+        else:  # (on the leading axes, as update applies it: a [K] mask of [K, M] terms)
+            act = act != 0
+            on = np.broadcast_to(act.reshape(act.shape + (1,) * (len(shape) - act.ndim)),
+                                 shape)
+    except ValueError:
+        return None
+    return arrays, on
+
+
+def _check_update(y: Any, lo: Any, hi: Any, alpha: Any, active: Any, center: Any = 0.5,
+                  uses_center: bool = True) -> None:
     """Refuse concrete arguments no confidence sequence can take (a traced one, inside
     ``jit`` or ``vmap``, is the caller's to keep so): ``alpha`` outside (0, 1) (it gave
     NaN bounds, or bounds with ``lower > upper``, without a word), a range with ``lo >
-    hi``, or a term outside its range (the validity needs ``lo <= y <= hi``), where
-    ``active``."""
+    hi``, a term outside its range (the validity needs ``lo <= y <= hi``), or, for the
+    kinds that use it (not ``"hoeffding"``), a non-finite ``center`` (it gave NaN bounds
+    without a word), where ``active``. A finite centre outside ``[lo, hi]`` is accepted:
+    the validity holds for any finite predictable centre (the identification loop clips
+    it to the range)."""
     from jaxeval._runner import concrete_array
 
     a = concrete_array(alpha)
     if a is not None and not np.all((a > 0) & (a < 1)):
         raise ValueError(f"confseq update: alpha must lie in (0, 1), got {alpha!r}")
-    l, h, yy = concrete_array(lo), concrete_array(hi), concrete_array(y)
-    if l is None or h is None or yy is None:
-        return
     act = concrete_array(active) if active is not None else None
     if active is not None and act is None:
         return
-    try:
-        l, h, yy = np.broadcast_arrays(l, h, yy)
-        if act is not None and act.ndim > yy.ndim:
-            # terms of fewer axes than the mask (scalars over a [K] state): to its shape,
-            # so that its active elements are checked (they were skipped)
-            l, h, yy = np.broadcast_arrays(l, h, yy, np.empty(act.shape, bool))[:3]
-        if act is None:
-            on = np.ones(yy.shape, bool)
-        else:  # (on the leading axes, as update applies it: a [K] mask of [K, M] terms)
-            act = act != 0
-            on = np.broadcast_to(act.reshape(act.shape + (1,) * (yy.ndim - act.ndim)),
-                                 yy.shape)
-    except ValueError:
-        return  # (shapes are JAX's to refuse, with its own message)
-    if np.any(on & ~(l <= h)):
-        raise ValueError("confseq update: every range needs lo <= hi (a NaN or a reversed "
-                         f"range), got lo={lo!r}, hi={hi!r}")
-    bad = on & ~((yy >= l - NUM_TOL) & (yy <= h + NUM_TOL))
-    if np.any(bad):
-        at = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(
-            f"confseq update: each term y must lie in its range [lo, hi], fixed before the "
-            f"draw (the sequence's validity rests on it); at {at}: y={float(yy[at])}, "
-            f"range [{float(l[at])}, {float(h[at])}]")
+    l, h, yy = concrete_array(lo), concrete_array(hi), concrete_array(y)
+    got = None if l is None or h is None or yy is None else _on_active([l, h, yy], act)
+    if got is not None:
+        (l, h, yy), on = got
+        if np.any(on & ~(l <= h)):
+            raise ValueError("confseq update: every range needs lo <= hi (a NaN or a "
+                             f"reversed range), got lo={lo!r}, hi={hi!r}")
+        bad = on & ~((yy >= l - NUM_TOL) & (yy <= h + NUM_TOL))
+        if np.any(bad):
+            at = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(
+                f"confseq update: each term y must lie in its range [lo, hi], fixed before "
+                f"the draw (the sequence's validity rests on it); at {at}: y={float(yy[at])}, "
+                f"range [{float(l[at])}, {float(h[at])}]")
+    c = concrete_array(center) if uses_center else None
+    got = None if c is None else _on_active([c], act)
+    if got is not None:
+        (c,), on = got
+        bad = on & ~np.isfinite(c)
+        if np.any(bad):
+            at = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(
+                f"confseq update: center must be finite (the predictable centre of the "
+                f"terms, fixed before the draw); at {at}: center={float(c[at])}")
 
 
-def _checked(update: Callable[..., Any]) -> Callable[..., Any]:
+def _checked(update: Callable[..., Any], uses_center: bool = True) -> Callable[..., Any]:
     """``update`` with :func:`_check_update` first (free under ``jit``: traced values are
     not checked)."""
 
     @functools.wraps(update)
     def checked(state, y, lo, hi, center, alpha, active=None):
-        _check_update(y, lo, hi, alpha, active)
+        _check_update(y, lo, hi, alpha, active, center, uses_center)
         return update(state, y, lo, hi, center, alpha, active)
 
     return checked
@@ -549,5 +572,6 @@ def get(name: str, *, grid_size: int = 128, truncation: float = 0.5) -> ConfSeq:
             fns = (hoeffding_init, hoeffding_update)
         else:
             fns = _betting_fns(int(grid_size), float(truncation))
-        _CACHE[key] = ConfSeq(name, fns[0], _checked(fns[1]), _bounds, finalize)
+        _CACHE[key] = ConfSeq(name, fns[0], _checked(fns[1], name != "hoeffding"), _bounds,
+                              finalize)
     return _CACHE[key]

@@ -7,6 +7,14 @@ has conditional mean ``theta`` whatever the predictions are in
 :mod:`jaxeval._estimators`'s module docstring (METHODS.md 2.3). Their terms feed
 :mod:`jaxeval.confseq`.
 
+Dtypes: the results follow the arguments (float32; under x64, float64 arguments give
+float64 results), while :func:`lambda_stats_init` builds a float32 state (``count``
+int32) that :func:`lambda_stats_update` keeps in its own dtypes (float64 pairs are
+rounded to float32 when stored; a float64 state built by the caller stays float64).
+Nothing here is checked, concrete or traced: ``lam`` and ``lam0`` in [0, 1] and scores
+and predictions in [0, 1] are the caller's to keep (a term fed to
+:mod:`jaxeval.confseq` with its range is checked there, where concrete).
+
 Example:
   The term of an item drawn from the unseen ones: exact whatever the prediction, in
   expectation over the draw.

@@ -33,11 +33,13 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from jaxeval._runner import check_int
+from jaxeval._runner import check_int, concrete_array
 
 __all__ = [
     "conformal_quantile",
@@ -203,6 +205,64 @@ def _draw_order(u: jax.Array, key: jax.Array) -> jax.Array:
     return jnp.lexsort((v, u))
 
 
+def _concrete_indices(x: Any) -> np.ndarray | None:
+    """``x`` as a NumPy array keeping its dtype, or None when traced."""
+    if isinstance(x, jax.core.Tracer):
+        return None
+    return np.asarray(x)
+
+
+def _check_dr_arguments(preds, anchors, anchor_scores, sample, sample_scores, alpha,
+                        interval) -> None:
+    """:func:`dr_estimate`'s argument checks: shapes and ``interval`` always (static),
+    values only where concrete (a traced value, under ``jit`` or ``vmap``, is the
+    caller's to keep valid, and costs nothing here)."""
+    fn = "dr_estimate"
+    if not isinstance(interval, str) or interval not in ("betting", "serfling"):
+        raise ValueError(f"{fn}: interval must be 'betting' or 'serfling', got {interval!r}")
+    if jnp.ndim(preds) != 1:
+        raise ValueError(f"{fn}: preds: expected a 1-d array of per-item predictions, got "
+                         f"shape {jnp.shape(preds)}")
+    n = jnp.shape(preds)[0]
+    for name, idx, sc, sc_name in (("anchors", anchors, anchor_scores, "anchor_scores"),
+                                   ("sample", sample, sample_scores, "sample_scores")):
+        if jnp.ndim(idx) != 1:
+            raise ValueError(f"{fn}: {name}: expected a 1-d array of item indices, got "
+                             f"shape {jnp.shape(idx)}")
+        if jnp.shape(sc) != jnp.shape(idx):
+            raise ValueError(f"{fn}: {sc_name}: expected one score per item of {name}, "
+                             f"shape {jnp.shape(idx)}, got shape {jnp.shape(sc)}")
+    a = concrete_array(alpha)
+    if a is not None and not np.all((a > 0) & (a < 1)):
+        raise ValueError(f"{fn}: alpha must lie in (0, 1), got {alpha!r}")
+    for name, x in (("preds", preds), ("anchor_scores", anchor_scores),
+                    ("sample_scores", sample_scores)):
+        v = concrete_array(x)
+        bad = None if v is None else np.flatnonzero(~((v >= 0) & (v <= 1)))
+        if bad is not None and bad.size:
+            raise ValueError(f"{fn}: {name} must lie in [0, 1], got {float(v[bad[0]])} at "
+                             f"index {int(bad[0])}")
+    got = {}
+    for name, idx in (("anchors", anchors), ("sample", sample)):
+        v = _concrete_indices(idx)
+        if v is None:
+            continue
+        if not np.issubdtype(v.dtype, np.integer):
+            raise ValueError(f"{fn}: {name}: expected integer item indices, got dtype "
+                             f"{v.dtype}")
+        if v.size and (v.min() < 0 or v.max() >= n):
+            raise ValueError(f"{fn}: {name}: item indices must lie in [0, {n}) (the items "
+                             f"of preds), got {v.tolist()}")
+        if np.unique(v).size != v.size:
+            raise ValueError(f"{fn}: {name}: expected distinct items, got {v.tolist()}")
+        got[name] = v
+    if len(got) == 2:
+        both = np.intersect1d(got["anchors"], got["sample"])
+        if both.size:
+            raise ValueError(f"{fn}: sample: expected non-anchor items, got the anchor(s) "
+                             f"{both.tolist()}")
+
+
 def dr_estimate(
     preds: jax.Array,
     anchors: jax.Array,
@@ -228,6 +288,20 @@ def dr_estimate(
       observed scores make certain (every unobserved item scoring 0, or 1), so the
       interval shrinks to the true mean as ``sample`` covers every non-anchor.
 
+    Raises:
+      ValueError: ``interval`` is unknown, or the shapes do not match (``preds``
+        1-d, ``anchor_scores`` shaped like ``anchors``, ``sample_scores`` like
+        ``sample``), always (both are static); and, for concrete values only:
+        ``alpha`` outside (0, 1), ``preds`` or a score outside [0, 1] (or NaN),
+        ``anchors`` or ``sample`` not distinct integer indices of the ``n`` items, or
+        a ``sample`` item that is an anchor.
+
+    Concrete arguments are checked; traced ones are the caller's to keep valid: under
+    ``jit`` or ``vmap`` nothing is checked (at no cost), and bad values give numbers
+    without meaning (``alpha = 1.5`` a narrow interval that need not contain its own
+    estimate; an anchor index past the end is dropped from the anchor mask and a
+    sample index past the end reads the last prediction).
+
     Example:
       >>> import jax.numpy as jnp
       >>> from jaxeval.anchors import dr_estimate
@@ -237,6 +311,7 @@ def dr_estimate(
       >>> round(float(est), 4)
       0.5833
     """
+    _check_dr_arguments(preds, anchors, anchor_scores, sample, sample_scores, alpha, interval)
     n = preds.shape[0]
     k = anchors.shape[0]
     is_anchor = jnp.zeros((n,), bool).at[anchors].set(True)
@@ -256,8 +331,8 @@ def dr_estimate(
         ml, mh = betting_wor_interval((res - lo_r) / w, pop, alpha)
         lo = (known + pop * (lo_r + w * ml)) / n
         hi = (known + pop * (lo_r + w * mh)) / n
-    else:
-        raise ValueError(f"interval must be 'betting' or 'serfling', got {interval!r}")
+    else:  # (refused by _check_dr_arguments)
+        raise AssertionError(interval)
     # what is certain: the unobserved non-anchors score in [0, 1]. Intersecting with
     # these bounds keeps the interval valid, makes it exact once every item is
     # observed, and replaces the betting grid's [0, 1] fallback when it is too coarse
