@@ -938,6 +938,8 @@ def _load_table_arg(what: str, value: str, sep: str | None, lm_eval: dict | None
         if msg != str(e):
             raise type(e)(msg) from None
         raise
+    if Path(value).suffix.lower() == ".npz" and "file" in sm.metadata:
+        return sm  # saved by to_npz: its notes are of the load it was made from, not this
     for note in sm.metadata.get("conversions", []):
         # what the loader read differently from the file as it stands (older runs
         # dropped, names renamed, a target column, cells read as unobserved); a dtype

@@ -870,9 +870,10 @@ class ScoreMatrix(FrozenState):
 
         Raises:
           ValueError: a name the table would read back as something else: one with
-            spaces around it (a table's cells are stripped), an item named ``model``
-            (the model column) or ``target`` / ``full_score_pct`` (read back as the
-            target); :meth:`to_npz` keeps such names.
+            spaces around it (a table's cells are stripped), an empty one or one holding a
+            carriage return, an item named ``model`` (the model column) or ``target`` /
+            ``full_score_pct`` (read back as the target), items named both ``item`` and
+            ``score`` (read back as a long table); :meth:`to_npz` keeps such names.
 
         Example:
           >>> import numpy as np, pathlib, tempfile, jaxeval
@@ -905,6 +906,16 @@ class ScoreMatrix(FrozenState):
                     f"to_csv: {what} name {bad[0]!r} has spaces around it, which a table "
                     f"read back strips ({len(bad)} such {what} name(s)); rename it, or "
                     "save with to_npz, which keeps names as they are")
+            bad = [str(x) for x in names if str(x) == "" or "\r" in str(x)]
+            if bad:
+                raise ValueError(
+                    f"to_csv: {what} name {bad[0]!r} is empty or holds a carriage return, "
+                    "which a table cannot hold; rename it, or save with to_npz")
+        if {"item", "score"} <= set(map(str, self.items)):
+            raise ValueError(
+                "to_csv: items are named 'item' and 'score', which make a table read back "
+                "as a long one (model, item, score columns); rename one "
+                "(ScoreMatrix(..., items=...)), or save with to_npz")
         taken = sorted(set(map(str, self.items)) & {"model", "target", "full_score_pct"})
         if taken:
             role = ("the model column" if taken[0] == "model"

@@ -1327,8 +1327,8 @@ def _setup(rep_key, data: ProblemData, config: Config, params: Params, instance=
 
 def _float32(tree):
     """``tree`` with its floating leaves as float32 (others as they are)."""
-    return jax.tree.map(lambda x: x.astype(jnp.float32) if jnp.issubdtype(
-        jnp.result_type(x), jnp.floating) else x, tree)
+    return jax.tree.map(lambda x: jnp.asarray(x, jnp.float32) if jnp.issubdtype(
+        jnp.result_type(x), jnp.floating) else x, tree)  # (a Python float has no astype)
 
 
 def run_identification(

@@ -1413,7 +1413,8 @@ class IdentificationKernel:
     Calling it, ``kernel(key)`` (or ``kernel(key, instance=i)``), runs one replicate:
     ``kernel.fn(key, kernel.data, kernel.params)``. ``fn`` is pure and traceable; the
     static settings are baked into it (:attr:`config`), the arrays are its operands, so
-    new keys, new ``params`` values (``kernel.params._replace(alpha=0.1)``) or new data of
+    new keys, new ``params`` values (``kernel.params._replace(alpha=jnp.float32(0.1))``;
+    a Python float is weakly typed under ``jit`` and compiles once more) or new data of
     the same shapes never recompile. Operands you replace are not checked (the kernel
     runs traced): keep ``alpha`` in (0, 1), scores in [0, 1] and ``instances`` rows
     indexing ``pool`` (an index past the end reads the last row).
@@ -1489,9 +1490,15 @@ def identification_kernel(data: ScoreMatrix | SyntheticSpec | Any, policy: str =
     got: list = []
     token = _KERNEL_WANTED.set(got)
     try:
-        simulate_identification(data, policy, n_replicates=1, **kwargs)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            simulate_identification(data, policy, n_replicates=1, **kwargs)
     finally:
         _KERNEL_WANTED.reset(token)
+    for w in said:  # (its warnings, named by this function and pointing at its caller)
+        warnings.warn(str(w.message).replace("simulate_identification:",
+                                             "identification_kernel:", 1),
+                      w.category, stacklevel=2)
     pdata, params, config = got[0]
     as_jax = functools.partial(jax.tree.map, jax.numpy.asarray)
     return IdentificationKernel(fn=functools.partial(idn.run_identification, config=config),
