@@ -127,3 +127,20 @@ def test_shard_map_and_x64_in_a_fresh_process():
     assert res["warnings"] == []
     assert res["float_dtypes"] == ["float32"]
     assert res["x64_equal"]
+
+
+def test_python_float_params_and_the_kernels_own_warnings():
+    """A Python float in params ran into ``.astype`` (AttributeError) outside jit; the
+    set-up's warnings name identification_kernel and point at its caller."""
+    with pytest.warns(UserWarning, match=r"^identification_kernel: a=2\.0 has no effect") as w:
+        kern = jaxeval.identification_kernel(jaxeval.SyntheticSpec(n_items=30), "uniform",
+                                             K=3, budgets=(9,), a=2.0)
+    assert w[0].filename == __file__
+    p = kern.params._replace(alpha=0.1)
+    eager = kern.fn(jax.random.key(0), kern.data, p)
+    jitted = jax.jit(kern.fn)(jax.random.key(0), kern.data,
+                              kern.params._replace(alpha=jnp.float32(0.1)))
+    np.testing.assert_array_equal(np.asarray(eager.checkpoints.calls),
+                                  np.asarray(jitted.checkpoints.calls))
+    np.testing.assert_allclose(np.asarray(eager.checkpoints.lower),
+                               np.asarray(jitted.checkpoints.lower), atol=1e-6)

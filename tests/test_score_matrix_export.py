@@ -217,3 +217,31 @@ def test_the_command_line_says_which_cells_it_read_as_unobserved(tmp_path, capsy
     err = capsys.readouterr().err
     assert "DATA: 1 NaN cells read as unobserved (mask=False)" in err
     assert "0/1 scores" not in err
+
+
+# ------------------------------------------------ a read of the change found (fixed)
+@pytest.mark.parametrize("items, match", [
+    (["item", "score", "z"], "items are named 'item' and 'score'"),
+    (["q", ""], "item name '' is empty or holds a carriage return"),
+    (["q", "a\rb"], "item name 'a\\\\rb' is empty or holds a carriage return"),
+])
+def test_to_csv_refuses_what_would_load_back_otherwise(tmp_path, items, match):
+    sm = jaxeval.ScoreMatrix(np.ones((2, 3))[:, :len(items)], items=items)
+    with pytest.raises(ValueError, match=match):
+        sm.to_csv(tmp_path / "s.csv")
+    assert not (tmp_path / "s.csv").exists()
+    ok = jaxeval.ScoreMatrix(np.ones((2, 2)), items=["item", "z"])  # one of them alone
+    _same(ok, jaxeval.load(ok.to_csv(tmp_path / "ok.csv")))
+
+
+def test_the_command_line_does_not_repeat_the_notes_an_npz_was_saved_with(
+        tmp_path, capsys, monkeypatch):
+    from jaxeval._cli import main
+
+    monkeypatch.chdir(tmp_path)
+    sm = jaxeval.load("oll2_musr").take(models=np.arange(60), items=np.arange(40))
+    assert any("'#k' suffix" in c for c in sm.metadata["conversions"])  # from the bundle
+    sm.to_npz("sub.npz")
+    assert main(["anchors", "fit", "sub.npz", "--k", "5", "--method", "random_mean",
+                 "--out", "a.npz"]) == 0
+    assert "'#k' suffix" not in capsys.readouterr().err
