@@ -979,8 +979,9 @@ class ScoreMatrix(FrozenState):
                 index=pd.Index(self.models.tolist(), name="model", dtype=object),
                 columns=pd.Index(self.items.tolist(), name="item", dtype=object))
         r, c = np.nonzero(self.mask)
-        cols = {"model": self.models[r].tolist(), "item": self.items[c].tolist(),
-                "score": self.scores[r, c]}
+        cols = {"model": pd.Series(self.models[r].tolist(), dtype=object),
+                "item": pd.Series(self.items[c].tolist(), dtype=object),
+                "score": self.scores[r, c]}  # (names stay text with no cell observed)
         if self.target is not None:
             cols["target"] = self.target[r]
         return pd.DataFrame(cols)
