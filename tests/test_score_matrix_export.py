@@ -245,3 +245,10 @@ def test_the_command_line_does_not_repeat_the_notes_an_npz_was_saved_with(
     assert main(["anchors", "fit", "sub.npz", "--k", "5", "--method", "random_mean",
                  "--out", "a.npz"]) == 0
     assert "'#k' suffix" not in capsys.readouterr().err
+
+
+def test_to_pandas_long_of_nothing_observed_keeps_text_columns():
+    sm = jaxeval.ScoreMatrix(np.ones((2, 2)), mask=np.zeros((2, 2), bool))
+    df = sm.to_pandas("long")
+    assert len(df) == 0 and df["model"].dtype == object and df["item"].dtype == object
+    assert df["score"].dtype == np.float32
