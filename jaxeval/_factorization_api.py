@@ -290,9 +290,9 @@ class LowRankLogistic(FrozenState):
             row; default ``u_mean``).
           rho: prior strength (default ``online_rho``; larger pulls harder towards
             ``u_mean``).
-          num_newton: Newton steps (1 to 10 000); ``None`` (default): until every row has
-            converged
-            (the largest change of a factor entry below ``1e-5 (1 + |u|)``, checked every
+          num_newton: Newton steps (1 to 10 000); ``None`` (default): until the rows
+            have converged together (the largest change of any factor entry below
+            ``1e-5 (1 + max |u|)``, both over all rows given, checked every
             :data:`NEWTON_ROUND` steps, at most :data:`NEWTON_MAX` steps). Each step is
             damped (backtracking), and from ``u_mean`` on a high-rank fit a handful of
             steps can stop far from the optimum: five left predictions 0.7 off on MuSR
@@ -530,6 +530,10 @@ class LowRankLogistic(FrozenState):
             )
             n, r = out.V.shape if out.V.ndim == 2 else (-1, -1)
             m = out.models.shape[0] if out.models.ndim == 1 else -1
+            lh = out.loss_history
+            if lh.ndim != 1 or lh.dtype.kind not in "fiu":
+                raise ValueError(f"loss_history must be a 1-D array of numbers, got "
+                                 f"{lh.dtype} of shape {lh.shape}")
             if out.c.shape != (n,) or out.u_mean.shape != (r,) or out.items.shape != (n,) \
                     or out.U.shape != (m, r):
                 raise ValueError(f"inconsistent shapes: V {out.V.shape}, c {out.c.shape}, "
@@ -638,7 +642,8 @@ def fit_factorization(
 
     def check_rho(x: Any, what: str) -> float:
         if not _real_number(x):
-            raise ValueError(f"{what}: expected a float >= 0 or 'auto', got {x!r}")
+            auto = " or 'auto'" if what == "rho" else ""  # (rho_v and the grid take numbers)
+            raise ValueError(f"{what}: expected a float >= 0{auto}, got {x!r}")
         v = float(x)
         if not (np.isfinite(v) and v >= 0):
             raise ValueError(f"{what}: expected a finite value >= 0, got {x!r}")
