@@ -199,7 +199,9 @@ class CampaignStatus(_ArrayFieldsEq):
         robust difference estimate for ``pulse`` / ``pulse_ucb``, the naive pooled
         estimate (observed scores plus predictions; biased when the predictions are)
         for ``naive``, the mean of the scored items otherwise; exact once a model is
-        fully evaluated). The intervals are valid whatever the policy.
+        fully evaluated). The difference estimate is unbiased, not bounded: after few
+        scores that miss confident predictions it can leave [0, 1] (the bounds are
+        clipped to it). The intervals are valid whatever the policy.
       lower, upper: ``[K]`` bounds of the ``stop_kind`` interval, jointly valid for all
         ``K`` models at level ``1 - alpha`` at every step.
       bounds: ``{kind: (lower [K], upper [K])}`` for every computed interval kind.

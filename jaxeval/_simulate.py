@@ -1432,10 +1432,11 @@ class IdentificationKernel:
 
     The output (a NamedTuple pytree) holds ``theta`` ``[K]`` (true accuracies),
     ``instance`` and ``checkpoints``, a record per budget: ``recommended``, ``calls``,
-    ``pulls`` ``[K]``, ``estimate`` / ``naive`` ``[K]``, ``lower`` / ``upper`` ``[Q, K]``
-    for the ``Q`` interval kinds of ``config.cs_kinds``, ``lam``, and ``status`` (0 ok;
-    codes as in :attr:`IdentificationReport.status_counts`). Replicate ``i`` of
-    ``simulate_identification(..., seed=s)`` is
+    ``pulls`` ``[K]``, ``estimate`` / ``naive`` ``[K]`` (the difference estimate is
+    unbiased, not bounded: after few pulls it can leave [0, 1]), ``lower`` / ``upper``
+    ``[Q, K]`` for the ``Q`` interval kinds of ``config.cs_kinds``, ``lam``, and
+    ``status`` (0 ok; codes as in :attr:`IdentificationReport.status_counts`). Replicate
+    ``i`` of ``simulate_identification(..., seed=s)`` is
     ``kernel(jax.random.fold_in(jax.random.key(s), i))`` (``instance=i`` as well under
     ``instance_assignment="balanced"``): the same truth, recommendations and calls (floats
     may differ in the last bits where replicates are batched in other shapes).
