@@ -448,12 +448,13 @@ class ConfSeq(eqx.Module):
 _CACHE: dict[tuple, ConfSeq] = {}
 
 
-def _on_active(arrays: list[np.ndarray], act: np.ndarray | None):
-    """``arrays`` broadcast together (and to ``act``'s shape where the mask has more axes),
-    with the mask of their elements that ``update`` changes; None where the shapes do not
+def _on_active(arrays: list[np.ndarray], act: np.ndarray | None, shape: tuple = ()):
+    """``arrays`` broadcast together and with the state's ``shape`` (on trailing axes, as
+    ``update`` broadcasts them; and to ``act``'s shape where the mask has more axes), with
+    the mask of their elements that ``update`` changes; None where the shapes do not
     broadcast (JAX's to refuse, with its own message)."""
     try:
-        arrays = np.broadcast_arrays(*arrays)
+        arrays = np.broadcast_arrays(*arrays, np.empty(shape, bool))[:-1]
         if act is not None and act.ndim > arrays[0].ndim:
             # terms of fewer axes than the mask (scalars over a [K] state): to its shape,
             # so that its active elements are checked (they were skipped)
@@ -471,7 +472,7 @@ def _on_active(arrays: list[np.ndarray], act: np.ndarray | None):
 
 
 def _check_update(y: Any, lo: Any, hi: Any, alpha: Any, active: Any, center: Any = 0.5,
-                  uses_center: bool = True) -> None:
+                  uses_center: bool = True, shape: tuple = ()) -> None:
     """Refuse concrete arguments no confidence sequence can take (a traced one, inside
     ``jit`` or ``vmap``, is the caller's to keep so): ``alpha`` outside (0, 1) (it gave
     NaN bounds, or bounds with ``lower > upper``, without a word), a range with ``lo >
@@ -489,7 +490,8 @@ def _check_update(y: Any, lo: Any, hi: Any, alpha: Any, active: Any, center: Any
     if active is not None and act is None:
         return
     l, h, yy = concrete_array(lo), concrete_array(hi), concrete_array(y)
-    got = None if l is None or h is None or yy is None else _on_active([l, h, yy], act)
+    got = None if l is None or h is None or yy is None else _on_active([l, h, yy], act,
+                                                                        shape)
     if got is not None:
         (l, h, yy), on = got
         if np.any(on & ~(l <= h)):
@@ -502,8 +504,8 @@ def _check_update(y: Any, lo: Any, hi: Any, alpha: Any, active: Any, center: Any
                 f"confseq update: each term y must lie in its range [lo, hi], fixed before "
                 f"the draw (the sequence's validity rests on it); at {at}: y={float(yy[at])}, "
                 f"range [{float(l[at])}, {float(h[at])}]")
-    c = concrete_array(center) if uses_center else None
-    got = None if c is None else _on_active([c], act)
+    c = concrete_array(center) if uses_center and center is not None else None
+    got = None if c is None else _on_active([c], act, shape)
     if got is not None:
         (c,), on = got
         bad = on & ~np.isfinite(c)
@@ -520,7 +522,7 @@ def _checked(update: Callable[..., Any], uses_center: bool = True) -> Callable[.
 
     @functools.wraps(update)
     def checked(state, y, lo, hi, center, alpha, active=None):
-        _check_update(y, lo, hi, alpha, active, center, uses_center)
+        _check_update(y, lo, hi, alpha, active, center, uses_center, np.shape(state.count))
         return update(state, y, lo, hi, center, alpha, active)
 
     return checked

@@ -531,7 +531,7 @@ class LowRankLogistic(FrozenState):
             n, r = out.V.shape if out.V.ndim == 2 else (-1, -1)
             m = out.models.shape[0] if out.models.ndim == 1 else -1
             lh = out.loss_history
-            if lh.ndim != 1 or lh.dtype.kind not in "fiu":
+            if lh.ndim > 1 or lh.dtype.kind not in "fiu":  # (0-d: one given by hand)
                 raise ValueError(f"loss_history must be a 1-D array of numbers, got "
                                  f"{lh.dtype} of shape {lh.shape}")
             if out.c.shape != (n,) or out.u_mean.shape != (r,) or out.items.shape != (n,) \

@@ -1489,17 +1489,20 @@ def identification_kernel(data: ScoreMatrix | SyntheticSpec | Any, policy: str =
         raise TypeError(f"identification_kernel: {', '.join(runner)} belong(s) to the runner "
                         "(simulate_identification), not to the kernel")
     got: list = []
+    said: list = []
     token = _KERNEL_WANTED.set(got)
     try:
-        with warnings.catch_warnings(record=True) as said:
-            warnings.simplefilter("always")
+        with warnings.catch_warnings(record=True) as said:  # (the caller's filters hold)
             simulate_identification(data, policy, n_replicates=1, **kwargs)
     finally:
         _KERNEL_WANTED.reset(token)
-    for w in said:  # (its warnings, named by this function and pointing at its caller)
-        warnings.warn(str(w.message).replace("simulate_identification:",
-                                             "identification_kernel:", 1),
-                      w.category, stacklevel=2)
+        for w in said:  # (also when the set-up failed: its warnings said what went wrong)
+            text = str(w.message)
+            if text.startswith("simulate_identification:"):  # ours: named for this call
+                warnings.warn("identification_kernel:" + text[len("simulate_identification:"):],
+                              w.category, stacklevel=2)
+            else:  # (another library's: where it was raised)
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     pdata, params, config = got[0]
     as_jax = functools.partial(jax.tree.map, jax.numpy.asarray)
     return IdentificationKernel(fn=functools.partial(idn.run_identification, config=config),

@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxeval._confseq import NUM_TOL
 from jaxeval._runner import check_int, concrete_array
 
 __all__ = [
@@ -235,27 +236,39 @@ def _check_dr_arguments(preds, anchors, anchor_scores, sample, sample_scores, al
     a = concrete_array(alpha)
     if a is not None and not np.all((a > 0) & (a < 1)):
         raise ValueError(f"{fn}: alpha must lie in (0, 1), got {alpha!r}")
-    for name, x in (("preds", preds), ("anchor_scores", anchor_scores),
-                    ("sample_scores", sample_scores)):
-        v = concrete_array(x)
-        bad = None if v is None else np.flatnonzero(~((v >= 0) & (v <= 1)))
-        if bad is not None and bad.size:
-            raise ValueError(f"{fn}: {name} must lie in [0, 1], got {float(v[bad[0]])} at "
-                             f"index {int(bad[0])}")
     got = {}
     for name, idx in (("anchors", anchors), ("sample", sample)):
         v = _concrete_indices(idx)
         if v is None:
             continue
         if not np.issubdtype(v.dtype, np.integer):
-            raise ValueError(f"{fn}: {name}: expected integer item indices, got dtype "
-                             f"{v.dtype}")
-        if v.size and (v.min() < 0 or v.max() >= n):
-            raise ValueError(f"{fn}: {name}: item indices must lie in [0, {n}) (the items "
-                             f"of preds), got {v.tolist()}")
-        if np.unique(v).size != v.size:
-            raise ValueError(f"{fn}: {name}: expected distinct items, got {v.tolist()}")
+            raise TypeError(f"{fn}: {name}: expected integer item indices, got dtype "
+                            f"{v.dtype}")
+        out = v[(v < -n) | (v >= n)]
+        if out.size:
+            raise ValueError(f"{fn}: {name}: item indices must lie in [-{n}, {n}) (the "
+                             f"items of preds), got {out[:5].tolist()}")
+        v = v % n if n else v  # (negative indices count from the end, as numpy's)
+        uniq, counts = np.unique(v, return_counts=True)
+        if (counts > 1).any():
+            raise ValueError(f"{fn}: {name}: expected distinct items, got "
+                             f"{uniq[counts > 1][:5].tolist()} more than once")
         got[name] = v
+    # (within a float32 rounding margin, as the confidence sequences take their terms;
+    # predictions are read at the non-anchor items only)
+    lo, hi = -NUM_TOL, 1 + NUM_TOL
+    for name, x in (("preds", preds), ("anchor_scores", anchor_scores),
+                    ("sample_scores", sample_scores)):
+        v = concrete_array(x)
+        if v is None:
+            continue
+        ok = (v >= lo) & (v <= hi)
+        if name == "preds" and "anchors" in got:
+            ok[got["anchors"]] = True
+        bad = np.flatnonzero(~ok)
+        if bad.size:
+            raise ValueError(f"{fn}: {name} must lie in [0, 1], got {float(v[bad[0]])} at "
+                             f"index {int(bad[0])}")
     if len(got) == 2:
         both = np.intersect1d(got["anchors"], got["sample"])
         if both.size:
