@@ -28,14 +28,17 @@ def _args(**kw):
     (dict(alpha=0.0), r"^dr_estimate: alpha"),
     (dict(alpha=-0.1), r"^dr_estimate: alpha"),
     (dict(alpha=jnp.float32(jnp.nan)), r"^dr_estimate: alpha"),
-    (dict(anchors=jnp.array([9])), r"^dr_estimate: anchors: item indices must lie in \[0, 6\)"),
-    (dict(anchors=jnp.array([-1])), r"^dr_estimate: anchors: item indices"),
+    (dict(anchors=jnp.array([9])), r"^dr_estimate: anchors: item indices must lie in "
+                                   r"\[-6, 6\) \(the items of preds\), got \[9\]"),
+    (dict(anchors=jnp.array([-7])), r"^dr_estimate: anchors: item indices"),
     (dict(anchors=jnp.array([0, 0]), anchor_scores=jnp.array([1.0, 1.0])),
      r"^dr_estimate: anchors: expected distinct items"),
-    (dict(anchors=jnp.array([0.0])), r"^dr_estimate: anchors: expected integer"),
     (dict(sample=jnp.array([0, 2])), r"^dr_estimate: sample: expected non-anchor items, got "
                                      r"the anchor\(s\) \[0\]"),
-    (dict(sample=jnp.array([2, 2])), r"^dr_estimate: sample: expected distinct items"),
+    (dict(sample=jnp.array([2, 2])), r"^dr_estimate: sample: expected distinct items, got "
+                                     r"\[2\] more than once"),
+    (dict(sample=jnp.array([2, -4])), r"^dr_estimate: sample: expected distinct items"),
+    (dict(sample=jnp.array([-6, 3])), r"^dr_estimate: sample: expected non-anchor items"),
     (dict(sample=jnp.array([2, 6])), r"^dr_estimate: sample: item indices must lie in"),
     (dict(anchor_scores=jnp.array([1.0, 0.0])), r"^dr_estimate: anchor_scores: expected one "
                                                 r"score per item of anchors"),
@@ -152,3 +155,44 @@ def test_update_under_jit_and_vmap_gives_the_unchecked_numbers(kind):
         np.testing.assert_allclose(np.array([v[i] for v in vm]), np.array(eager[i]), rtol=1e-6)
     # a traced NaN centre is not checked (the caller's)
     jax.jit(run)(ys[0], jnp.nan, 0.3)
+
+
+
+# ------------------------------------------------ a read of the checks found (fixed)
+def test_dr_estimate_float_indices_are_a_type_error():
+    with pytest.raises(TypeError, match=r"^dr_estimate: anchors: expected integer item "
+                                        r"indices, got dtype float32"):
+        dr_estimate(**_args(anchors=jnp.array([0.0])))
+
+
+def test_dr_estimate_takes_rounding_above_1_negative_indices_and_nan_at_anchors():
+    """Predictions a float32 average puts just above 1 were refused eagerly and taken
+    under jit; a prediction at an anchor is never read (NaN there is fine); negative
+    indices count from the end, as before the checks."""
+    base = dr_estimate(**_args())
+    near = dr_estimate(**_args(preds=P.at[3].set(jnp.float32(1.0000001))))
+    assert np.all(np.isfinite(np.asarray(near)))
+    same = dr_estimate(**_args(preds=P.at[0].set(jnp.nan)))  # (anchor 0)
+    np.testing.assert_array_equal(np.asarray(same), np.asarray(base))
+    neg = dr_estimate(**_args(anchors=A - 6, sample=S - 6))
+    np.testing.assert_allclose(np.asarray(neg), np.asarray(base), rtol=1e-6)
+    with pytest.raises(ValueError, match="preds must lie in"):
+        dr_estimate(**_args(preds=P.at[3].set(1.001)))
+
+
+def test_a_center_varying_along_the_last_axis_is_checked_under_a_mask():
+    """A [K, M] state, an [M] centre and a [K] mask: the centre broadcasts on trailing
+    axes as update does (the check aligned it with the mask and skipped it)."""
+    for kind in ("eb", "betting"):
+        cs = confseq.get(kind)
+        st = cs.init((2, 3))
+        c = jnp.array([0.5, jnp.nan, 0.5])
+        with pytest.raises(ValueError, match=r"center must be finite.*at \(0, 1\)"):
+            cs.update(st, jnp.full((2, 3), 0.5), 0.0, 1.0, c, 0.05,
+                      active=jnp.array([True, False]))
+        with pytest.raises(ValueError, match=r"each term y must lie in its range.*at \(0, 1\)"):
+            cs.update(st, jnp.array([0.5, 2.0, 0.5]), 0.0, 1.0, 0.5, 0.05,
+                      active=jnp.array([True, False]))
+        ok = cs.update(st, jnp.full((2, 3), 0.5), 0.0, 1.0, c, 0.05,
+                       active=jnp.array([False, False]))
+        assert int(jnp.sum(ok.count)) == 0

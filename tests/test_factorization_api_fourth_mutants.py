@@ -155,6 +155,8 @@ def test_a_loss_history_that_is_no_1d_array_of_numbers_is_refused_on_load(saved)
         with pytest.raises(ValueError, match="not a factorization.*loss_history must be a "
                                              "1-D array of numbers"):
             load("lh", loss_history=bad)
+    # (a 0-d history, as a LowRankLogistic built by hand saves it, still loads)
+    assert float(load("lh0", loss_history=np.array(0.5)).loss_history) == 0.5
 
 
 def test_rho_v_and_the_grid_are_not_offered_auto():

@@ -144,3 +144,17 @@ def test_python_float_params_and_the_kernels_own_warnings():
                                   np.asarray(jitted.checkpoints.calls))
     np.testing.assert_allclose(np.asarray(eager.checkpoints.lower),
                                np.asarray(jitted.checkpoints.lower), atol=1e-6)
+
+
+def test_the_kernels_warnings_survive_a_failed_set_up_and_follow_the_callers_filters():
+    spec = jaxeval.SyntheticSpec(n_items=30)
+    kw = dict(K=3, synchronized=False, budgets=(10**9,))
+    with pytest.warns(UserWarning, match="^identification_kernel: synchronized=False"):
+        with pytest.raises(ValueError, match="budgets"):
+            jaxeval.identification_kernel(spec, "sysrs", **kw)
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("ignore")
+        jaxeval.identification_kernel(spec, "uniform", K=3, budgets=(9,), a=2.0)
+    assert seen == []
