@@ -954,6 +954,7 @@ def _load_table(what, value, sep, lm_eval, duplicate_names, prefix):
 
     flag = "--" + prefix.replace("_", "-")
     p = Path(value)
+    kw: dict[str, str] = {}
     if duplicate_names is not None:
         table = p.suffix.lower() in (".csv", ".tsv", ".parquet", ".pq")
         if p.suffix.lower() != ".npz" and not table:
@@ -965,10 +966,7 @@ def _load_table(what, value, sep, lm_eval, duplicate_names, prefix):
         if lm_eval:
             raise ValueError(f"{flag}filter / {flag}metric / {flag}task / {flag}runs: "
                              f"not for a table ({value!r})")
-        if sep is None:
-            return jaxeval.load(value, duplicate_names=duplicate_names)
-        return jaxeval.load(value, duplicate_names=duplicate_names,
-                            sep=_one_sep(sep, what, value))
+        kw["duplicate_names"] = duplicate_names
     if lm_eval:
         if sep is not None:
             raise ValueError(f"--sep: only for a .csv / .tsv table, not with {flag}filter / "
@@ -987,9 +985,9 @@ def _load_table(what, value, sep, lm_eval, duplicate_names, prefix):
             if msg != str(e):
                 raise ValueError(msg) from None
             raise
-    if sep is None:
-        return jaxeval.load(value)
-    return jaxeval.load(value, sep=_one_sep(sep, what, value))
+    if sep is not None:
+        kw["sep"] = _one_sep(sep, what, value)
+    return jaxeval.load(value, **kw)
 
 
 def _one_sep(sep: str, what: str, value: str) -> str:

@@ -860,8 +860,8 @@ class ScoreMatrix(FrozenState):
 
         Args:
           path: destination ending in ``.csv`` or ``.tsv`` (any case; tab-separated by
-            default). An existing file there is replaced (atomically: an interrupted write leaves
-            the old one).
+            default). An existing file there is replaced (atomically: an interrupted
+            write leaves the old one).
           sep: one-character separator; default ``,``, a tab for a ``.tsv`` path (as
             :func:`jaxeval.load` reads them).
 
